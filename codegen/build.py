@@ -1,0 +1,135 @@
+"""The pipeline: load -> validate -> resolve -> plan -> render -> format -> write.
+
+``build`` reads as its stages. Before them, a fast path compares content hashes of the spec tree
+with the last build's record, so a no-op rebuild reads files and hashes them, nothing more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Literal
+
+from blade_codegen import __version__
+from blade_codegen.format import format_files
+from blade_codegen.load import load, spec_paths
+from blade_codegen.plan import BuildPlan, plan
+from blade_codegen.problems import SpecError
+from blade_codegen.render import OPTIONS_SIGNATURE, render
+from blade_codegen.resolve import resolve
+from blade_codegen.validate import validate
+from blade_codegen.write import (
+    STATE_FILE,
+    on_disk,
+    read_previous,
+    recover,
+    state_text,
+    write_package,
+)
+
+Status = Literal["written", "unchanged", "stale"]
+
+
+def toolchain() -> str:
+    """Everything the generated text depends on besides the specs."""
+    return (
+        f"blade-codegen {__version__}; datamodel-code-generator "
+        f"{version('datamodel-code-generator')}; black {version('black')}; {OPTIONS_SIGNATURE}"
+    )
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    target: Path
+    status: Status
+    regenerated: tuple[str, ...] = ()  # modules the generator ran for
+    differing: tuple[str, ...] = field(
+        default=()
+    )  # files that were (or would be) added, changed or removed
+
+
+def input_digests(specs: Path) -> dict[str, str]:
+    return {
+        p.relative_to(specs).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in spec_paths(specs)
+    }
+
+
+def _up_to_date(target: Path, inputs: dict[str, str], tools: str) -> bool:
+    try:
+        state = json.loads((target / STATE_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    if (
+        not isinstance(state, dict)
+        or state.get("generator") != tools
+        or state.get("inputs") != inputs
+    ):
+        return False
+    disk = on_disk(target)
+    recorded = {**state.get("files", {}), STATE_FILE: None}
+    if set(disk) != set(recorded):
+        return False
+    return all(
+        hashlib.sha256(text.encode()).hexdigest() == recorded[path]
+        for path, text in disk.items()
+        if path != STATE_FILE
+    )
+
+
+def compile_specs(
+    specs: Path, package: str, previous: dict[str, tuple[str, str]], progress: Callable[[str], None]
+) -> tuple[BuildPlan, dict[str, str], dict[str, str], tuple[str, ...]]:
+    """Stages load to format: the package's files in memory, or SpecError with every problem."""
+    tree = load(specs)
+    problems = validate(tree)
+    if problems:
+        raise SpecError(problems)
+    resolved = resolve(tree)
+    build_plan = plan(resolved, package, OPTIONS_SIGNATURE)
+    fresh: list[str] = []
+
+    def on_module(path: str) -> None:
+        fresh.append(path)
+        progress(path)
+
+    rendered = render(build_plan, previous, on_module)
+    new_paths = set(fresh) | {p for p in rendered.files if p not in rendered.keys}
+    files = format_files(rendered.files, new_paths)
+    return build_plan, files, dict(rendered.keys), tuple(fresh)
+
+
+def build(
+    specs: Path,
+    out: Path,
+    package: str,
+    *,
+    check: bool = False,
+    progress: Callable[[str], None] = lambda path: None,
+) -> BuildResult:
+    """Build the package ``package`` under ``out`` from the spec tree at ``specs``.
+
+    With ``check``, nothing is written: the result says whether the output on disk is stale.
+    """
+    target = out / package
+    if not check:
+        recover(target)
+    tools = toolchain()
+    inputs = input_digests(specs)
+    if _up_to_date(target, inputs, tools):
+        return BuildResult(target, "unchanged")
+    previous, _ = read_previous(target)
+    _, files, keys, fresh = compile_specs(specs, package, previous, progress)
+    files[STATE_FILE] = state_text(files, keys, inputs, tools)
+    disk = on_disk(target)
+    differing = tuple(sorted(p for p in set(files) | set(disk) if files.get(p) != disk.get(p)))
+    if not differing:
+        return BuildResult(target, "unchanged", fresh)
+    if check:
+        return BuildResult(target, "stale", fresh, differing)
+    write_package(target, files)
+    return BuildResult(target, "written", fresh, differing)

@@ -1,0 +1,147 @@
+"""Stage 1, load: read the spec tree and keep the text for positions in messages."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from blade_codegen.problems import Problem, pointer
+
+SHARED_SUFFIX = ".schema.json"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One JSON file of the spec tree: its parsed data, its text and where it sits."""
+
+    root: Path
+    rel: str  # POSIX path relative to the spec root
+    text: str
+    data: Any
+    digest: str
+
+    @property
+    def is_shared(self) -> bool:
+        return self.rel.endswith(SHARED_SUFFIX)
+
+    @cached_property
+    def _source_map(self) -> dict[str, Any]:
+        # Only computed when a message needs a position: the happy path never pays for it.
+        import json_source_map
+
+        result: dict[str, Any] = json_source_map.calculate(self.text)
+        return result
+
+    def locate(self, segments: Sequence[str | int]) -> tuple[int, int]:
+        """1-based line and column of the value at ``segments``, or of its nearest ancestor."""
+        source_map = self._source_map
+        parts = [str(s) for s in segments]
+        while True:
+            # json-source-map joins raw keys with "/" without RFC 6901 escaping.
+            entry = source_map.get("".join("/" + p for p in parts))
+            if entry is not None:
+                start = entry.key_start if entry.key_start is not None else entry.value_start
+                return start.line + 1, start.column + 1
+            if not parts:
+                return 1, 1
+            parts.pop()
+
+    def problem(self, segments: Sequence[str | int], message: str, hint: str = "") -> Problem:
+        line, column = self.locate(segments)
+        return Problem(self.rel, line, column, pointer(*segments), message, hint)
+
+
+@dataclass(frozen=True)
+class SpecTree:
+    """Every JSON file under the spec root, split into tool specs and shared schema files."""
+
+    root: Path
+    specs: tuple[SourceFile, ...]
+    shared: tuple[SourceFile, ...]
+    problems: tuple[Problem, ...] = field(default=())
+
+    def file(self, rel: str) -> SourceFile | None:
+        return self._by_rel.get(rel)
+
+    @cached_property
+    def _by_rel(self) -> dict[str, SourceFile]:
+        return {f.rel: f for f in (*self.specs, *self.shared)}
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKeyError(key)
+        result[key] = value
+    return result
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def spec_paths(root: Path) -> list[Path]:
+    """Every ``*.json`` file under ``root``, in a stable order; hidden folders are skipped."""
+    found = []
+    for path in root.rglob("*.json"):
+        rel_parts = path.relative_to(root).parts
+        if any(part.startswith(".") for part in rel_parts):
+            continue
+        found.append(path)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def read_file(root: Path, path: Path) -> tuple[SourceFile | None, Problem | None]:
+    rel = path.relative_to(root).as_posix()
+    try:
+        if not path.resolve().is_relative_to(root.resolve()):
+            return None, Problem(rel, 1, 1, "", "links outside the spec tree", "copy the file in")
+        raw = path.read_bytes()
+    except OSError as error:
+        return None, Problem(rel, 1, 1, "", f"cannot read: {error.strerror}", "check permissions")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return None, Problem(rel, 1, 1, "", f"not UTF-8 (byte {error.start})", "save it as UTF-8")
+    try:
+        data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except _DuplicateKeyError as error:
+        source = SourceFile(root, rel, text, None, "")
+        line, column = _first_key_line(text, error.key)
+        return None, Problem(
+            source.rel, line, column, "", f"duplicate key {error.key!r}", "keep one of them"
+        )
+    except json.JSONDecodeError as error:
+        return None, Problem(rel, error.lineno, error.colno, "", f"invalid JSON: {error.msg}", "")
+    return SourceFile(root, rel, text, data, hashlib.sha256(raw).hexdigest()), None
+
+
+def _first_key_line(text: str, key: str) -> tuple[int, int]:
+    needle = json.dumps(key)
+    seen = text.find(needle)
+    second = text.find(needle, seen + 1) if seen >= 0 else -1
+    index = second if second >= 0 else max(seen, 0)
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def load(root: Path) -> SpecTree:
+    """Read every JSON file under ``root``; unreadable files become problems, not exceptions."""
+    specs: list[SourceFile] = []
+    shared: list[SourceFile] = []
+    problems: list[Problem] = []
+    for path in spec_paths(root):
+        source, problem = read_file(root, path)
+        if problem is not None:
+            problems.append(problem)
+        elif source is not None:
+            (shared if source.is_shared else specs).append(source)
+    return SpecTree(root, tuple(specs), tuple(shared), tuple(problems))

@@ -1,0 +1,258 @@
+"""Stage 4, plan: name every module and class, and refuse collisions instead of numbering them."""
+
+from __future__ import annotations
+
+import hashlib
+import keyword
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from blade_codegen import __version__
+from blade_codegen.load import SHARED_SUFFIX, SourceFile
+from blade_codegen.problems import Problem, SpecError
+from blade_codegen.resolve import ResolvedSet, ResolvedSpec, Slot, canonical_json
+
+SHARED_PACKAGE = "shared"
+_WORDS = re.compile(r"[A-Za-z0-9]+", re.ASCII)
+_VERSION_SUFFIX = re.compile(r"\.v[0-9]+$")
+# Names generated modules use for their own purposes; a spec-derived class may not take them.
+RESERVED = frozenset(
+    {"ID", "SPEC", "Final", "Literal", "Protocol", "TypeAlias", "NoReturn", "Sequence"}
+    | {"BaseModel", "Field", "ConfigDict", "RootModel", "Any", "Annotated", "overload"}
+)
+
+
+def pascal(text: str) -> str:
+    """``lookup-customer`` -> ``LookupCustomer``; inner capitals are kept (``aB`` -> ``AB``)."""
+    words = _WORDS.findall(text)
+    name = "".join(w[0].upper() + w[1:] for w in words)
+    return "T" + name if name[:1].isdigit() else name
+
+
+def module_name(text: str) -> str:
+    """A module name for a path segment: ``lookup-customer.v1`` -> ``lookup_customer_v1``."""
+    name = "_".join(_WORDS.findall(text)).lower()
+    if not name or name[0].isdigit():
+        name = "m_" + name
+    return name + "_" if keyword.iskeyword(name) or name.startswith("__") else name
+
+
+def slot_class(base: str, slot: Slot) -> str:
+    role = {"input": "Input", "output": "Output", "context": "Context"}.get(slot.role)
+    if role is not None:
+        return base + role
+    suffix = {"data": "Data", "suspend": "Suspend", "resume": "Resume"}[slot.role]
+    return base + pascal(slot.key) + suffix
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    spec: ResolvedSpec
+    module: str  # dotted, inside the package: crm.lookup_customer_v1
+    base: str  # class-name stem: LookupCustomer
+    slot_classes: Mapping[tuple[str, str], str]  # (role, key) -> class or alias name
+    local_defs: Mapping[tuple[str, str, str], str]  # (role, key, $defs key) -> class name
+    cache_key: str
+
+    @property
+    def path(self) -> str:
+        return self.module.replace(".", "/") + ".py"
+
+    def cls(self, slot: Slot) -> str:
+        return self.slot_classes[(slot.role, slot.key)]
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    source: SourceFile
+    module: str  # dotted, inside the package: shared.common.money
+    root_class: str | None  # None when the file only holds $defs
+    def_classes: Mapping[str, str]  # $defs key -> class name
+    cache_key: str
+
+    @property
+    def path(self) -> str:
+        return self.module.replace(".", "/") + ".py"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    package: str
+    resolved: ResolvedSet
+    tools: tuple[ToolPlan, ...]
+    shared: tuple[SharedPlan, ...]  # dependencies before dependents
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """Every folder (dotted, "" for the root) that needs an ``__init__.py``."""
+        found = {""}
+        for module in (*(t.module for t in self.tools), *(s.module for s in self.shared)):
+            parts = module.split(".")[:-1]
+            for i in range(1, len(parts) + 1):
+                found.add(".".join(parts[:i]))
+        return tuple(sorted(found))
+
+    def shared_plan(self, rel: str) -> SharedPlan:
+        return next(s for s in self.shared if s.source.rel == rel)
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join((__version__, *parts)).encode()).hexdigest()
+
+
+def _defs_is_only(data: object) -> bool:
+    """A shared file that is only a container of definitions gets no root class."""
+    annotations = {"$schema", "$id", "$defs", "definitions", "title", "description", "$comment"}
+    return isinstance(data, dict) and set(data) <= annotations
+
+
+def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
+    """Names for the whole set; every collision is reported, with both sides named."""
+    problems: list[Problem] = []
+    modules: dict[str, str] = {}
+
+    def claim_module(module: str, source: SourceFile) -> None:
+        other = modules.setdefault(module, source.rel)
+        if other != source.rel:
+            problems.append(
+                source.problem(
+                    (),
+                    f"its module {package}.{module} is also the module of {other}",
+                    "names that differ only in punctuation or case collide; rename one",
+                )
+            )
+
+    shared_digests = {s.rel: s.digest for s in resolved.tree.shared}
+    shared_plans = []
+    for source in _dependency_order(resolved):
+        stem = source.rel.removesuffix(SHARED_SUFFIX)
+        module = ".".join([SHARED_PACKAGE, *(module_name(p) for p in stem.split("/"))])
+        claim_module(module, source)
+        names: dict[str, str] = {}
+        root = None if _defs_is_only(source.data) else pascal(stem.split("/")[-1]) or "Schema"
+        if root:
+            names[root] = "the file's root schema"
+        def_classes = {}
+        for key in source.data.get("$defs", {}) if isinstance(source.data, dict) else {}:
+            name = pascal(key) or "Definition"
+            if name in RESERVED:
+                name += "Model"
+            if name in names:
+                problems.append(
+                    source.problem(
+                        ("$defs", key),
+                        f"definition {key!r} would be class {name}, as {names[name]} is",
+                        "rename one of them",
+                    )
+                )
+            names[name] = f"definition {key!r}"
+            def_classes[key] = name
+        deps = sorted(_shared_closure(resolved, source.rel))
+        cache_key = _key(options, package, source.rel, *(shared_digests[d] for d in deps))
+        shared_plans.append(SharedPlan(source, module, root, def_classes, cache_key))
+
+    tools = []
+    for spec in resolved.specs:
+        stem = spec.source.rel.removesuffix(".json")
+        module = ".".join(module_name(p) for p in stem.split("/"))
+        claim_module(module, spec.source)
+        base = pascal(_VERSION_SUFFIX.sub("", stem.split("/")[-1])) or "Tool"
+        tools.append(_plan_tool(spec, module, base, package, options, shared_digests, problems))
+    if problems:
+        raise SpecError(problems)
+    return BuildPlan(package, resolved, tuple(tools), tuple(shared_plans))
+
+
+def _plan_tool(
+    spec: ResolvedSpec,
+    module: str,
+    base: str,
+    package: str,
+    options: str,
+    shared_digests: Mapping[str, str],
+    problems: list[Problem],
+) -> ToolPlan:
+    taken: dict[str, str] = {}
+    fixed = ("Id", "Execution", "Implementation", "DataWriter", "Entry")
+    for suffix in fixed:
+        taken[base + suffix] = "a generated interface"
+    slot_classes: dict[tuple[str, str], str] = {}
+    for slot in spec.slots:
+        name = slot_class(base, slot)
+        what = f"the {slot.role} schema" + (f" {slot.key!r}" if slot.key else "")
+        if name in taken:
+            problems.append(
+                spec.source.problem(
+                    _slot_at(slot),
+                    f"{what} would be class {name}, as {taken[name]} is",
+                    "names that differ only in punctuation or case collide; rename one",
+                )
+            )
+        taken[name] = what
+        slot_classes[(slot.role, slot.key)] = name
+    # Local $defs keep their own names where they are unambiguous across the tool's slots.
+    local_defs: dict[tuple[str, str, str], str] = {}
+    by_name: dict[str, list[tuple[Slot, str]]] = {}
+    for slot in spec.slots:
+        defs = slot.schema.get("$defs", {}) if isinstance(slot.schema, dict) else {}
+        for key in defs:
+            by_name.setdefault(pascal(key) or "Definition", []).append((slot, key))
+    for name, owners in sorted(by_name.items()):
+        same = len({canonical_json(o[0].schema["$defs"][o[1]]) for o in owners}) == 1
+        for slot, key in owners:
+            final = name if same or len(owners) == 1 else slot_classes[(slot.role, slot.key)] + name
+            if final in RESERVED:
+                final += "Model"
+            if final in taken and taken[final] != f"definition {key!r}":
+                problems.append(
+                    spec.source.problem(
+                        (*_slot_at(slot), "$defs", key),
+                        f"definition {key!r} would be class {final}, as {taken[final]} is",
+                        "rename the definition",
+                    )
+                )
+            taken[final] = f"definition {key!r}"
+            local_defs[(slot.role, slot.key, key)] = final
+    deps = sorted(spec.shared_files)
+    cache_key = _key(
+        options, package, spec.source.rel, spec.source.digest, *(shared_digests[d] for d in deps)
+    )
+    return ToolPlan(spec, module, base, slot_classes, local_defs, cache_key)
+
+
+def _slot_at(slot: Slot) -> tuple[str, ...]:
+    if slot.role in ("input", "output", "context"):
+        return (slot.role + "Schema",)
+    if slot.role == "data":
+        return ("dataSchemas", slot.key)
+    return ("suspend", slot.key, slot.role + "Schema")
+
+
+def _shared_closure(resolved: ResolvedSet, rel: str) -> set[str]:
+    from blade_codegen.resolve import Bundler
+
+    source = resolved.tree.file(rel)
+    assert source is not None
+    _, files = Bundler(resolved.tree).bundle(source.data, rel)
+    return {rel, *files}
+
+
+def _dependency_order(resolved: ResolvedSet) -> list[SourceFile]:
+    """Shared files, each after the files it references (validate refused cycles)."""
+    done: list[SourceFile] = []
+    seen: set[str] = set()
+
+    def visit(source: SourceFile) -> None:
+        if source.rel in seen:
+            return
+        seen.add(source.rel)
+        for dep in sorted(_shared_closure(resolved, source.rel) - {source.rel}):
+            dep_source = resolved.tree.file(dep)
+            if dep_source is not None:
+                visit(dep_source)
+        done.append(source)
+
+    for source in resolved.tree.shared:
+        visit(source)
+    return done

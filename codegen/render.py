@@ -1,0 +1,509 @@
+"""Stage 5, render: models with datamodel-code-generator, everything else with jinja2 templates.
+
+Rendering is pure: a plan (and the previous output, to reuse modules whose inputs did not change)
+in, a mapping of package-relative paths to text out. Nothing here touches the output folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from blade_codegen import __version__
+from blade_codegen.plan import BuildPlan, SharedPlan, ToolPlan, pascal
+from blade_codegen.refs import RefTarget, parse_ref
+from blade_codegen.resolve import Slot, canonical_json, shared_key
+from blade_codegen.schemas import transform
+
+# datamodel-code-generator options, pinned with its version: the dated preset is frozen upstream and
+# gives mypy --strict clean models. parent-prefixed naming keeps one tool's class names independent
+# of every other tool's; skip_root_model inlines scalar definitions instead of wrapping them.
+DMCG_PRESET = "standard-py311-20261027"
+DMCG_OPTIONS: Mapping[str, Any] = {
+    "preset": DMCG_PRESET,
+    "disable_timestamp": True,
+    "formatters": [],
+    "naming_strategy": "parent-prefixed",
+    "use_schema_description": True,
+    "enum_field_as_literal": "all",
+    "skip_root_model": True,
+}
+OPTIONS_SIGNATURE = canonical_json({k: str(v) for k, v in DMCG_OPTIONS.items()})
+# Keywords the models do not carry. ``format`` is an annotation in 2020-12 (the runtime's JSON
+# Schema validation is the single truth); as pydantic types (EmailStr, AwareDatetime) it would
+# reject strings the schema accepts and change values on the way through.
+MODEL_DROPPED = ("format", "$schema", "$id", "$comment")
+BOX_PREFIX = "BladeBox"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """Package-relative path -> file text, and the cache key each generated module was made for."""
+
+    files: Mapping[str, str]
+    keys: Mapping[str, str]
+
+
+# -- templates ---------------------------------------------------------------------------------
+
+
+def _templates_dir() -> Path:
+    packaged = resources.files("blade_codegen").joinpath("templates")
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "templates"  # a source checkout
+
+
+def pyrepr(value: object) -> str:
+    """A Python literal for a str, int, bool or None: spec text only ever reaches code like this."""
+    if value is None or isinstance(value, bool | int | str):
+        return repr(value)
+    raise TypeError(f"cannot write {type(value).__name__} as a literal")
+
+
+def docstring_text(value: str) -> str:
+    """Text safe inside a triple-quoted docstring: escapes, quotes and control characters
+    neutralised."""
+    text = value.replace("\\", "\\\\").replace('"', '\\"')
+    return "".join(c if c in "\n\t" or c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def json_text(value: str) -> str:
+    """A JSON string literal: safe on one comment line whatever it holds."""
+    return json.dumps(value)
+
+
+@cache
+def environment(user_templates: Path | None = None) -> jinja2.Environment:
+    loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader(_templates_dir())]
+    if user_templates is not None:
+        loaders.insert(0, jinja2.FileSystemLoader(user_templates))
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(pyrepr=pyrepr, docstring_text=docstring_text, json_text=json_text)
+    return env
+
+
+def header(source: str, spec_id: str | None = None, fingerprint: str | None = None) -> str:
+    values: dict[str, Any] = {"version": __version__, "source": source}
+    if spec_id is not None:
+        values.update(spec_id=spec_id, fingerprint=fingerprint)
+    return environment().get_template("header.jinja").render(**values).rstrip("\n")
+
+
+# -- model documents -------------------------------------------------------------------------------
+
+
+class ModelDocument:
+    """Builds the one JSON Schema document datamodel-code-generator turns into a module's models.
+
+    References are rewritten so each definition lands under the class name the plan chose; a
+    definition of a shared file that became a class is imported (``customTypePath``), never copied.
+    """
+
+    def __init__(self, plan: BuildPlan, shared_classes: Mapping[tuple[str, str], str]) -> None:
+        self.plan = plan
+        self.shared_classes = shared_classes  # (file, fragment) -> dotted import path
+        self.defs: dict[str, Any] = {}
+
+    def imported(self, target: RefTarget, siblings: dict[str, Any]) -> dict[str, Any]:
+        dotted = self.shared_classes.get((target.file, target.fragment))
+        if dotted is not None:
+            return {**siblings, "customTypePath": dotted}
+        name = "Shared" + pascal(shared_key(target))
+        if name not in self.defs:
+            self.defs[name] = True  # placeholder: guards recursion
+            source = self.plan.resolved.tree.file(target.file)
+            assert source is not None
+            from blade_codegen.schemas import resolve_pointer
+
+            _, content = resolve_pointer(source.data, target.fragment)
+            self.defs[name] = self.clean(self.rewrite(content, target.file, self._in_file))
+        return {**siblings, "$ref": f"#/$defs/{name}"}
+
+    def _in_file(self, file: str) -> Callable[[str], str | None]:
+        """Local references inside a shared file's content all go through ``imported``."""
+        return lambda fragment: None
+
+    def rewrite(
+        self, schema: Any, file: str, local: Callable[[str], Callable[[str], str | None]]
+    ) -> Any:
+        """Rewrite every $ref of ``schema`` (written in ``file``); ``local`` maps same-document
+        fragments to new references (None: treat as a shared-file reference)."""
+
+        def edit(node: dict[str, Any]) -> dict[str, Any]:
+            ref = node.get("$ref")
+            if not isinstance(ref, str):
+                return {k: v for k, v in node.items() if k not in MODEL_DROPPED}
+            target = parse_ref(ref, file)
+            assert isinstance(target, RefTarget)
+            siblings = {k: v for k, v in node.items() if k != "$ref" and k not in MODEL_DROPPED}
+            if not target.file:
+                mapped = local(file)(target.fragment)
+                if mapped is not None:
+                    return {**siblings, "$ref": mapped}
+                target = RefTarget(file, target.fragment)
+            return self.imported(target, siblings)
+
+        return transform(schema, edit)
+
+    @staticmethod
+    def clean(schema: Any) -> Any:
+        if isinstance(schema, dict):
+            return {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
+        return schema
+
+
+def _defs_pointer(fragment: str, names: Mapping[str, str], root: str) -> str | None:
+    """Map a fragment of a document whose ``$defs`` were renamed and whose root sits at ``root``."""
+    parts = fragment.split("/")
+    if len(parts) >= 3 and parts[1] in ("$defs", "definitions"):
+        key = parts[2].replace("~1", "/").replace("~0", "~")
+        if key in names:
+            return "#/$defs/" + "/".join([names[key], *parts[3:]])
+    return root + fragment
+
+
+def tool_document(
+    tool: ToolPlan, plan: BuildPlan, shared_classes: Mapping[tuple[str, str], str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The model document of one tool, and the box class of each slot that is not an object."""
+    doc = ModelDocument(plan, shared_classes)
+    spec = tool.spec
+    boxes: dict[str, str] = {}
+    for slot in spec.slots:
+        cls = tool.cls(slot)
+        names = {
+            key: tool.local_defs[(slot.role, slot.key, key)]
+            for key in (slot.schema.get("$defs", {}) if isinstance(slot.schema, dict) else {})
+        }
+        where = f"#/$defs/{cls}"
+
+        def local(file: str, names: Mapping[str, str] = names, where: str = where) -> Any:
+            return lambda fragment: _defs_pointer(fragment, names, where)
+
+        rewritten = doc.rewrite(slot.schema, spec.source.rel, local)
+        if isinstance(rewritten, dict):
+            for key, name in names.items():
+                doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
+        doc.defs[cls] = doc.clean(rewritten)
+        if not _is_object(slot):
+            box = BOX_PREFIX + cls
+            boxes[cls] = box
+            doc.defs[box] = {
+                "type": "object",
+                "properties": {"value": {"$ref": f"#/$defs/{cls}"}},
+                "required": ["value"],
+            }
+    # Every slot is a definition: with skip_root_model the document root itself yields no model.
+    return {"$defs": dict(sorted(doc.defs.items()))}, boxes
+
+
+def _is_object(slot: Slot) -> bool:
+    schema = slot.schema
+    return isinstance(schema, dict) and schema.get("type") == "object" and "$ref" not in schema
+
+
+def shared_document(
+    shared: SharedPlan, plan: BuildPlan, shared_classes: Mapping[tuple[str, str], str]
+) -> dict[str, Any]:
+    doc = ModelDocument(plan, shared_classes)
+    names = dict(shared.def_classes)
+    file = shared.source.rel
+
+    def local(in_file: str) -> Callable[[str], str | None]:
+        if in_file != file:
+            return lambda fragment: None
+        if shared.root_class is None:
+            return lambda fragment: _defs_pointer(fragment, names, "") if fragment else None
+        root = f"#/$defs/{shared.root_class}"
+        return lambda fragment: _defs_pointer(fragment, names, root)
+
+    rewritten = doc.rewrite(shared.source.data, file, local)
+    for key, name in names.items():
+        doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
+    if shared.root_class:
+        doc.defs[shared.root_class] = doc.clean(rewritten)
+    return {"$defs": dict(sorted(doc.defs.items()))}
+
+
+# -- datamodel-code-generator ------------------------------------------------------------------
+
+
+def generate_models(document: dict[str, Any]) -> str:
+    """Models for one document, in-process (the import costs once per process, not per schema)."""
+    from datamodel_code_generator import generate
+    from datamodel_code_generator.enums import DataModelType, InputFileType
+
+    options = dict(DMCG_OPTIONS)
+    code = generate(
+        json.dumps(document),
+        input_file_type=InputFileType.JsonSchema,
+        output_model_type=DataModelType.PydanticV2BaseModel,
+        **options,
+    )
+    assert isinstance(code, str)
+    return code
+
+
+@dataclass(frozen=True)
+class SplitModule:
+    imports: dict[str, set[str]]  # module -> names ("" for plain `import x`)
+    body: str
+    names: frozenset[str]  # top-level classes and assignments
+
+
+def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModule:
+    """Separate imports from definitions; replace each box class by an alias of its value's type."""
+    tree = ast.parse(code)
+    lines = code.splitlines()
+    imports: dict[str, set[str]] = {}
+    keep: list[str] = []
+    aliases: list[str] = []
+    box_to_alias = {box: cls for cls, box in (boxes or {}).items()}
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            entry = imports.setdefault(node.module or "", set())
+            entry.update(
+                a.name if a.asname is None else f"{a.name} as {a.asname}" for a in node.names
+            )
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        start = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        segment = "\n".join(lines[start - 1 : node.end_lineno])
+        if isinstance(node, ast.ClassDef) and node.name in box_to_alias:
+            value = next(
+                s for s in node.body if isinstance(s, ast.AnnAssign) and _target(s) == "value"
+            )
+            annotation = ast.get_source_segment(code, value.annotation)
+            aliases.append(f"{box_to_alias[node.name]}: TypeAlias = {annotation}")
+            names.add(box_to_alias[node.name])
+            continue
+        if any(box in segment for box in box_to_alias) and isinstance(node, ast.Expr):
+            continue  # BladeBoxX.model_rebuild()
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            names.update(_assigned(node))
+        keep.append(segment)
+    if aliases:
+        imports.setdefault("typing", set()).add("TypeAlias")
+    body = "\n\n\n".join(keep + aliases)
+    return SplitModule(imports, body, frozenset(names))
+
+
+def _target(node: ast.AnnAssign) -> str | None:
+    return node.target.id if isinstance(node.target, ast.Name) else None
+
+
+def _assigned(node: ast.Assign | ast.AnnAssign) -> set[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
+def _name_order(name: str) -> tuple[int, str]:
+    """isort's order-by-type: CONSTANTS, then Classes, then functions and variables."""
+    base = name.split(" as ")[0]
+    kind = 0 if base.isupper() and len(base) > 1 else 1 if base[:1].isupper() else 2
+    return kind, base.lower()
+
+
+def import_block(package: str, module: str, *groups: Mapping[str, set[str]]) -> str:
+    """One isort-ordered import block: standard library, third party, then this package's own
+    modules as relative imports (so the order holds whatever the user's first-party setting)."""
+    merged: dict[str, set[str]] = {}
+    for group in groups:
+        for name, names in group.items():
+            if name == package or name.startswith(package + "."):
+                depth = len(module.split("."))
+                name = "." * depth + name[len(package) + 1 :]
+            merged.setdefault(name, set()).update(names)
+    sections: list[list[str]] = [[], [], []]
+    for name in sorted(merged, key=lambda m: (-(len(m) - len(m.lstrip("."))), m.lstrip("."))):
+        top = name.split(".")[0]
+        section = 2 if name.startswith(".") else 0 if top in sys.stdlib_module_names else 1
+        listed = ", ".join(sorted(merged[name], key=_name_order))
+        sections[section].append(f"from {name} import {listed}")
+    return "\n\n".join("\n".join(lines) for lines in sections if lines)
+
+
+# -- modules -----------------------------------------------------------------------------------
+
+
+def render_shared(
+    shared: SharedPlan, plan: BuildPlan, shared_classes: Mapping[tuple[str, str], str]
+) -> tuple[str, SplitModule]:
+    document = shared_document(shared, plan, shared_classes)
+    split = split_module(generate_models(document))
+    text = (
+        environment()
+        .get_template("shared_module.py.jinja")
+        .render(
+            header=header(shared.source.rel),
+            imports=import_block(plan.package, shared.module, split.imports),
+            models=split.body,
+        )
+    )
+    return text, split
+
+
+def render_tool(
+    tool: ToolPlan, plan: BuildPlan, shared_classes: Mapping[tuple[str, str], str]
+) -> str:
+    spec = tool.spec
+    document, boxes = tool_document(tool, plan, shared_classes)
+    split = split_module(generate_models(document), boxes)
+    data = list(spec.data)
+    suspend = list(spec.suspend)
+    backend = spec.execution == "backend"
+    output_type = tool.cls(spec.output) if spec.output else "JsonValue"
+    context_type = tool.cls(spec.context) if spec.context else "None"
+    own: dict[str, set[str]] = {"typing": {"Final", "Literal", "TypeAlias"}}
+    runtime = own.setdefault("blade_runtime", {"load_schemas"})
+    if spec.output is None:
+        own.setdefault("pydantic", set()).add("JsonValue")
+    if data:
+        runtime.add("DataChannel")
+    if backend:
+        runtime.update({"BackendToolSpec", "Execution"})
+        own["typing"].add("Protocol")
+        if data:
+            runtime.add("DataItem")
+            own.setdefault("collections.abc", set()).add("Sequence")
+        if suspend:
+            runtime.update({"InitialEntry", "ResumeEntry", "SuspendPoint"})
+            own["typing"].add("NoReturn")
+        if len(data) > 1 or len(suspend) > 1:
+            own["typing"].update({"overload", "Any"})
+        params = [
+            f"{tool.base}Id",
+            tool.cls(spec.input),
+            output_type,
+            context_type,
+            f"{tool.base}Execution",
+        ]
+        spec_class = "BackendToolSpec"
+    else:
+        runtime.add("ClientToolSpec")
+        params = [f"{tool.base}Id", tool.cls(spec.input), output_type]
+        spec_class = "ClientToolSpec"
+    schemas = {f"{s.role}:{s.key}" if s.key else s.role: s.bundled for s in spec.slots}
+    return (
+        environment()
+        .get_template("tool_module.py.jinja")
+        .render(
+            header=header(spec.source.rel, spec.id, spec.fingerprint),
+            imports=import_block(plan.package, tool.module, split.imports, own),
+            models=split.body,
+            spec=spec,
+            plan=tool,
+            base=tool.base,
+            data=data,
+            suspend=suspend,
+            output_type=output_type,
+            context_type=context_type,
+            spec_class=spec_class,
+            spec_params=", ".join(params),
+            schemas_json=canonical_json(schemas),
+        )
+    )
+
+
+def render(
+    plan: BuildPlan,
+    previous: Mapping[str, tuple[str, str]],
+    on_module: Callable[[str], None] = lambda path: None,
+) -> Rendered:
+    """Every file of the package. ``previous`` maps a path to (cache key, text) of the last build:
+    a module whose key is unchanged is reused as it is, without running the generator."""
+    files: dict[str, str] = {}
+    keys: dict[str, str] = {}
+    prefix = plan.package
+    shared_classes: dict[tuple[str, str], str] = {}
+    for shared in plan.shared:
+        old = previous.get(shared.path)
+        if old is not None and old[0] == shared.cache_key:
+            text = old[1]
+            names = split_module(text).names
+        else:
+            on_module(shared.path)
+            text, split = render_shared(shared, plan, shared_classes)
+            names = split.names
+        files[shared.path] = text
+        keys[shared.path] = shared.cache_key
+        dotted = f"{prefix}.{shared.module}"
+        if shared.root_class in names:
+            shared_classes[(shared.source.rel, "")] = f"{dotted}.{shared.root_class}"
+        for key, cls in shared.def_classes.items():
+            if cls in names:
+                fragment = "/$defs/" + key.replace("~", "~0").replace("/", "~1")
+                shared_classes[(shared.source.rel, fragment)] = f"{dotted}.{cls}"
+    for tool in plan.tools:
+        old = previous.get(tool.path)
+        if old is not None and old[0] == tool.cache_key:
+            files[tool.path] = old[1]
+        else:
+            on_module(tool.path)
+            files[tool.path] = render_tool(tool, plan, shared_classes)
+        keys[tool.path] = tool.cache_key
+    env = environment()
+    for package in plan.packages:
+        path = (package.replace(".", "/") + "/" if package else "") + "__init__.py"
+        if package:
+            files[path] = header("(package folder)") + "\n"
+    files["__init__.py"] = env.get_template("package_init.py.jinja").render(
+        header=header("(all specs)"), tools=plan.tools, specs=plan.tools, package=prefix
+    )
+    files["py.typed"] = ""
+    files["manifest.json"] = manifest(plan)
+    return Rendered(files, keys)
+
+
+def manifest(plan: BuildPlan) -> str:
+    """The serializable tool list: no context schemas, no code."""
+    tools = []
+    for spec in plan.resolved.specs:
+        entry: dict[str, Any] = {
+            "id": spec.id,
+            "name": spec.name,
+            "description": spec.description,
+            "kind": spec.kind,
+            "sideEffect": spec.side_effect,
+            "execution": spec.execution,
+            "timeoutMs": spec.timeout_ms,
+            "inputSchema": spec.input.bundled,
+        }
+        if spec.output is not None:
+            entry["outputSchema"] = spec.output.bundled
+        if spec.data:
+            entry["dataSchemas"] = {s.key: s.bundled for s in spec.data}
+        if spec.suspend:
+            entry["suspend"] = {
+                p.key: {"suspendSchema": p.bundled, "resumeSchema": r.bundled}
+                for p, r in spec.suspend
+            }
+        entry["fingerprint"] = spec.fingerprint
+        tools.append(entry)
+    document = {
+        "format": 1,
+        "generator": f"blade-codegen {__version__}",
+        "package": plan.package,
+        "tools": tools,
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

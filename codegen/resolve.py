@@ -1,0 +1,206 @@
+"""Stage 3, resolve: bundle each schema slot into a self-contained document and fingerprint specs.
+
+The resolved set is the one immutable form the later stages read. A bundled slot keeps its own
+``#/...`` references; what it takes from shared files is copied into its ``$defs`` under a
+``<file>#<pointer>``-derived key, with every reference inside rewritten to a local one, so each
+schema stands alone (for the runtime's validators, the manifest and model providers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from blade_codegen.load import SHARED_SUFFIX, SourceFile, SpecTree
+from blade_codegen.problems import Problem, SpecError
+from blade_codegen.refs import RefTarget, parse_ref
+from blade_codegen.schemas import resolve_pointer, transform, without_annotations
+from blade_codegen.validate import schema_slots
+
+DEFAULT_TIMEOUT_MS = 600_000
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One schema slot: as written (refs relative to ``file``), and bundled (self-contained)."""
+
+    role: str  # input, output, context, data, suspend, resume
+    key: str  # channel or suspend point name; "" for input/output/context
+    schema: Any
+    bundled: Any
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """A valid spec with every schema bundled; what plan, render and the manifest read."""
+
+    source: SourceFile
+    id: str
+    name: str
+    description: str
+    kind: str | None
+    side_effect: str
+    execution: str
+    timeout_ms: int
+    input: Slot
+    output: Slot | None
+    context: Slot | None
+    data: tuple[Slot, ...]
+    suspend: tuple[tuple[Slot, Slot], ...]
+    shared_files: frozenset[str]  # every shared file it depends on, transitively
+    fingerprint: str
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        found = [self.input, *(s for s in (self.output, self.context) if s), *self.data]
+        for pair in self.suspend:
+            found.extend(pair)
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class ResolvedSet:
+    tree: SpecTree
+    specs: tuple[ResolvedSpec, ...]  # ordered by id
+
+
+def shared_key(target: RefTarget) -> str:
+    """The ``$defs`` key a shared definition is bundled under: readable and free of slashes."""
+    stem = target.file.removesuffix(SHARED_SUFFIX).replace("/", ".")
+    return stem + target.fragment.replace("/", ".").replace("~1", "_").replace("~0", "_")
+
+
+class Bundler:
+    """Copies shared definitions into a slot's ``$defs`` and rewrites references to them."""
+
+    def __init__(self, tree: SpecTree) -> None:
+        self.tree = tree
+
+    def target_schema(self, target: RefTarget) -> Any:
+        source = self.tree.file(target.file)
+        assert source is not None, "validate guarantees references resolve"
+        found, node = resolve_pointer(source.data, target.fragment)
+        assert found, "validate guarantees references resolve"
+        return node
+
+    def bundle(self, schema: Any, from_file: str) -> tuple[Any, frozenset[str]]:
+        imported: dict[str, Any] = {}
+        files: set[str] = set()
+
+        def rewrite(node: dict[str, Any], in_file: str, local: bool) -> dict[str, Any]:
+            ref = node.get("$ref")
+            if not isinstance(ref, str):
+                return node
+            target = parse_ref(ref, in_file)
+            assert isinstance(target, RefTarget), "validate guarantees references parse"
+            if local and not target.file:
+                return node  # stays relative to the slot root
+            target = RefTarget(target.file or in_file, target.fragment)
+            key = shared_key(target)
+            if key not in imported:
+                imported[key] = True  # placeholder: guards recursion
+                files.add(target.file)
+                content = self.target_schema(target)
+                copied = transform(content, lambda n: rewrite(n, target.file, False))
+                if isinstance(copied, dict):
+                    copied = {
+                        k: v for k, v in copied.items() if k not in ("$defs", "$schema", "$id")
+                    }
+                imported[key] = copied
+            return {**node, "$ref": "#/$defs/" + key.replace("~", "~0").replace("/", "~1")}
+
+        bundled = transform(schema, lambda n: rewrite(n, from_file, True))
+        if imported and isinstance(bundled, dict):
+            defs = dict(bundled.get("$defs", {}))
+            for key in sorted(imported):
+                defs[key] = imported[key]
+            bundled = {**bundled, "$defs": defs}
+        return bundled, frozenset(files)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint(wire: dict[str, Any]) -> str:
+    """Hash of the wire contract: id, execution and bundled schemas, annotations excluded."""
+    return "sha256:" + hashlib.sha256(canonical_json(wire).encode()).hexdigest()
+
+
+def _wire(spec_id: str, execution: str, slots: list[Slot]) -> dict[str, Any]:
+    return {
+        "id": spec_id,
+        "execution": execution,
+        "schemas": {
+            f"{s.role}:{s.key}": without_annotations(s.bundled)
+            for s in slots
+            if s.role != "context"
+        },
+    }
+
+
+def resolve(tree: SpecTree) -> ResolvedSet:
+    """Bundle and fingerprint every spec of a validated tree."""
+    bundler = Bundler(tree)
+    resolved = []
+    problems: list[Problem] = []
+    for source in tree.specs:
+        spec = source.data
+        slots: dict[tuple[str, ...], Slot] = {}
+        files: set[str] = set()
+        for at, schema in schema_slots(spec):
+            bundled, used = bundler.bundle(schema, source.rel)
+            if isinstance(schema, dict) and isinstance(bundled, dict):
+                clash = {k for k in schema.get("$defs", {}) if k in bundled.get("$defs", {})} & {
+                    shared_key(RefTarget(f, "")) for f in used
+                }
+                for key in sorted(clash):
+                    problems.append(
+                        source.problem(
+                            (*at, "$defs", key),
+                            f"local definition {key!r} has the name a shared definition is "
+                            "bundled under",
+                            "rename the local definition",
+                        )
+                    )
+            files |= used
+            role = {
+                "inputSchema": "input",
+                "outputSchema": "output",
+                "contextSchema": "context",
+                "dataSchemas": "data",
+                "suspendSchema": "suspend",
+                "resumeSchema": "resume",
+            }[str(at[-1] if at[0] == "suspend" else at[0])]
+            key = str(at[1]) if len(at) > 1 else ""
+            slots[tuple(str(a) for a in at)] = Slot(role, key, schema, bundled)
+        data = tuple(s for at, s in slots.items() if at[0] == "dataSchemas")
+        suspend = tuple(
+            (slots[("suspend", point, "suspendSchema")], slots[("suspend", point, "resumeSchema")])
+            for point in spec.get("suspend", {})
+        )
+        wire = _wire(spec["id"], spec.get("execution", "backend"), list(slots.values()))
+        resolved.append(
+            ResolvedSpec(
+                source=source,
+                id=spec["id"],
+                name=spec["name"],
+                description=spec["description"],
+                kind=spec.get("kind"),
+                side_effect=spec.get("sideEffect", "non_idempotent"),
+                execution=spec.get("execution", "backend"),
+                timeout_ms=int(spec.get("timeoutMs", DEFAULT_TIMEOUT_MS)),
+                input=slots[("inputSchema",)],
+                output=slots.get(("outputSchema",)),
+                context=slots.get(("contextSchema",)),
+                data=data,
+                suspend=suspend,
+                shared_files=frozenset(files),
+                fingerprint=fingerprint(wire),
+            )
+        )
+    if problems:
+        raise SpecError(problems)
+    return ResolvedSet(tree, tuple(sorted(resolved, key=lambda r: r.id)))

@@ -1,0 +1,288 @@
+"""Stage 2, validate: every rule of spec format 1, over the whole set, all problems at once."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema_rs
+from blade_codegen.load import SourceFile, SpecTree
+from blade_codegen.problems import Problem
+from blade_codegen.refs import RefError, RefTarget, parse_ref
+from blade_codegen.schemas import Segments, resolve_pointer, subschemas
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+UNSUPPORTED_KEYWORDS = {
+    "$dynamicRef": "write the reference as $ref to a $defs entry",
+    "$dynamicAnchor": "remove it and use $ref to a $defs entry",
+    "$recursiveRef": "write the reference as $ref to a $defs entry",
+    "$id": "remove it: references in a spec resolve relative to the spec file",
+    "$anchor": "reference the definition by JSON pointer (#/$defs/Name) instead",
+}
+
+
+@cache
+def meta_schema() -> dict[str, Any]:
+    """The spec meta-schema, shipped in the package (``blade-codegen schema`` prints it)."""
+    text = resources.files("blade_codegen").joinpath("spec.schema.json").read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+@cache
+def _meta_validator() -> Any:
+    return jsonschema_rs.validator_for(meta_schema())
+
+
+def schema_slots(spec: dict[str, Any]) -> Iterator[tuple[Segments, Any]]:
+    """Every JSON Schema slot of a spec with its path: input, output, context, data, suspend."""
+    for key in ("inputSchema", "outputSchema", "contextSchema"):
+        if key in spec:
+            yield (key,), spec[key]
+    data = spec.get("dataSchemas")
+    if isinstance(data, dict):
+        for channel, schema in data.items():
+            yield ("dataSchemas", channel), schema
+    suspend = spec.get("suspend")
+    if isinstance(suspend, dict):
+        for point, entry in suspend.items():
+            if isinstance(entry, dict):
+                for key in ("suspendSchema", "resumeSchema"):
+                    if key in entry:
+                        yield ("suspend", point, key), entry[key]
+
+
+def _meta_hint(kind: Any) -> str:
+    name = type(kind).__name__
+    if name == "Required":
+        return f"add the key {kind.property!r}"
+    if name == "AdditionalProperties":
+        known = ", ".join(sorted(meta_schema()["properties"]))
+        return f"remove it or fix its spelling; known keys: {known}"
+    if name == "Enum":
+        return "use one of " + ", ".join(json.dumps(o) for o in kind.options)
+    if name == "Pattern":
+        return f"it must match {kind.pattern}"
+    return ""
+
+
+def validate(tree: SpecTree) -> list[Problem]:
+    """All problems of the tree: per file, then across the set (ids and names unique)."""
+    problems = list(tree.problems)
+    for shared in tree.shared:
+        problems.extend(_check_schema(tree, shared, (), shared.data))
+    ids: dict[str, list[SourceFile]] = defaultdict(list)
+    names: dict[str, list[SourceFile]] = defaultdict(list)
+    for source in tree.specs:
+        found = _check_spec(tree, source)
+        problems.extend(found)
+        if isinstance(source.data, dict):
+            if isinstance(source.data.get("id"), str):
+                ids[source.data["id"]].append(source)
+            if isinstance(source.data.get("name"), str):
+                names[source.data["name"]].append(source)
+    for key, table in (("id", ids), ("name", names)):
+        for value, sources in table.items():
+            for source in sources[1:]:
+                problems.append(
+                    source.problem(
+                        (key,),
+                        f"{key} {value!r} is already used by {sources[0].rel}",
+                        f"give one of them another {key}",
+                    )
+                )
+    problems.extend(_check_file_cycles(tree))
+    return problems
+
+
+def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
+    spec = source.data
+    problems = [
+        source.problem(tuple(e.instance_path), e.message, _meta_hint(e.kind))
+        for e in _meta_validator().iter_errors(spec)
+    ]
+    if not isinstance(spec, dict):
+        return problems
+    problems.extend(_check_id(source, spec.get("id")))
+    timeout = spec.get("timeoutMs")
+    if isinstance(timeout, float):
+        problems.append(
+            source.problem(
+                ("timeoutMs",), "timeoutMs must be a whole number", "write it without .0"
+            )
+        )
+    root = spec.get("inputSchema")
+    if isinstance(root, dict) and root.get("type") != "object":
+        problems.append(
+            source.problem(
+                ("inputSchema",),
+                "the input schema's root must be an object",
+                'add "type": "object" and describe the arguments as properties',
+            )
+        )
+    if spec.get("execution") == "client":
+        if "outputSchema" not in spec:
+            problems.append(
+                source.problem(
+                    (),
+                    "a client tool needs an outputSchema: it is the payload the client submits",
+                    "add outputSchema",
+                )
+            )
+        for key in ("suspend", "contextSchema"):
+            if key in spec:
+                problems.append(
+                    source.problem(
+                        (key,),
+                        f"a client tool cannot have {key}: only backend implementations use it",
+                        f'remove {key} or set "execution": "backend"',
+                    )
+                )
+    for at, schema in schema_slots(spec):
+        problems.extend(_check_schema(tree, source, at, schema))
+    return problems
+
+
+def _check_id(source: SourceFile, spec_id: Any) -> list[Problem]:
+    if not isinstance(spec_id, str) or not spec_id:
+        return []
+    problems = []
+    if spec_id != spec_id.strip():
+        problems.append(
+            source.problem(("id",), "id has surrounding whitespace", "remove the spaces")
+        )
+    for bad, what in (("/", "a slash"), ("\\", "a backslash"), ("..", "'..'")):
+        if bad in spec_id:
+            problems.append(
+                source.problem(
+                    ("id",), f"id contains {what}", "use dots between parts: namespace.tool.v1"
+                )
+            )
+    if any(ord(c) < 32 or ord(c) == 127 for c in spec_id):
+        problems.append(source.problem(("id",), "id contains control characters", "remove them"))
+    expected = source.rel.removesuffix(".json").replace("/", ".")
+    if not problems and spec_id != expected:
+        namespace, _, rest = spec_id.partition(".")
+        suggestion = f"{namespace}/{rest}.json" if rest else f"{spec_id}.json"
+        problems.append(
+            source.problem(
+                ("id",),
+                f"id {spec_id!r} does not match the file path (which reads as {expected!r})",
+                f"move the file to {suggestion} or change the id",
+            )
+        )
+    return problems
+
+
+def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any) -> list[Problem]:
+    """A schema slot (or a shared file) is valid 2020-12 and every $ref in it resolves."""
+    if isinstance(schema, bool):
+        return []
+    if not isinstance(schema, dict):
+        return [source.problem(at, "a schema must be an object or a boolean", "")]
+    dialect = schema.get("$schema")
+    if dialect is not None and dialect.rstrip("#") != DIALECT:
+        return [
+            source.problem(
+                (*at, "$schema"),
+                f"schema dialect {dialect!r} is not supported",
+                f"write JSON Schema 2020-12 ({DIALECT}) or import it with blade-codegen import",
+            )
+        ]
+    problems = []
+    if not jsonschema_rs.meta.is_valid(schema):
+        try:
+            jsonschema_rs.meta.validate(schema)
+        except jsonschema_rs.ValidationError as error:
+            problems.append(
+                source.problem(
+                    (*at, *error.instance_path),
+                    f"not a valid JSON Schema 2020-12: {error.message}",
+                    "fix the keyword's value",
+                )
+            )
+    for path, sub in subschemas(schema, at):
+        for keyword, hint in UNSUPPORTED_KEYWORDS.items():
+            if keyword in sub and not (keyword == "$id" and path == () and source.is_shared):
+                problems.append(
+                    source.problem((*path, keyword), f"{keyword} is not supported in specs", hint)
+                )
+        ref = sub.get("$ref")
+        if isinstance(ref, str):
+            problems.extend(_check_ref(tree, source, (*path, "$ref"), ref, at))
+    return problems
+
+
+def _check_ref(
+    tree: SpecTree, source: SourceFile, at: Segments, ref: str, slot: Segments
+) -> list[Problem]:
+    target = parse_ref(ref, source.rel)
+    if isinstance(target, RefError):
+        return [source.problem(at, target.message, target.hint)]
+    document: Any
+    if target.file:
+        shared = tree.file(target.file)
+        if shared is None:
+            return [
+                source.problem(at, f"reference {ref!r}: no file {target.file}", "check the path")
+            ]
+        document = shared.data
+    else:
+        found, document = resolve_pointer(source.data, "".join("/" + str(s) for s in slot))
+    found, _ = resolve_pointer(document, target.fragment)
+    if not found:
+        where = target.file or "this schema"
+        return [
+            source.problem(
+                at,
+                f"reference {ref!r}: {target.fragment or '/'} does not exist in {where}",
+                "point it at an existing definition, e.g. #/$defs/Name",
+            )
+        ]
+    return []
+
+
+def _file_refs(source: SourceFile) -> set[str]:
+    files = set()
+    for _, sub in subschemas(source.data):
+        ref = sub.get("$ref")
+        if isinstance(ref, str):
+            target = parse_ref(ref, source.rel)
+            if isinstance(target, RefTarget) and target.file:
+                files.add(target.file)
+    return files
+
+
+def _check_file_cycles(tree: SpecTree) -> list[Problem]:
+    """Shared files may not reference each other in a cycle (recursion lives inside one file)."""
+    graph = {s.rel: _file_refs(s) for s in tree.shared}
+    problems = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = [*trail[trail.index(nxt) :], nxt] if nxt in trail else [node, nxt]
+                source = tree.file(node)
+                if source is not None:
+                    problems.append(
+                        source.problem(
+                            (),
+                            "shared schema files reference each other in a cycle: "
+                            + " -> ".join(cycle),
+                            "move the recursive definitions into one file's $defs",
+                        )
+                    )
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return problems

@@ -1,0 +1,110 @@
+"""Stage 7, write: replace the output package in one step, or leave it as it was.
+
+The new package is written to a staging folder beside the old one, then swapped in with two
+renames. A build that fails before the swap leaves the old output untouched; a crash between the two
+renames is repaired by the next build (``recover``). Nothing is written outside the output folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+STATE_FILE = ".blade-build.json"
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _backup(target: Path) -> Path:
+    return target.with_name(f".{target.name}.old")
+
+
+def recover(target: Path) -> None:
+    """Finish or undo a swap that a crash interrupted, and drop stale staging folders."""
+    backup = _backup(target)
+    if backup.exists():
+        if target.exists():
+            shutil.rmtree(backup)
+        else:
+            backup.rename(target)
+    if target.parent.is_dir():
+        for stale in target.parent.glob(f".{target.name}.staging-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def read_previous(target: Path) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """What the last build wrote: path -> (cache key, text) of generated modules, and the state's
+    record of every file's digest. Files edited by hand since then are not reused."""
+    state_path = target / STATE_FILE
+    try:
+        state = json.loads(state_path.read_text("utf-8"))
+        keys: dict[str, str] = state["keys"]
+        digests: dict[str, str] = state["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}, {}
+    previous: dict[str, tuple[str, str]] = {}
+    for path, key in keys.items():
+        try:
+            text = (target / path).read_text("utf-8")
+        except OSError:
+            continue
+        if digest(text) == digests.get(path):
+            previous[path] = (key, text)
+    return previous, digests
+
+
+def state_text(
+    files: Mapping[str, str], keys: Mapping[str, str], inputs: Mapping[str, str], version: str
+) -> str:
+    state = {
+        "generator": version,
+        "inputs": dict(sorted(inputs.items())),
+        "keys": dict(sorted(keys.items())),
+        "files": {path: digest(text) for path, text in sorted(files.items())},
+    }
+    return json.dumps(state, indent=1, sort_keys=True) + "\n"
+
+
+def on_disk(target: Path) -> dict[str, str]:
+    """Every file under ``target`` (package-relative POSIX path -> text), caches excluded."""
+    found: dict[str, str] = {}
+    if not target.is_dir():
+        return found
+    for path in sorted(target.rglob("*")):
+        rel = path.relative_to(target)
+        if path.is_file() and "__pycache__" not in rel.parts:
+            try:
+                found[rel.as_posix()] = path.read_text("utf-8")
+            except (OSError, UnicodeDecodeError):
+                found[rel.as_posix()] = "\0unreadable"
+    return found
+
+
+def write_package(target: Path, files: Mapping[str, str]) -> None:
+    """Make ``target`` hold exactly ``files``, atomically as seen by the next build."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    recover(target)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
+    try:
+        for rel, text in sorted(files.items()):
+            path = staging / rel
+            if not path.resolve().is_relative_to(staging.resolve()):
+                raise ValueError(f"refusing to write outside the output folder: {rel}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, "utf-8")
+        backup = _backup(target)
+        if target.exists():
+            target.rename(backup)
+        staging.rename(target)
+        if backup.exists():
+            shutil.rmtree(backup)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        recover(target)
+        raise

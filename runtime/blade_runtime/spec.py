@@ -1,0 +1,116 @@
+"""Spec objects: what a generated module tells the runtime about one tool.
+
+A spec object is immutable and carries the resolved JSON Schemas (the single truth for validation)
+beside the generated pydantic classes (typed access). Its type parameters let mypy hold an
+implementation to the spec it is registered for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, JsonValue
+
+ToolKind = Literal["read_only", "write", "execute"]
+SideEffect = Literal["pure", "idempotent", "non_idempotent"]
+ExecutionMode = Literal["backend", "client"]
+JsonObject = Mapping[str, JsonValue]
+
+IdT = TypeVar("IdT", bound=str, covariant=True)
+InputT = TypeVar("InputT", bound=BaseModel, covariant=True)
+OutputT = TypeVar("OutputT", covariant=True)
+ContextT = TypeVar("ContextT", covariant=True)
+ExecutionT = TypeVar("ExecutionT", contravariant=True)
+SuspendT = TypeVar("SuspendT", covariant=True)
+ResumeT = TypeVar("ResumeT", covariant=True)
+ValueT = TypeVar("ValueT", covariant=True)
+
+
+def load_schemas(text: str) -> Mapping[str, JsonObject]:
+    """Parse the JSON text a generated module embeds its resolved schemas in.
+
+    Generated modules hold schemas as one JSON string literal, never as Python code built from spec
+    text, so whatever the schemas contain cannot change the meaning of the module.
+    """
+    loaded: dict[str, JsonObject] = json.loads(text)
+    return loaded
+
+
+@dataclass(frozen=True, slots=True)
+class DataChannel(Generic[ValueT]):
+    """A named ToolData channel: records the tool streams while it runs."""
+
+    name: str
+    schema: JsonObject
+    type: Any  # the record's type: a generated class or alias (typed by ValueT)
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendPoint(Generic[SuspendT, ResumeT]):
+    """A named wait point: the payload shown while suspended, and the payload that resumes it."""
+
+    name: str
+    suspend_schema: JsonObject
+    resume_schema: JsonObject
+    suspend_type: Any  # generated class or alias (typed by SuspendT)
+    resume_type: Any  # generated class or alias (typed by ResumeT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec(Generic[IdT, InputT, OutputT]):
+    """What every tool has, whichever side executes it.
+
+    The ``*_type`` fields hold what the generated module declares for a slot: a pydantic class, or
+    an alias such as ``list[Item]`` where the schema is not an object. ``output_type`` is None when
+    the spec has no output schema; the output is then any JSON value.
+    """
+
+    id: IdT
+    name: str
+    description: str
+    kind: ToolKind | None
+    side_effect: SideEffect
+    timeout_ms: int
+    fingerprint: str
+    source: str
+    input_schema: JsonObject
+    input_type: type[InputT]
+    output_schema: JsonObject | None
+    output_type: Any
+    data: Mapping[str, DataChannel[Any]] = field(default_factory=dict)
+
+    @property
+    def execution(self) -> ExecutionMode:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendToolSpec(
+    ToolSpec[IdT, InputT, OutputT], Generic[IdT, InputT, OutputT, ContextT, ExecutionT]
+):
+    """A tool the backend executes.
+
+    ``ExecutionT`` is the typed execution context (``ctx``) its implementation receives;
+    ``ContextT`` is the server-only context model (``None`` when the spec has no context schema).
+    """
+
+    context_schema: JsonObject | None
+    context_type: Any
+    suspend: Mapping[str, SuspendPoint[Any, Any]] = field(default_factory=dict)
+
+    @property
+    def execution(self) -> ExecutionMode:
+        return "backend"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientToolSpec(ToolSpec[IdT, InputT, OutputT]):
+    """A tool an external client executes: a call becomes a pending action, and the client
+    submits the output, validated against the output schema."""
+
+    @property
+    def execution(self) -> ExecutionMode:
+        return "client"
