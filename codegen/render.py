@@ -7,8 +7,10 @@ in, a mapping of package-relative paths to text out. Nothing here touches the ou
 from __future__ import annotations
 
 import ast
+import io
 import json
 import sys
+import tokenize
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -260,6 +262,29 @@ def generate_models(document: dict[str, Any]) -> str:
     return code
 
 
+def escape_controls(code: str) -> str:
+    """Write control characters inside (non-raw) string literals as escapes: the values stay the
+    same, and linters do not flag invisible characters that spec text carried into docstrings."""
+    lines = code.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    pieces, last = [], 0
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        text = token.string
+        if token.type != tokenize.STRING or "r" in text[: text.index(text[-1])].lower():
+            continue
+        if all(c in "\n\t" or c.isprintable() for c in text):
+            continue
+        begin = offsets[token.start[0] - 1] + token.start[1]
+        pieces.append(code[last:begin])
+        pieces.append(
+            "".join(c if c in "\n\t" or c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+        )
+        last = offsets[token.end[0] - 1] + token.end[1]
+    return "".join(pieces) + code[last:]
+
+
 @dataclass(frozen=True)
 class SplitModule:
     imports: dict[str, set[str]]  # module -> names ("" for plain `import x`)
@@ -269,6 +294,7 @@ class SplitModule:
 
 def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModule:
     """Separate imports from definitions; replace each box class by an alias of its value's type."""
+    code = escape_controls(code)
     tree = ast.parse(code)
     lines = code.splitlines()
     imports: dict[str, set[str]] = {}

@@ -93,7 +93,7 @@ class InitialEntry:
     """The first execution of a call."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ResumeEntry(Generic[PointT, PayloadT]):
     """Re-entry after the pending action at ``point`` was submitted with ``payload``."""
 
@@ -115,7 +115,7 @@ class SuspensionEpisode:
     resolved_at: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DataItem(Generic[ValueT]):
     """One ToolData record as stored: same ``id`` means the same item, updated in place."""
 

@@ -39,7 +39,7 @@ def load_schemas(text: str) -> Mapping[str, JsonObject]:
     return loaded
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DataChannel(Generic[ValueT]):
     """A named ToolData channel: records the tool streams while it runs."""
 
@@ -48,7 +48,7 @@ class DataChannel(Generic[ValueT]):
     type: Any  # the record's type: a generated class or alias (typed by ValueT)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SuspendPoint(Generic[SuspendT, ResumeT]):
     """A named wait point: the payload shown while suspended, and the payload that resumes it."""
 
@@ -59,7 +59,7 @@ class SuspendPoint(Generic[SuspendT, ResumeT]):
     resume_type: Any  # generated class or alias (typed by ResumeT)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ToolSpec(Generic[IdT, InputT, OutputT]):
     """What every tool has, whichever side executes it.
 
@@ -87,7 +87,7 @@ class ToolSpec(Generic[IdT, InputT, OutputT]):
         raise NotImplementedError
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BackendToolSpec(
     ToolSpec[IdT, InputT, OutputT], Generic[IdT, InputT, OutputT, ContextT, ExecutionT]
 ):
@@ -106,7 +106,7 @@ class BackendToolSpec(
         return "backend"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ClientToolSpec(ToolSpec[IdT, InputT, OutputT]):
     """A tool an external client executes: a call becomes a pending action, and the client
     submits the output, validated against the output schema."""
