@@ -98,8 +98,9 @@ def compile_specs(
         progress(path)
 
     rendered = render(build_plan, previous, on_module)
-    new_paths = set(fresh) | {p for p in rendered.files if p not in rendered.keys}
-    files = format_files(rendered.files, new_paths)
+    # Generated modules go through black; the package files come from templates written in black's
+    # style already (a test holds them to it), so a large __init__.py costs nothing to rebuild.
+    files = format_files(rendered.files, set(fresh))
     return build_plan, files, dict(rendered.keys), tuple(fresh)
 
 
@@ -131,5 +132,5 @@ def build(
         return BuildResult(target, "unchanged", fresh)
     if check:
         return BuildResult(target, "stale", fresh, differing)
-    write_package(target, files)
+    write_package(target, files, unchanged={p for p in files if p not in differing})
     return BuildResult(target, "written", fresh, differing)

@@ -65,8 +65,17 @@ def _templates_dir() -> Path:
 
 
 def pyrepr(value: object) -> str:
-    """A Python literal for a str, int, bool or None: spec text only ever reaches code like this."""
-    if value is None or isinstance(value, bool | int | str):
+    """A Python literal for a str, int, bool or None: spec text only ever reaches code like this.
+
+    Strings are written double-quoted, as black writes them, so templates need no reformatting.
+    """
+    if isinstance(value, str):
+        escaped = (
+            c if c.isprintable() and c not in '"\\' else repr(c)[1:-1] if c != '"' else '\\"'
+            for c in value
+        )
+        return '"' + "".join(escaped) + '"'
+    if value is None or isinstance(value, bool | int):
         return repr(value)
     raise TypeError(f"cannot write {type(value).__name__} as a literal")
 
@@ -150,6 +159,8 @@ class ModelDocument:
         def edit(node: dict[str, Any]) -> dict[str, Any]:
             ref = node.get("$ref")
             if not isinstance(ref, str):
+                if not any(k in node for k in MODEL_DROPPED):
+                    return node
                 return {k: v for k, v in node.items() if k not in MODEL_DROPPED}
             target = parse_ref(ref, file)
             assert isinstance(target, RefTarget)
@@ -526,10 +537,8 @@ def manifest(plan: BuildPlan) -> str:
             }
         entry["fingerprint"] = spec.fingerprint
         tools.append(entry)
-    document = {
-        "format": 1,
-        "generator": f"blade-codegen {__version__}",
-        "package": plan.package,
-        "tools": tools,
-    }
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    # One tool a line: a diff shows which tools changed, and json's C encoder (used only without
+    # indent) keeps a 1,000-tool manifest cheap to write on every build.
+    head = json.dumps({"format": 1, "generator": f"blade-codegen {__version__}"})[:-1]
+    lines = ",\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    return f'{head}, "package": {json.dumps(plan.package)}, "tools": [\n{lines}\n]}}\n'

@@ -55,26 +55,42 @@ def subschemas(schema: Any, at: Segments = ()) -> Iterator[tuple[Segments, dict[
 
 
 def transform(schema: Any, edit: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-    """A copy of ``schema`` with ``edit`` applied to every object subschema, children first."""
+    """``schema`` with ``edit`` applied to every object subschema, children first.
+
+    Subschemas nothing changed are shared with the input, not copied: rebuilds walk every schema
+    of every spec, and most of them are left as they are.
+    """
     if not isinstance(schema, dict):
         return schema
-    out = dict(schema)
+    changes: dict[str, Any] = {}
     for key in SCHEMA_MAPS:
-        value = out.get(key)
+        value = schema.get(key)
         if isinstance(value, dict):
-            out[key] = {name: transform(sub, edit) for name, sub in value.items()}
+            mapped = {name: transform(sub, edit) for name, sub in value.items()}
+            if any(mapped[name] is not sub for name, sub in value.items()):
+                changes[key] = mapped
     for key in (*SCHEMA_LISTS, *SCHEMA_SINGLE):
-        value = out.get(key)
+        value = schema.get(key)
         if isinstance(value, list) and (key in SCHEMA_LISTS or key == "items"):
-            out[key] = [transform(sub, edit) for sub in value]
+            items = [transform(sub, edit) for sub in value]
+            if any(new is not old for new, old in zip(items, value, strict=True)):
+                changes[key] = items
         elif isinstance(value, dict):
-            out[key] = transform(value, edit)
-    return edit(out)
+            new = transform(value, edit)
+            if new is not value:
+                changes[key] = new
+    return edit({**schema, **changes} if changes else schema)
 
 
 def without_annotations(schema: Any) -> Any:
     """The schema with annotation keywords removed: what the wire contract does not depend on."""
-    return transform(schema, lambda s: {k: v for k, v in s.items() if k not in ANNOTATIONS})
+
+    def strip(node: dict[str, Any]) -> dict[str, Any]:
+        if not any(k in node for k in ANNOTATIONS):
+            return node
+        return {k: v for k, v in node.items() if k not in ANNOTATIONS}
+
+    return transform(schema, strip)
 
 
 def resolve_pointer(document: Any, fragment: str) -> tuple[bool, Any]:

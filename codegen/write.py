@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -86,17 +87,31 @@ def on_disk(target: Path) -> dict[str, str]:
     return found
 
 
-def write_package(target: Path, files: Mapping[str, str]) -> None:
-    """Make ``target`` hold exactly ``files``, atomically as seen by the next build."""
+def write_package(
+    target: Path, files: Mapping[str, str], unchanged: set[str] = frozenset()
+) -> None:
+    """Make ``target`` hold exactly ``files``, atomically as seen by the next build.
+
+    Files in ``unchanged`` are already in ``target`` with the same text: they are hard-linked into
+    the staging folder instead of written again (the old folder is then removed, so the link is
+    the only name left).
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
+    root = staging.resolve()
     try:
         for rel, text in sorted(files.items()):
             path = staging / rel
-            if not path.resolve().is_relative_to(staging.resolve()):
+            if not path.resolve().is_relative_to(root):
                 raise ValueError(f"refusing to write outside the output folder: {rel}")
             path.parent.mkdir(parents=True, exist_ok=True)
+            if rel in unchanged:
+                try:
+                    os.link(target / rel, path)
+                    continue
+                except OSError:
+                    pass  # a file system without hard links: write it
             path.write_text(text, "utf-8")
         backup = _backup(target)
         if target.exists():

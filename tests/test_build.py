@@ -220,7 +220,7 @@ def test_failed_build_leaves_previous_output_byte_identical(
 
         def flaky(self: Path, data: str, encoding: str | None = None) -> int:
             calls["n"] += 1
-            if calls["n"] == 7:
+            if calls["n"] == 2:
                 raise OSError(28, "No space left on device")
             return real(self, data, encoding)
 
@@ -261,3 +261,12 @@ def test_runtime_distribution_does_not_depend_on_the_toolchain() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_template_rendered_package_files_are_already_black_formatted(built_examples: Path) -> None:
+    import black
+
+    package = built_examples / "blade_specs"
+    for path in [package / "__init__.py", *package.glob("*/__init__.py")]:
+        text = path.read_text("utf-8")
+        assert black.format_str(text, mode=black.Mode(line_length=88)) == text, path
