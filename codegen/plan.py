@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from blade_codegen import __version__
 from blade_codegen.load import SHARED_SUFFIX, SourceFile
 from blade_codegen.problems import Problem, SpecError
-from blade_codegen.resolve import ResolvedSet, ResolvedSpec, Slot, canonical_json
+from blade_codegen.resolve import Bundler, ResolvedSet, ResolvedSpec, Slot, canonical_json
 
 SHARED_PACKAGE = "shared"
 _WORDS = re.compile(r"[A-Za-z0-9]+", re.ASCII)
@@ -230,8 +230,6 @@ def _slot_at(slot: Slot) -> tuple[str, ...]:
 
 
 def _shared_closure(resolved: ResolvedSet, rel: str) -> set[str]:
-    from blade_codegen.resolve import Bundler
-
     source = resolved.tree.file(rel)
     assert source is not None
     _, files = Bundler(resolved.tree).bundle(source.data, rel)

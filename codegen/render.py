@@ -23,7 +23,7 @@ from blade_codegen import __version__
 from blade_codegen.plan import BuildPlan, SharedPlan, ToolPlan, pascal
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
-from blade_codegen.schemas import transform
+from blade_codegen.schemas import resolve_pointer, transform
 
 # datamodel-code-generator options, pinned with its version: the dated preset is frozen upstream and
 # gives mypy --strict clean models. parent-prefixed naming keeps one tool's class names independent
@@ -140,15 +140,10 @@ class ModelDocument:
             self.defs[name] = True  # placeholder: guards recursion
             source = self.plan.resolved.tree.file(target.file)
             assert source is not None
-            from blade_codegen.schemas import resolve_pointer
-
             _, content = resolve_pointer(source.data, target.fragment)
-            self.defs[name] = self.clean(self.rewrite(content, target.file, self._in_file))
+            # Inside copied content, a local reference is a reference into that shared file.
+            self.defs[name] = self.clean(self.rewrite(content, target.file, _no_local))
         return {**siblings, "$ref": f"#/$defs/{name}"}
-
-    def _in_file(self, file: str) -> Callable[[str], str | None]:
-        """Local references inside a shared file's content all go through ``imported``."""
-        return lambda fragment: None
 
     def rewrite(
         self, schema: Any, file: str, local: Callable[[str], Callable[[str], str | None]]
@@ -179,6 +174,10 @@ class ModelDocument:
         if isinstance(schema, dict):
             return {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
         return schema
+
+
+def _no_local(file: str) -> Callable[[str], str | None]:
+    return lambda fragment: None
 
 
 def _defs_pointer(fragment: str, names: Mapping[str, str], root: str) -> str | None:

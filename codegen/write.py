@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 STATE_FILE = ".blade-build.json"
@@ -88,7 +89,7 @@ def on_disk(target: Path) -> dict[str, str]:
 
 
 def write_package(
-    target: Path, files: Mapping[str, str], unchanged: set[str] = frozenset()
+    target: Path, files: Mapping[str, str], unchanged: AbstractSet[str] = frozenset()
 ) -> None:
     """Make ``target`` hold exactly ``files``, atomically as seen by the next build.
 
