@@ -131,3 +131,14 @@ def test_correct_implementation_type_checks_and_wrong_ones_are_rejected(
     assert any("Literal['review']" in e for e in errors["undeclared_point"])
     assert any("No overload variant" in e for e in errors["wrong_record"])
     assert any('has no attribute "suspend"' in e for e in errors["no_suspend_points"])
+
+
+def test_readme_implementation_example_type_checks(built_examples: Path) -> None:
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text("utf-8")
+    example = readme.split("An implementation:\n\n```python\n", 1)[1].split("```", 1)[0]
+    path = built_examples / "readme_example.py"
+    path.write_text(example, "utf-8")
+    result = run_mypy(path, cwd=built_examples)
+    assert result.returncode == 0, result.stdout
