@@ -17,7 +17,7 @@ from typing import Literal
 from blade_codegen import __version__
 from blade_codegen.format import format_files
 from blade_codegen.load import load, spec_paths
-from blade_codegen.plan import BuildPlan, plan
+from blade_codegen.plan import plan
 from blade_codegen.problems import SpecError
 from blade_codegen.render import OPTIONS_SIGNATURE, render
 from blade_codegen.resolve import resolve
@@ -83,7 +83,7 @@ def _up_to_date(target: Path, inputs: dict[str, str], tools: str) -> bool:
 
 def compile_specs(
     specs: Path, package: str, previous: dict[str, tuple[str, str]], progress: Callable[[str], None]
-) -> tuple[BuildPlan, dict[str, str], dict[str, str], tuple[str, ...]]:
+) -> tuple[dict[str, str], dict[str, str], tuple[str, ...]]:
     """Stages load to format: the package's files in memory, or SpecError with every problem."""
     tree = load(specs)
     problems = validate(tree)
@@ -101,7 +101,7 @@ def compile_specs(
     # Generated modules go through black; the package files come from templates written in black's
     # style already (a test holds them to it), so a large __init__.py costs nothing to rebuild.
     files = format_files(rendered.files, set(fresh))
-    return build_plan, files, dict(rendered.keys), tuple(fresh)
+    return files, dict(rendered.keys), tuple(fresh)
 
 
 def build(
@@ -123,8 +123,8 @@ def build(
     inputs = input_digests(specs)
     if _up_to_date(target, inputs, tools):
         return BuildResult(target, "unchanged")
-    previous, _ = read_previous(target)
-    _, files, keys, fresh = compile_specs(specs, package, previous, progress)
+    previous = read_previous(target)
+    files, keys, fresh = compile_specs(specs, package, previous, progress)
     files[STATE_FILE] = state_text(files, keys, inputs, tools)
     disk = on_disk(target)
     differing = tuple(sorted(p for p in set(files) | set(disk) if files.get(p) != disk.get(p)))

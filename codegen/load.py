@@ -114,10 +114,9 @@ def read_file(root: Path, path: Path) -> tuple[SourceFile | None, Problem | None
     try:
         data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except _DuplicateKeyError as error:
-        source = SourceFile(root, rel, text, None, "")
         line, column = _first_key_line(text, error.key)
         return None, Problem(
-            source.rel, line, column, "", f"duplicate key {error.key!r}", "keep one of them"
+            rel, line, column, "", f"duplicate key {error.key!r}", "keep one of them"
         )
     except json.JSONDecodeError as error:
         return None, Problem(rel, error.lineno, error.colno, "", f"invalid JSON: {error.msg}", "")

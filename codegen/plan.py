@@ -124,8 +124,9 @@ def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
             )
 
     shared_digests = {s.rel: s.digest for s in resolved.tree.shared}
+    closures = {s.rel: _shared_closure(resolved, s.rel) for s in resolved.tree.shared}
     shared_plans = []
-    for source in _dependency_order(resolved):
+    for source in _dependency_order(resolved, closures):
         stem = source.rel.removesuffix(SHARED_SUFFIX)
         module = ".".join([SHARED_PACKAGE, *(module_name(p) for p in stem.split("/"))])
         claim_module(module, source)
@@ -148,7 +149,7 @@ def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
                 )
             names[name] = f"definition {key!r}"
             def_classes[key] = name
-        deps = sorted(_shared_closure(resolved, source.rel))
+        deps = sorted(closures[source.rel])
         cache_key = _key(options, package, source.rel, *(shared_digests[d] for d in deps))
         shared_plans.append(SharedPlan(source, module, root, def_classes, cache_key))
 
@@ -236,7 +237,7 @@ def _shared_closure(resolved: ResolvedSet, rel: str) -> set[str]:
     return {rel, *files}
 
 
-def _dependency_order(resolved: ResolvedSet) -> list[SourceFile]:
+def _dependency_order(resolved: ResolvedSet, closures: Mapping[str, set[str]]) -> list[SourceFile]:
     """Shared files, each after the files it references (validate refused cycles)."""
     done: list[SourceFile] = []
     seen: set[str] = set()
@@ -245,7 +246,7 @@ def _dependency_order(resolved: ResolvedSet) -> list[SourceFile]:
         if source.rel in seen:
             return
         seen.add(source.rel)
-        for dep in sorted(_shared_closure(resolved, source.rel) - {source.rel}):
+        for dep in sorted(closures[source.rel] - {source.rel}):
             dep_source = resolved.tree.file(dep)
             if dep_source is not None:
                 visit(dep_source)

@@ -40,16 +40,16 @@ def recover(target: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def read_previous(target: Path) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
-    """What the last build wrote: path -> (cache key, text) of generated modules, and the state's
-    record of every file's digest. Files edited by hand since then are not reused."""
+def read_previous(target: Path) -> dict[str, tuple[str, str]]:
+    """What the last build wrote: path -> (cache key, text) of its generated modules. A file
+    edited by hand since then is not reused."""
     state_path = target / STATE_FILE
     try:
         state = json.loads(state_path.read_text("utf-8"))
         keys: dict[str, str] = state["keys"]
         digests: dict[str, str] = state["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return {}, {}
+        return {}
     previous: dict[str, tuple[str, str]] = {}
     for path, key in keys.items():
         try:
@@ -58,7 +58,7 @@ def read_previous(target: Path) -> tuple[dict[str, tuple[str, str]], dict[str, s
             continue
         if digest(text) == digests.get(path):
             previous[path] = (key, text)
-    return previous, digests
+    return previous
 
 
 def state_text(
