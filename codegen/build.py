@@ -7,12 +7,11 @@ with the last build's record, so a no-op rebuild reads files and hashes them, no
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from blade_codegen import __version__
 from blade_codegen.format import format_files
@@ -24,8 +23,10 @@ from blade_codegen.resolve import resolve
 from blade_codegen.validate import validate
 from blade_codegen.write import (
     STATE_FILE,
+    digest,
     on_disk,
-    read_previous,
+    previous_modules,
+    read_state,
     recover,
     state_text,
     write_package,
@@ -59,26 +60,16 @@ def input_digests(specs: Path) -> dict[str, str]:
     }
 
 
-def _up_to_date(target: Path, inputs: dict[str, str], tools: str) -> bool:
-    try:
-        state = json.loads((target / STATE_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
+def _up_to_date(
+    state: Mapping[str, Any] | None, disk: Mapping[str, str], inputs: dict[str, str], tools: str
+) -> bool:
+    """The last build had these inputs and toolchain, and its files are on disk as it wrote them."""
+    if state is None or state.get("generator") != tools or state.get("inputs") != inputs:
         return False
-    if (
-        not isinstance(state, dict)
-        or state.get("generator") != tools
-        or state.get("inputs") != inputs
-    ):
+    recorded = state.get("files")
+    if not isinstance(recorded, dict) or set(disk) != {*recorded, STATE_FILE}:
         return False
-    disk = on_disk(target)
-    recorded = {**state.get("files", {}), STATE_FILE: None}
-    if set(disk) != set(recorded):
-        return False
-    return all(
-        hashlib.sha256(text.encode()).hexdigest() == recorded[path]
-        for path, text in disk.items()
-        if path != STATE_FILE
-    )
+    return all(digest(text) == recorded[path] for path, text in disk.items() if path != STATE_FILE)
 
 
 def compile_specs(
@@ -121,12 +112,12 @@ def build(
         recover(target)
     tools = toolchain()
     inputs = input_digests(specs)
-    if _up_to_date(target, inputs, tools):
+    disk = on_disk(target)  # read once: the fast path, reuse of modules and the diff all need it
+    state = read_state(disk)
+    if _up_to_date(state, disk, inputs, tools):
         return BuildResult(target, "unchanged")
-    previous = read_previous(target)
-    files, keys, fresh = compile_specs(specs, package, previous, progress)
+    files, keys, fresh = compile_specs(specs, package, previous_modules(state, disk), progress)
     files[STATE_FILE] = state_text(files, keys, inputs, tools)
-    disk = on_disk(target)
     differing = tuple(sorted(p for p in set(files) | set(disk) if files.get(p) != disk.get(p)))
     if not differing:
         return BuildResult(target, "unchanged", fresh)

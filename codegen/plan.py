@@ -233,8 +233,7 @@ def _slot_at(slot: Slot) -> tuple[str, ...]:
 def _shared_closure(resolved: ResolvedSet, rel: str) -> set[str]:
     source = resolved.tree.file(rel)
     assert source is not None
-    _, files = Bundler(resolved.tree).bundle(source.data, rel)
-    return {rel, *files}
+    return {rel, *Bundler(resolved.tree).bundle(source.data, rel).files}
 
 
 def _dependency_order(resolved: ResolvedSet, closures: Mapping[str, set[str]]) -> list[SourceFile]:

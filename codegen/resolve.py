@@ -72,6 +72,13 @@ def shared_key(target: RefTarget) -> str:
     return stem + target.fragment.replace("/", ".").replace("~1", "_").replace("~0", "_")
 
 
+@dataclass(frozen=True)
+class Bundle:
+    schema: Any  # self-contained: every $ref local
+    files: frozenset[str]  # shared files it took definitions from
+    clashes: tuple[str, ...]  # local $defs keys a shared definition would have overwritten
+
+
 class Bundler:
     """Copies shared definitions into a slot's ``$defs`` and rewrites references to them."""
 
@@ -85,7 +92,7 @@ class Bundler:
         assert found, "validate guarantees references resolve"
         return node
 
-    def bundle(self, schema: Any, from_file: str) -> tuple[Any, frozenset[str]]:
+    def bundle(self, schema: Any, from_file: str) -> Bundle:
         imported: dict[str, Any] = {}
         files: set[str] = set()
 
@@ -112,12 +119,13 @@ class Bundler:
             return {**node, "$ref": "#/$defs/" + key.replace("~", "~0").replace("/", "~1")}
 
         bundled = transform(schema, lambda n: rewrite(n, from_file, True))
+        clashes: tuple[str, ...] = ()
         if imported and isinstance(bundled, dict):
             defs = dict(bundled.get("$defs", {}))
-            for key in sorted(imported):
-                defs[key] = imported[key]
+            clashes = tuple(sorted(key for key in imported if key in defs))
+            defs.update(sorted(imported.items()))
             bundled = {**bundled, "$defs": defs}
-        return bundled, frozenset(files)
+        return Bundle(bundled, frozenset(files), clashes)
 
 
 def canonical_json(value: Any) -> str:
@@ -151,21 +159,18 @@ def resolve(tree: SpecTree) -> ResolvedSet:
         slots: dict[tuple[str, ...], Slot] = {}
         files: set[str] = set()
         for at, schema in schema_slots(spec):
-            bundled, used = bundler.bundle(schema, source.rel)
-            if isinstance(schema, dict) and isinstance(bundled, dict):
-                clash = {k for k in schema.get("$defs", {}) if k in bundled.get("$defs", {})} & {
-                    shared_key(RefTarget(f, "")) for f in used
-                }
-                for key in sorted(clash):
-                    problems.append(
-                        source.problem(
-                            (*at, "$defs", key),
-                            f"local definition {key!r} has the name a shared definition is "
-                            "bundled under",
-                            "rename the local definition",
-                        )
+            bundle = bundler.bundle(schema, source.rel)
+            bundled = bundle.schema
+            for key in bundle.clashes:
+                problems.append(
+                    source.problem(
+                        (*at, "$defs", key),
+                        f"local definition {key!r} has the name a shared definition is "
+                        "bundled under",
+                        "rename the local definition",
                     )
-            files |= used
+                )
+            files |= bundle.files
             role = {
                 "inputSchema": "input",
                 "outputSchema": "output",

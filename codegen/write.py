@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
+from typing import Any
 
 STATE_FILE = ".blade-build.json"
 
@@ -40,25 +41,29 @@ def recover(target: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def read_previous(target: Path) -> dict[str, tuple[str, str]]:
-    """What the last build wrote: path -> (cache key, text) of its generated modules. A file
-    edited by hand since then is not reused."""
-    state_path = target / STATE_FILE
+def read_state(disk: Mapping[str, str]) -> dict[str, Any] | None:
+    """The last build's record (``STATE_FILE``) from the output as read by ``on_disk``."""
     try:
-        state = json.loads(state_path.read_text("utf-8"))
-        keys: dict[str, str] = state["keys"]
-        digests: dict[str, str] = state["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        state = json.loads(disk.get(STATE_FILE, ""))
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def previous_modules(
+    state: Mapping[str, Any] | None, disk: Mapping[str, str]
+) -> dict[str, tuple[str, str]]:
+    """What the last build generated: path -> (cache key, text). A file edited by hand since then
+    no longer matches its recorded digest and is not reused."""
+    keys = state.get("keys") if state else None
+    digests = state.get("files") if state else None
+    if not isinstance(keys, dict) or not isinstance(digests, dict):
         return {}
-    previous: dict[str, tuple[str, str]] = {}
-    for path, key in keys.items():
-        try:
-            text = (target / path).read_text("utf-8")
-        except OSError:
-            continue
-        if digest(text) == digests.get(path):
-            previous[path] = (key, text)
-    return previous
+    return {
+        path: (key, disk[path])
+        for path, key in keys.items()
+        if path in disk and digest(disk[path]) == digests.get(path)
+    }
 
 
 def state_text(

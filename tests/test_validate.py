@@ -228,3 +228,26 @@ def test_spec_error_lists_problems_sorted() -> None:
 
     error = SpecError([Problem("b.json", 1, 1, "/x", "m"), Problem("a.json", 2, 1, "", "n", "h")])
     assert str(error).splitlines() == ["a.json:2:1: /: n (h)", "b.json:1:1: /x: m"]
+
+
+def test_local_definition_named_like_a_bundled_shared_one_is_refused(tmp_path: Path) -> None:
+    write_json(
+        tmp_path / "common" / "ids.schema.json",
+        {"$defs": {"Id": {"type": "string", "minLength": 3}}},
+    )
+    add_spec(
+        tmp_path,
+        spec(
+            "ns.t.v1",
+            inputSchema={
+                "type": "object",
+                "properties": {"id": {"$ref": "../common/ids.schema.json#/$defs/Id"}},
+                "$defs": {"common.ids.$defs.Id": {"type": "integer"}},
+            },
+        ),
+    )
+    tree = load(tmp_path)
+    assert validate(tree) == []
+    with pytest.raises(SpecError) as caught:
+        resolve(tree)
+    assert "/inputSchema/$defs/common.ids.$defs.Id: local definition" in str(caught.value)
