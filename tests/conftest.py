@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -90,3 +92,66 @@ def built_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 BuildFn = Callable[..., Any]
+
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def write_mcp_corpus(root: Path) -> int:
+    """Spec files for every tool in ``tests/corpus/mcp-tools.jsonl``; returns how many.
+
+    Each becomes ``mcp.<server>.<tool>.v1`` named ``<server>.<tool>``. A draft-07 ``$schema`` is
+    dropped: these schemas use no keyword whose meaning differs in 2020-12 (checked below).
+    """
+    count = 0
+    seen: set[str] = set()
+    for line in (CORPUS / "mcp-tools.jsonl").read_text("utf-8").splitlines():
+        record = json.loads(line)
+        server, tool = _slug(record["server"]), _slug(record["name"])
+        while f"{server}.{tool}" in seen:
+            tool += "-x"
+        seen.add(f"{server}.{tool}")
+        data: dict[str, Any] = {
+            "id": f"mcp.{server}.{tool}.v1",
+            "name": f"{server}.{tool}",
+            "description": record.get("description") or record["name"],
+            "inputSchema": _as_2020_12(record["inputSchema"]),
+        }
+        if "outputSchema" in record:
+            data["outputSchema"] = _as_2020_12(record["outputSchema"])
+        write_json(root / "mcp" / server / f"{tool}.v1.json", data)
+        count += 1
+    return count
+
+
+def _as_2020_12(schema: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(schema)
+    assert not any(k in text for k in ('"definitions"', '"dependencies"', '"$recursiveRef"'))
+    return {key: value for key, value in schema.items() if key != "$schema"}
+
+
+def _import_package(out: Path, package: str) -> Any:
+    if str(out) not in sys.path:
+        sys.path.insert(0, str(out))
+    return importlib.import_module(package)
+
+
+@pytest.fixture(scope="session")
+def example_package(built_examples: Path) -> Any:
+    """The built example package, imported (``blade_specs``)."""
+    return _import_package(built_examples, "blade_specs")
+
+
+@pytest.fixture(scope="session")
+def mcp_package(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Every MCP corpus tool built into the package ``blade_mcp`` and imported."""
+    from blade_codegen.build import build
+
+    root = tmp_path_factory.mktemp("mcp")
+    assert write_mcp_corpus(root / "specs") == 312
+    build(root / "specs", root / "out", "blade_mcp")
+    return _import_package(root / "out", "blade_mcp")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import run_mypy
@@ -106,6 +108,76 @@ async def lookup(ctx: LookupCustomerExecution) -> LookupCustomerOutput:
 """
 
 
+REGISTERED = """
+from blade_runtime import CallInfo, Runtime
+from blade_specs.crm import lookup_customer_v1 as lookup
+from blade_specs.deploy import deploy_service_v1 as deploy
+
+
+async def deploy_impl(ctx: deploy.DeployServiceExecution) -> deploy.DeployServiceOutput:
+    return deploy.DeployServiceOutput(deployed=True, steps=1)
+
+
+async def lookup_impl(ctx: lookup.LookupCustomerExecution) -> lookup.LookupCustomerOutput:
+    return lookup.LookupCustomerOutput(found=False)
+
+
+async def tenant(call: CallInfo) -> lookup.LookupCustomerContext:
+    return lookup.LookupCustomerContext(tenant_id=call.run_id)
+
+
+runtime = Runtime()
+runtime.register(deploy.SPEC, deploy_impl)
+runtime.register(lookup.SPEC, lookup_impl, context=tenant)
+runtime.register(
+    lookup.SPEC,
+    lookup_impl,
+    name="sync",
+    context=lambda call: lookup.LookupCustomerContext(tenant_id="t"),
+)
+"""
+
+REGISTERED_WRONG_OUTPUT = """
+from blade_runtime import Runtime
+from blade_specs.crm import lookup_customer_v1 as lookup
+from blade_specs.deploy import deploy_service_v1 as deploy
+
+
+async def impl(ctx: lookup.LookupCustomerExecution) -> deploy.DeployServiceOutput:
+    return deploy.DeployServiceOutput(deployed=True, steps=1)
+
+
+Runtime().register(
+    lookup.SPEC, impl, context=lambda call: lookup.LookupCustomerContext(tenant_id="t")
+)
+"""
+
+REGISTERED_WRONG_TOOL = """
+from blade_runtime import Runtime
+from blade_specs.crm import lookup_customer_v1 as lookup
+from blade_specs.deploy import deploy_service_v1 as deploy
+
+
+async def impl(ctx: lookup.LookupCustomerExecution) -> deploy.DeployServiceOutput:
+    return deploy.DeployServiceOutput(deployed=True, steps=1)
+
+
+Runtime().register(deploy.SPEC, impl)
+"""
+
+REGISTERED_WRONG_CONTEXT = """
+from blade_runtime import Runtime
+from blade_specs.crm import lookup_customer_v1 as lookup
+
+
+async def impl(ctx: lookup.LookupCustomerExecution) -> lookup.LookupCustomerOutput:
+    return lookup.LookupCustomerOutput(found=False)
+
+
+Runtime().register(lookup.SPEC, impl, context=lambda call: "tenant-1")
+"""
+
+
 def test_correct_implementation_type_checks_and_wrong_ones_are_rejected(
     built_examples: Path,
 ) -> None:
@@ -116,6 +188,10 @@ def test_correct_implementation_type_checks_and_wrong_ones_are_rejected(
         "undeclared_point": UNDECLARED_POINT,
         "wrong_record": WRONG_RECORD,
         "no_suspend_points": NO_SUSPEND_POINTS,
+        "registered": REGISTERED,
+        "registered_wrong_output": REGISTERED_WRONG_OUTPUT,
+        "registered_wrong_tool": REGISTERED_WRONG_TOOL,
+        "registered_wrong_context": REGISTERED_WRONG_CONTEXT,
     }
     for name, code in cases.items():
         (built_examples / f"impl_{name}.py").write_text(code, "utf-8")
@@ -131,6 +207,9 @@ def test_correct_implementation_type_checks_and_wrong_ones_are_rejected(
     assert any("Literal['review']" in e for e in errors["undeclared_point"])
     assert any("No overload variant" in e for e in errors["wrong_record"])
     assert any('has no attribute "suspend"' in e for e in errors["no_suspend_points"])
+    assert "registered" not in errors, errors.get("registered")
+    for wrong in ("registered_wrong_output", "registered_wrong_tool", "registered_wrong_context"):
+        assert any("Argument" in e and "register" in e for e in errors[wrong]), errors.get(wrong)
 
 
 def test_readme_implementation_example_type_checks(built_examples: Path) -> None:
@@ -142,3 +221,19 @@ def test_readme_implementation_example_type_checks(built_examples: Path) -> None
     path.write_text(example, "utf-8")
     result = run_mypy(path, cwd=built_examples)
     assert result.returncode == 0, result.stdout
+
+
+def test_readme_runtime_example_type_checks_and_runs(built_examples: Path) -> None:
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text("utf-8")
+    example = readme.split("Running it:\n\n```python\n", 1)[1].split("```", 1)[0]
+    path = built_examples / "readme_runtime.py"
+    path.write_text(example, "utf-8")
+    result = run_mypy(path, cwd=built_examples)
+    assert result.returncode == 0, result.stdout
+    ran = subprocess.run(
+        [sys.executable, str(path)], cwd=built_examples, capture_output=True, text=True, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "{'deployed': True, 'steps': 1}\n"

@@ -16,6 +16,16 @@ from blade_runtime.context import (
     SuspensionEpisode,
     ToolFailed,
 )
+from blade_runtime.export import ExportedTool, ExportFormat, ToolExport, WireNames, export_tools
+from blade_runtime.hooks import HookEvent, HookInput, HookOutput
+from blade_runtime.results import ErrorCode, ToolError, ToolResult, ToolSkipped, ToolSuccess
+from blade_runtime.runtime import (
+    FallbackCall,
+    PermissionRequest,
+    Registration,
+    RegistrationError,
+    Runtime,
+)
 from blade_runtime.spec import (
     BackendToolSpec,
     ClientToolSpec,
@@ -39,18 +49,36 @@ __all__ = [
     "ClientToolSpec",
     "DataChannel",
     "DataItem",
+    "ErrorCode",
     "Execution",
     "ExecutionMode",
+    "ExportFormat",
+    "ExportedTool",
+    "FallbackCall",
+    "HookEvent",
+    "HookInput",
+    "HookOutput",
     "InitialEntry",
     "JsonObject",
+    "PermissionRequest",
+    "Registration",
+    "RegistrationError",
     "ResumeEntry",
+    "Runtime",
     "SideEffect",
     "SuspendPoint",
     "Suspended",
     "SuspensionEpisode",
+    "ToolError",
+    "ToolExport",
     "ToolFailed",
     "ToolKind",
+    "ToolResult",
+    "ToolSkipped",
     "ToolSpec",
+    "ToolSuccess",
+    "WireNames",
     "__version__",
+    "export_tools",
     "load_schemas",
 ]

@@ -42,7 +42,7 @@ class Suspended(BaseException):
         self.payload = payload
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallInfo:
     """Identity of one tool call inside one agent run."""
 
@@ -55,26 +55,33 @@ class CallInfo:
 class CancellationSignal:
     """Set when the call is cancelled or times out; implementations check it or await it."""
 
-    __slots__ = ("_event", "_reason")
+    __slots__ = ("_cancelled", "_event", "_reason")
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._cancelled = False
         self._reason: str | None = None
+        self._event: asyncio.Event | None = None  # made on the first wait: most calls never wait
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._cancelled
 
     @property
     def reason(self) -> str | None:
         return self._reason
 
     def cancel(self, reason: str) -> None:
-        if not self._event.is_set():
+        if not self._cancelled:
+            self._cancelled = True
             self._reason = reason
-            self._event.set()
+            if self._event is not None:
+                self._event.set()
 
     async def wait(self) -> None:
+        if self._cancelled:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
         await self._event.wait()
 
 
@@ -143,3 +150,6 @@ class Execution(Protocol[InputT, ContextT]):
     def suspend_history(self) -> Sequence[SuspensionEpisode]: ...
 
     def fail(self, message: str) -> NoReturn: ...
+
+    def display(self, content: JsonValue) -> None:
+        """Set UI-facing content for the result; the model never reads it."""

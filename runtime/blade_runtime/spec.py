@@ -21,8 +21,11 @@ JsonObject = Mapping[str, JsonValue]
 
 IdT = TypeVar("IdT", bound=str, covariant=True)
 InputT = TypeVar("InputT", bound=BaseModel, covariant=True)
-OutputT = TypeVar("OutputT", covariant=True)
-ContextT = TypeVar("ContextT", covariant=True)
+# Invariant on purpose: ``Runtime.register(spec, implementation)`` solves these from both
+# arguments, and a covariant parameter would let mypy widen them to ``object`` and accept an
+# implementation returning the wrong type (or a context provider building the wrong context).
+OutputT = TypeVar("OutputT")
+ContextT = TypeVar("ContextT")
 ExecutionT = TypeVar("ExecutionT", contravariant=True)
 SuspendT = TypeVar("SuspendT", covariant=True)
 ResumeT = TypeVar("ResumeT", covariant=True)
