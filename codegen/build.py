@@ -15,12 +15,10 @@ from typing import Any, Literal
 
 from blade_codegen import __version__
 from blade_codegen.format import format_files
-from blade_codegen.load import load, spec_paths
+from blade_codegen.load import spec_paths
 from blade_codegen.plan import plan
-from blade_codegen.problems import SpecError
 from blade_codegen.render import OPTIONS_SIGNATURE, render
-from blade_codegen.resolve import resolve
-from blade_codegen.validate import validate
+from blade_codegen.resolve import resolve_specs
 from blade_codegen.write import (
     STATE_FILE,
     digest,
@@ -76,11 +74,7 @@ def compile_specs(
     specs: Path, package: str, previous: dict[str, tuple[str, str]], progress: Callable[[str], None]
 ) -> tuple[dict[str, str], dict[str, str], tuple[str, ...]]:
     """Stages load to format: the package's files in memory, or SpecError with every problem."""
-    tree = load(specs)
-    problems = validate(tree)
-    if problems:
-        raise SpecError(problems)
-    resolved = resolve(tree)
+    resolved = resolve_specs(specs)
     build_plan = plan(resolved, package, OPTIONS_SIGNATURE)
     fresh: list[str] = []
 

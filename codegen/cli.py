@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import keyword
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from blade_codegen import __version__
-from blade_codegen.config import ConfigError, settings
+from blade_codegen.config import ConfigError, Settings, settings
 from blade_codegen.problems import SpecError
+from blade_runtime.export import EXPORT_FORMATS, ExportFormat
 
 EXIT_STALE = 1
 EXIT_USAGE = 2
@@ -46,17 +49,10 @@ def build(specs_dir: Path | None, out: Path | None, package: str | None, check: 
     """Build SPECS_DIR (default: [tool.blade-codegen] specs, else specs/) into OUT/PACKAGE."""
     from blade_codegen.build import build as run_build
 
-    try:
-        defaults = settings(Path.cwd())
-    except ConfigError as error:
-        raise click.UsageError(str(error)) from None
-    specs = specs_dir or defaults.specs
+    specs = _specs_dir(specs_dir)
+    defaults = _settings()
     out = out or defaults.out
     package = package or defaults.package
-    if not specs.is_dir():
-        raise click.UsageError(
-            f"no spec folder at {specs} (pass SPECS_DIR or set [tool.blade-codegen] specs)"
-        )
     if not _valid_package(package):
         raise click.UsageError(
             f"--package {package!r} is not a Python package name (use e.g. blade_specs)"
@@ -67,14 +63,7 @@ def build(specs_dir: Path | None, out: Path | None, package: str | None, check: 
             specs, out, package, check=check, progress=progress.step if progress else lambda p: None
         )
     except SpecError as error:
-        for problem in error.problems:
-            click.echo(str(problem), err=True)
-        files = len({p.path for p in error.problems})
-        noun = "problem" if len(error.problems) == 1 else "problems"
-        click.echo(
-            f"{len(error.problems)} {noun} in {files} file(s); nothing was written", err=True
-        )
-        sys.exit(EXIT_INVALID)
+        _report(error)
     except OSError as error:
         click.echo(f"error: cannot write {out}: {error.strerror or error}", err=True)
         sys.exit(EXIT_WRITE)
@@ -93,6 +82,75 @@ def build(specs_dir: Path | None, out: Path | None, package: str | None, check: 
             f"wrote {result.target}: {len(result.regenerated)} module(s) generated, "
             f"{len(result.differing)} file(s) changed"
         )
+
+
+@main.command()
+@click.argument("specs_dir", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(EXPORT_FORMATS),
+    default="blade",
+    show_default=True,
+    help="blade (our manifest), openai (function tools), anthropic (tools), mcp (tools/list).",
+)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Write to this file.")
+def export(specs_dir: Path | None, format_: ExportFormat, out: Path | None) -> None:
+    """Print the model-facing tool list of SPECS_DIR, from the spec files alone.
+
+    Names a provider refuses (OpenAI and Anthropic reject dots) are mapped to safe wire names;
+    the mapping is listed on stderr.
+    """
+    from blade_codegen.export import export_specs
+
+    specs = _specs_dir(specs_dir)
+    try:
+        exported = export_specs(specs, format_)
+    except SpecError as error:
+        _report(error)
+    renamed = {n: w for n, w in exported.names.to_wire.items() if n != w}
+    for name, wire in sorted(renamed.items()):
+        click.echo(f"{format_} name for {name}: {wire}", err=True)
+    text = json.dumps(exported.document, indent=2, ensure_ascii=False) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        _write_atomically(out, text)
+    except OSError as error:
+        click.echo(f"error: cannot write {out}: {error.strerror or error}", err=True)
+        sys.exit(EXIT_WRITE)
+
+
+def _settings() -> Settings:
+    try:
+        return settings(Path.cwd())
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+
+
+def _specs_dir(specs_dir: Path | None) -> Path:
+    specs = specs_dir or _settings().specs
+    if not specs.is_dir():
+        raise click.UsageError(
+            f"no spec folder at {specs} (pass SPECS_DIR or set [tool.blade-codegen] specs)"
+        )
+    return specs
+
+
+def _report(error: SpecError) -> NoReturn:
+    for problem in error.problems:
+        click.echo(str(problem), err=True)
+    files = len({p.path for p in error.problems})
+    noun = "problem" if len(error.problems) == 1 else "problems"
+    click.echo(f"{len(error.problems)} {noun} in {files} file(s); nothing was written", err=True)
+    sys.exit(EXIT_INVALID)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text, encoding="utf-8")
+    os.replace(staging, path)
 
 
 @main.command()

@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from blade_codegen.load import SHARED_SUFFIX, SourceFile, SpecTree
+from blade_codegen.load import SHARED_SUFFIX, SourceFile, SpecTree, load
 from blade_codegen.problems import Problem, SpecError
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.schemas import resolve_pointer, transform, without_annotations
-from blade_codegen.validate import schema_slots
+from blade_codegen.validate import schema_slots, validate
 
 DEFAULT_TIMEOUT_MS = 600_000
 
@@ -209,3 +210,12 @@ def resolve(tree: SpecTree) -> ResolvedSet:
     if problems:
         raise SpecError(problems)
     return ResolvedSet(tree, tuple(sorted(resolved, key=lambda r: r.id)))
+
+
+def resolve_specs(specs: Path) -> ResolvedSet:
+    """Load, validate and resolve the spec tree at ``specs``; SpecError lists every problem."""
+    tree = load(specs)
+    problems = validate(tree)
+    if problems:
+        raise SpecError(problems)
+    return resolve(tree)
