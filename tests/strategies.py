@@ -1,0 +1,275 @@
+"""Hypothesis strategies for JSON instances of a JSON Schema: mostly valid, sometimes not.
+
+``instances(schema)`` draws a value built to conform to the schema, then keeps it, mutates one
+place in it (a replaced value, a dropped key, an unexpected key) or replaces it by arbitrary JSON.
+Whether a drawn value is valid is never assumed: tests ask an independent validator. The generator
+covers what tool schemas use (objects, arrays, scalars with bounds, enum, const, pattern, oneOf
+and anyOf, local ``$ref``s and recursion); for anything else it falls back to arbitrary JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+from hypothesis import strategies as st
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**9), 10**9)
+    | st.floats(allow_nan=False, allow_infinity=False, width=64)
+    | st.text(max_size=12)
+)
+JSON = st.recursive(
+    JSON_SCALARS,
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+MAX_DEPTH = 6
+
+
+def instances(schema: Any) -> st.SearchStrategy[Any]:
+    """Values for ``schema``: about half conform, the rest are one mutation or plain JSON away."""
+    conforming = conform(schema, schema, 0)
+    return st.one_of(
+        conforming, conforming, conforming.flatmap(_mutated), st.dictionaries(st.text(), JSON)
+    )
+
+
+def conform(schema: Any, root: Any, depth: int) -> st.SearchStrategy[Any]:
+    """Values built to satisfy ``schema`` (references resolve against ``root``)."""
+    if schema is True or schema == {}:
+        return JSON
+    if schema is False or not isinstance(schema, dict):
+        return st.nothing()
+    if "$ref" in schema:
+        target = _resolve(root, schema["$ref"])
+        if target is None or depth > MAX_DEPTH:
+            return JSON
+        return conform(target, root, depth + 1)
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"]) if schema["enum"] else st.nothing()
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            own = {k: v for k, v in schema.items() if k != key}
+            return st.one_of(
+                [conform({**own, **branch}, root, depth + 1) for branch in schema[key]]
+                if all(isinstance(b, dict) for b in schema[key])
+                else [conform(b, root, depth + 1) for b in schema[key]]
+            )
+    kinds = schema.get("type", _implied_type(schema))
+    if kinds is None:
+        return JSON
+    if isinstance(kinds, list):
+        return st.one_of([_typed(kind, schema, root, depth) for kind in kinds])
+    return _typed(kinds, schema, root, depth)
+
+
+def _typed(kind: str, schema: dict[str, Any], root: Any, depth: int) -> st.SearchStrategy[Any]:
+    if kind == "object":
+        return _object(schema, root, depth)
+    if kind == "array":
+        return _array(schema, root, depth)
+    if kind == "string":
+        return _string(schema)
+    if kind == "integer":
+        return _integer(schema)
+    if kind == "number":
+        return _integer(schema) | _number(schema)
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    return JSON
+
+
+def _object(schema: dict[str, Any], root: Any, depth: int) -> st.SearchStrategy[Any]:
+    properties: dict[str, Any] = schema.get("properties", {})
+    required = [name for name in schema.get("required", []) if isinstance(name, str)]
+    optional = [name for name in properties if name not in required]
+    extra = schema.get("additionalProperties", True)
+
+    @st.composite
+    def build(draw: st.DrawFn) -> dict[str, Any]:
+        chosen = required + (
+            [] if depth > MAX_DEPTH else [n for n in optional if draw(st.booleans())]
+        )
+        value = {
+            name: draw(conform(properties.get(name, True), root, depth + 1)) for name in chosen
+        }
+        if extra is not False and draw(st.integers(0, 9)) == 0:
+            value[draw(st.text(min_size=1, max_size=8))] = draw(
+                JSON if extra is True else conform(extra, root, depth + 1)
+            )
+        return value
+
+    return build()
+
+
+def _array(schema: dict[str, Any], root: Any, depth: int) -> st.SearchStrategy[Any]:
+    items = schema.get("items", True)
+    low = schema.get("minItems", 0)
+    high = min(schema.get("maxItems", low + 3), low + 3)
+    if depth > MAX_DEPTH:
+        high = low
+    return st.lists(conform(items, root, depth + 1), min_size=low, max_size=high)
+
+
+def _string(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    low = schema.get("minLength", 0)
+    high = schema.get("maxLength", max(low, 20))
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern)
+            return st.from_regex(pattern).filter(lambda s: low <= len(s) <= high)
+        except re.error:
+            pass
+    return st.text(min_size=low, max_size=high)
+
+
+def _integer(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    low = schema.get("minimum")
+    high = schema.get("maximum")
+    if "exclusiveMinimum" in schema:
+        low = int(schema["exclusiveMinimum"]) + 1
+    if "exclusiveMaximum" in schema:
+        high = int(schema["exclusiveMaximum"]) - 1
+    low = None if low is None else int(-(-low // 1))  # ceil for float bounds
+    high = None if high is None else int(high // 1)
+    values = st.integers(min_value=low, max_value=high)
+    step = schema.get("multipleOf")
+    if isinstance(step, int) and step > 0:
+        values = values.map(lambda n: n - n % step).filter(
+            lambda n: (low is None or n >= low) and (high is None or n <= high)
+        )
+    return values
+
+
+def _number(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    return st.floats(
+        min_value=schema.get("minimum", schema.get("exclusiveMinimum")),
+        max_value=schema.get("maximum", schema.get("exclusiveMaximum")),
+        exclude_min="exclusiveMinimum" in schema,
+        exclude_max="exclusiveMaximum" in schema,
+        allow_nan=False,
+        allow_infinity=False,
+    )
+
+
+def _implied_type(schema: dict[str, Any]) -> str | None:
+    if "properties" in schema or "required" in schema or "additionalProperties" in schema:
+        return "object"
+    if "items" in schema or "minItems" in schema:
+        return "array"
+    if "pattern" in schema or "minLength" in schema or "maxLength" in schema:
+        return "string"
+    if "minimum" in schema or "maximum" in schema:
+        return "number"
+    return None
+
+
+def _resolve(root: Any, ref: str) -> Any:
+    if not ref.startswith("#"):
+        return None
+    node = root
+    for raw in ref[1:].split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _mutated(value: Any) -> st.SearchStrategy[Any]:
+    """``value`` with one place changed: a value replaced, a key dropped or a key added."""
+    places = list(_containers(value))
+    if not places:
+        return JSON
+
+    @st.composite
+    def mutate(draw: st.DrawFn) -> Any:
+        copy = _deep_copy(value)
+        path = draw(st.sampled_from(places))
+        node = copy
+        for step in path:
+            node = node[step]
+        keys = list(node.keys()) if isinstance(node, dict) else list(range(len(node)))
+        action = draw(st.sampled_from(["replace", "drop", "add"] if keys else ["add"]))
+        if action == "replace":
+            node[draw(st.sampled_from(keys))] = draw(JSON)
+        elif action == "drop":
+            del node[draw(st.sampled_from(keys))]
+        elif isinstance(node, dict):
+            node[draw(st.text(min_size=1, max_size=8))] = draw(JSON)
+        else:
+            node.append(draw(JSON))
+        return copy
+
+    return mutate()
+
+
+def _containers(value: Any, path: tuple[Any, ...] = ()) -> Any:
+    if isinstance(value, dict):
+        yield path
+        for key, child in value.items():
+            yield from _containers(child, (*path, key))
+    elif isinstance(value, list):
+        yield path
+        for index, child in enumerate(value):
+            yield from _containers(child, (*path, index))
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _deep_copy(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(child) for child in value]
+    return value
+
+
+def oracle(schema: Any) -> Any:
+    """An independent 2020-12 validator (``jsonschema``) with ECMA-262 ``pattern`` semantics.
+
+    JSON Schema patterns are ECMA-262 regular expressions; Python's ``re`` differs where tool
+    schemas notice: ``$`` also matches before a final newline, and ``\\d``/``\\w`` match non-ASCII
+    digits and letters. The translation below fixes those two, which is what the runtime's
+    validator (jsonschema-rs) gets right and plain ``jsonschema`` does not.
+    """
+    return _ORACLE(schema)
+
+
+def _ecma_pattern(validator: Any, regex: str, instance: Any, schema: Any) -> Any:
+    if isinstance(instance, str) and not re.search(ecma_to_python(regex), instance, re.ASCII):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {regex!r}")
+
+
+_ORACLE = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _ecma_pattern})
+
+
+def ecma_to_python(regex: str) -> str:
+    """``$`` outside a character class becomes ``\\Z`` (the very end, as in ECMA-262)."""
+    out: list[str] = []
+    escaped = in_class = False
+    for char in regex:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append(r"\Z")
+            continue
+        out.append(char)
+    return "".join(out)
