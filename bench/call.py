@@ -1,0 +1,274 @@
+"""Call benchmark: the cost of a full runtime call against the bare validation it performs.
+
+For a small, a medium (12 fields, nested objects and arrays, enum, pattern) and a large schema
+(about 60 fields, shared definitions, oneOf), measured in this run:
+  - bare: the chosen validator (jsonschema-rs, compiled once) on the input and on the output;
+  - the card's validator, `jsonschema` (Draft202012Validator, built once), on the same instances,
+    which is why the runtime does not use it;
+  - a full `Runtime.call` of a trivial implementation that returns a prebuilt output: input
+    validation, the typed input model, execution, output serialization and validation, the result;
+  - the same with an implementation that reads a field of `ctx.input`.
+Target: a full call costs at most 4x the bare validation of its input and output; a medium call
+runs in well under 100 microseconds.
+
+Usage: python bench/call.py [--calls N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import jsonschema_rs
+from blade_codegen.build import build
+from blade_runtime.runtime import Runtime
+
+SMALL_IN = {
+    "type": "object",
+    "properties": {
+        "q": {"type": "string"},
+        "limit": {"type": "integer"},
+        "exact": {"type": "boolean"},
+    },
+    "required": ["q"],
+}
+SMALL_OUT = {
+    "type": "object",
+    "properties": {"count": {"type": "integer"}, "first": {"type": "string"}},
+    "required": ["count"],
+}
+
+ADDRESS = {
+    "type": "object",
+    "properties": {
+        "street": {"type": "string"},
+        "city": {"type": "string"},
+        "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+    },
+    "required": ["city", "zip"],
+}
+LINE = {
+    "type": "object",
+    "properties": {
+        "sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$"},
+        "qty": {"type": "integer", "minimum": 1},
+        "price": {"type": "number", "minimum": 0},
+    },
+    "required": ["sku", "qty", "price"],
+}
+MEDIUM_IN = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string", "pattern": "^ord_[a-z0-9]+$"},
+        "customer": {"type": "string", "minLength": 1},
+        "email": {"type": "string", "format": "email"},
+        "priority": {"type": "string", "enum": ["low", "normal", "high", "urgent"]},
+        "express": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
+        "shipping": ADDRESS,
+        "billing": ADDRESS,
+        "lines": {"type": "array", "items": LINE, "minItems": 1},
+        "discount": {"type": "number", "minimum": 0, "maximum": 1},
+        "note": {"type": ["string", "null"], "maxLength": 500},
+        "attempt": {"type": "integer", "minimum": 0},
+    },
+    "required": ["order_id", "customer", "priority", "shipping", "lines"],
+    "additionalProperties": False,
+}
+MEDIUM_OUT = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string"},
+        "status": {"type": "string", "enum": ["accepted", "queued", "rejected"]},
+        "total": {"type": "number"},
+        "eta_days": {"type": "integer", "minimum": 0},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["order_id", "status", "total"],
+}
+
+
+def large_in() -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        f"field_{i}": [
+            {"type": "string", "maxLength": 80},
+            {"type": "integer", "minimum": 0},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "string", "enum": ["a", "b", "c", "d"]},
+        ][i % 5]
+        for i in range(50)
+    }
+    properties["address"] = {"$ref": "#/$defs/Address"}
+    properties["lines"] = {"type": "array", "items": {"$ref": "#/$defs/Line"}}
+    properties["payment"] = {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"kind": {"const": "card"}, "last4": {"type": "string"}},
+                "required": ["kind", "last4"],
+            },
+            {
+                "type": "object",
+                "properties": {"kind": {"const": "iban"}, "iban": {"type": "string"}},
+                "required": ["kind", "iban"],
+            },
+        ]
+    }
+    return {
+        "type": "object",
+        "$defs": {"Address": ADDRESS, "Line": LINE},
+        "properties": properties,
+        "required": [f"field_{i}" for i in range(0, 50, 2)] + ["address", "lines", "payment"],
+    }
+
+
+def large_instance() -> dict[str, Any]:
+    values = ["text", 7, 2.5, True, "c"]
+    instance: dict[str, Any] = {f"field_{i}": values[i % 5] for i in range(50)}
+    instance["address"] = {"street": "Main 1", "city": "Lyon", "zip": "69001"}
+    instance["lines"] = [{"sku": f"ABC-{i}", "qty": i + 1, "price": 9.5} for i in range(8)]
+    instance["payment"] = {"kind": "iban", "iban": "DE89370400440532013000"}
+    return instance
+
+
+MEDIUM_INSTANCE = {
+    "order_id": "ord_42",
+    "customer": "Ann Lee",
+    "email": "ann@example.com",
+    "priority": "high",
+    "express": True,
+    "tags": ["gift", "fragile"],
+    "shipping": {"street": "Main 1", "city": "Berlin", "zip": "10115"},
+    "billing": {"street": "Side 2", "city": "Berlin", "zip": "10117"},
+    "lines": [
+        {"sku": "ABC-1", "qty": 2, "price": 3.5},
+        {"sku": "XYZ-22", "qty": 1, "price": 19.0},
+    ],
+    "discount": 0.1,
+    "note": None,
+    "attempt": 0,
+}
+
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "small": (SMALL_IN, SMALL_OUT, {"q": "blue shoes", "limit": 5}, {"count": 3, "first": "x"}),
+    "medium": (
+        MEDIUM_IN,
+        MEDIUM_OUT,
+        MEDIUM_INSTANCE,
+        {"order_id": "ord_42", "status": "accepted", "total": 24.3, "eta_days": 2},
+    ),
+    "large": (
+        large_in(),
+        MEDIUM_OUT,
+        large_instance(),
+        {"order_id": "o", "status": "queued", "total": 1.0},
+    ),
+}
+
+
+def write_specs(root: Path) -> None:
+    import json
+
+    for case, (schema_in, schema_out, _, _) in CASES.items():
+        spec = {
+            "id": f"bench.{case}.v1",
+            "name": f"bench_{case}",
+            "description": f"The {case} benchmark tool.",
+            "sideEffect": "pure",
+            "inputSchema": schema_in,
+            "outputSchema": schema_out,
+        }
+        (root / "bench").mkdir(parents=True, exist_ok=True)
+        (root / "bench" / f"{case}.v1.json").write_text(json.dumps(spec))
+
+
+def validate_both(
+    validate_in: Any, validate_out: Any, instance: Any, output: Any
+) -> Callable[[], object]:
+    return lambda: validate_in.is_valid(instance) and validate_out.is_valid(output)
+
+
+def per_call_us(run: Callable[[], object], calls: int) -> float:
+    """Best of 5 rounds of ``calls`` calls, in microseconds per call."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        best = min(best, time.perf_counter() - start)
+    return best / calls * 1e6
+
+
+async def per_await_us(runtime: Runtime, name: str, arguments: dict[str, Any], calls: int) -> float:
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            result = await runtime.call(name, arguments)
+        best = min(best, time.perf_counter() - start)
+        assert result.status == "success", result
+    return best / calls * 1e6
+
+
+async def measure(calls: int) -> None:
+    print(
+        f"{'schema':<8} {'bare in+out':>12} {'jsonschema':>12} {'full call':>11} {'ratio':>7}"
+        f" {'reads input':>12} {'ratio':>7}"
+    )
+    for case, (_, _, instance, output_json) in CASES.items():
+        module = importlib.import_module(f"blade_bench.bench.{case}_v1")
+        spec = module.SPEC
+        output = spec.output_type.model_validate(output_json)
+
+        async def trivial(ctx: Any, output: Any = output) -> Any:
+            return output
+
+        async def reads_input(ctx: Any, output: Any = output) -> Any:
+            ctx.input.model_fields_set  # noqa: B018 - touch the typed input
+            return output
+
+        runtime = Runtime()
+        runtime.register(spec, trivial)
+        runtime.register(spec, reads_input, name=f"{spec.name}_reads")
+
+        rs_in = jsonschema_rs.Draft202012Validator(spec.input_schema)
+        rs_out = jsonschema_rs.Draft202012Validator(spec.output_schema)
+        py_in = jsonschema.Draft202012Validator(spec.input_schema)
+        py_out = jsonschema.Draft202012Validator(spec.output_schema)
+        assert rs_in.is_valid(instance) and rs_out.is_valid(output_json)
+        bare = per_call_us(validate_both(rs_in, rs_out, instance, output_json), calls)
+        card = per_call_us(
+            validate_both(py_in, py_out, instance, output_json), max(calls // 50, 20)
+        )
+        full = await per_await_us(runtime, spec.name, instance, calls)
+        reading = await per_await_us(runtime, f"{spec.name}_reads", instance, calls)
+        print(
+            f"{case:<8} {bare:>10.2f}us {card:>10.1f}us {full:>9.2f}us {full / bare:>6.1f}x"
+            f" {reading:>10.2f}us {reading / bare:>6.1f}x"
+        )
+    print("ratio: full call / bare validation of input and output (target <= 4x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        write_specs(root / "specs")
+        build(root / "specs", root / "out", "blade_bench")
+        sys.path.insert(0, str(root / "out"))
+        asyncio.run(measure(args.calls))
+
+
+if __name__ == "__main__":
+    main()
