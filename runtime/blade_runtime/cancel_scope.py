@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
-from blade_runtime.context import CancellationSignal
+from blade_runtime.context import CallInfo, CancellationSignal
 
 T = TypeVar("T")
 
@@ -55,17 +55,33 @@ class CancelScope:
     _abandoning = False
 
     def __init__(
-        self, signal: CancellationSignal, on_abandon: Callable[[asyncio.Task[None]], None]
+        self,
+        call: CallInfo,
+        signal: CancellationSignal,
+        running: dict[str, CancelScope],
+        on_abandon: Callable[[asyncio.Task[None]], None],
     ) -> None:
+        self.call = call
         self.signal = signal
+        self._running = running
         self._on_abandon = on_abandon
 
     def bind(self) -> None:
-        """Remember the caller's task. Must run before the call first suspends: only then can
-        code in another task or a timer ask to cancel it. (Lazily, because most calls never
-        suspend and ``current_task`` costs as much as validating a small input.)"""
+        """Remember the caller's task and enter ``running`` by call id, where cancellation
+        requests find the scope. Must run before the call first suspends: only then can code in
+        another task or a timer ask to cancel it. (Lazily, because most calls never suspend, and
+        ``current_task`` plus the bookkeeping cost as much as validating a small input.)"""
         if self.task is None:
             self.task = _current_task()
+            self._running[self.call.call_id] = self
+
+    def close(self) -> None:
+        """The call settled: stop the timers, take back cancellations, leave ``running``."""
+        self.stop()
+        if self.reason is not None:
+            self.release()
+        if self.task is not None:
+            del self._running[self.call.call_id]
 
     def cancel(self, reason: CancelReason, message: str) -> bool:
         """Cancel the call unless it already settled or was cancelled; True if this did it."""
@@ -82,8 +98,9 @@ class CancelScope:
         """Awaitable that drives ``awaitable`` with a deadline ``timeout_s`` from now."""
         self._deadline = asyncio.get_running_loop().time() + timeout_s
         self.running = True
-        coroutine = awaitable if type(awaitable) is types.CoroutineType else _coroutine(awaitable)
-        return cast(Awaitable[T], _drive(coroutine, self))
+        if type(awaitable) is not _COROUTINE:
+            awaitable = _coroutine(awaitable)
+        return _drive(awaitable, self)  # type: ignore[return-value]
 
     def stop(self) -> None:
         """The implementation returned or raised: no timer may fire into what follows."""
@@ -173,6 +190,9 @@ def _drive(
 async def _coroutine(awaitable: Awaitable[T]) -> T:
     """Any awaitable (a Future, an object with ``__await__``) as a coroutine the driver can step."""
     return await awaitable
+
+
+_COROUTINE = types.CoroutineType
 
 
 def _current_task() -> asyncio.Task[Any]:

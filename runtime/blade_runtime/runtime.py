@@ -293,9 +293,9 @@ class Runtime:
         self._registrations: dict[str, Registration[Any]] = {}
         self._hooks: dict[HookEvent, list[Hook]] = {event: [] for event in HookEvent}
         self._pre_any = self._post_any = False
-        self._running: dict[str, tuple[CancelScope, str]] = {}  # call id -> (scope, run id)
+        self._running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         prefix = f"call_{uuid.uuid4().hex[:12]}"
-        self._ids = (f"{prefix}_{n}" for n in itertools.count(1))
+        self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
     # -- registry --------------------------------------------------------------------------
 
@@ -393,12 +393,12 @@ class Runtime:
 
     def cancel_call(self, call_id: str, reason: str = "the call was cancelled") -> bool:
         """Cancel one running call; it settles as CANCELLED. False if it is not running."""
-        running = self._running.get(call_id)
-        return running is not None and running[0].cancel("cancelled", reason)
+        scope = self._running.get(call_id)
+        return scope is not None and scope.cancel("cancelled", reason)
 
     def cancel_run(self, run_id: str, reason: str = "the run was cancelled") -> int:
         """Cancel every running call of ``run_id``; returns how many were cancelled."""
-        calls = [call for call, (_, run) in self._running.items() if run == run_id]
+        calls = [call for call, scope in self._running.items() if scope.call.run_id == run_id]
         return sum(self.cancel_call(call, reason) for call in calls)
 
     # -- calling ---------------------------------------------------------------------------
@@ -416,9 +416,10 @@ class Runtime:
         registration = self._registrations.get(name)
         spec_id = "" if registration is None else registration.spec.id
         call = CallInfo(next(self._ids) if call_id is None else call_id, run_id, name, spec_id)
-        refused = self._refuse(registration, call)
-        if refused is not None:
-            return refused
+        if registration is None or self._restricted or registration.detached:
+            refused = self._refuse(registration, call)
+            if refused is not None:
+                return refused
         parsed = arguments if type(arguments) is dict else _parse_arguments(arguments)
         if isinstance(parsed, str):
             return _error(call, ErrorCode.INVALID_INPUT, parsed)
@@ -426,10 +427,10 @@ class Runtime:
             raise ValueError(f"call id {call.call_id!r} is already running")
 
         signal = CancellationSignal()
-        scope = CancelScope(signal, _ignore if registration is None else registration.track)
+        track = _ignore if registration is None else registration.track
+        scope = CancelScope(call, signal, self._running, track)
         if self.cleanup_grace_s != GRACE_S:
             scope.grace_s = self.cleanup_grace_s
-        self._running[call.call_id] = (scope, run_id)
         try:
             if registration is None:
                 result = await self._fallback(call, parsed, scope)
@@ -454,10 +455,7 @@ class Runtime:
             )
             result = self._cancelled(call, scope)
         finally:
-            scope.stop()
-            if scope.reason is not None:
-                scope.release()
-            del self._running[call.call_id]
+            scope.close()
         if not self._post_any or isinstance(result, ToolSkipped):
             return result
         if isinstance(result, ToolError) and result.code in _HOOK_CODES:
