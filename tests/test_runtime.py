@@ -63,6 +63,8 @@ def test_registration_names_default_to_the_spec_and_may_repeat_a_spec(deploy: An
     assert [r.name for r in runtime.registrations()] == ["deploy_service", "deploy_again"]
     with pytest.raises(RegistrationError, match=r"already registered for deploy\.deploy-service"):
         runtime.register(deploy.SPEC, impl, name="deploy_again")
+    with pytest.raises(RegistrationError, match="a name must match"):
+        runtime.register(deploy.SPEC, impl, name="deploy service")
     second = run(runtime.call("deploy_again", GOOD))
     assert isinstance(second, ToolSuccess) and second.call.spec_id == "deploy.deploy-service.v1"
 

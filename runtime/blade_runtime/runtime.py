@@ -13,6 +13,7 @@ import inspect
 import itertools
 import json
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -265,7 +266,10 @@ class ToolContext:
 
 
 class Runtime:
-    """Registered tools, and the pipeline that calls them."""
+    """Registered tools, and the pipeline that calls them.
+
+    Use a runtime from one event loop; like asyncio itself, it is not thread-safe.
+    """
 
     def __init__(
         self,
@@ -326,8 +330,8 @@ class Runtime:
                 f"{where}: the name is already registered for {other}; pass name= to register "
                 "it under another name"
             )
-        if not registered or not (registered[0].isalpha() and registered.isascii()):
-            raise RegistrationError(f"{where}: a name starts with an ASCII letter")
+        if not _NAME.fullmatch(registered):
+            raise RegistrationError(f"{where}: a name must match {_NAME.pattern}")
         if spec.context_schema is not None and context is None:
             raise RegistrationError(
                 f"{where}: the spec declares a contextSchema, so pass context= (a function of "
@@ -699,6 +703,7 @@ class Runtime:
 
 
 _INITIAL = InitialEntry()
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # the spec format's rule for names
 _HOOK_CODES = frozenset({ErrorCode.HOOK_ABORTED, ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT})
 
 
