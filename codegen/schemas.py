@@ -54,28 +54,38 @@ def subschemas(schema: Any, at: Segments = ()) -> Iterator[tuple[Segments, dict[
             yield from subschemas(value, (*at, key))
 
 
+_KIND = {
+    **{key: "map" for key in SCHEMA_MAPS},
+    **{key: "list" for key in SCHEMA_LISTS},
+    **{key: "single" for key in SCHEMA_SINGLE},
+}
+
+
 def transform(schema: Any, edit: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
     """``schema`` with ``edit`` applied to every object subschema, children first.
 
     Subschemas nothing changed are shared with the input, not copied: rebuilds walk every schema
-    of every spec, and most of them are left as they are.
+    of every spec, and most of them are left as they are. A node's own keys are looked up in the
+    keyword table (a node has a handful of keys; the table has twenty-one keywords).
     """
     if not isinstance(schema, dict):
         return schema
     changes: dict[str, Any] = {}
-    for key in SCHEMA_MAPS:
-        value = schema.get(key)
-        if isinstance(value, dict):
-            mapped = {name: transform(sub, edit) for name, sub in value.items()}
-            if any(mapped[name] is not sub for name, sub in value.items()):
-                changes[key] = mapped
-    for key in (*SCHEMA_LISTS, *SCHEMA_SINGLE):
-        value = schema.get(key)
-        if isinstance(value, list) and (key in SCHEMA_LISTS or key == "items"):
-            items = [transform(sub, edit) for sub in value]
-            if any(new is not old for new, old in zip(items, value, strict=True)):
-                changes[key] = items
-        elif isinstance(value, dict):
+    for key, value in schema.items():
+        kind = _KIND.get(key)
+        if kind is None:
+            continue
+        if kind == "map":
+            if isinstance(value, dict):
+                mapped = {name: transform(sub, edit) for name, sub in value.items()}
+                if any(mapped[name] is not sub for name, sub in value.items()):
+                    changes[key] = mapped
+        elif isinstance(value, list):
+            if kind == "list" or key == "items":  # "items" as a list: the draft-04 tuple form
+                items = [transform(sub, edit) for sub in value]
+                if any(new is not old for new, old in zip(items, value, strict=True)):
+                    changes[key] = items
+        elif kind == "single" and isinstance(value, dict):
             new = transform(value, edit)
             if new is not value:
                 changes[key] = new
