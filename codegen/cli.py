@@ -11,18 +11,25 @@ import keyword
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import click
 from blade_codegen import __version__
+
+if TYPE_CHECKING:
+    from blade_runtime.export import ExportFormat
 from blade_codegen.config import ConfigError, Settings, settings
 from blade_codegen.problems import SpecError
-from blade_runtime.export import EXPORT_FORMATS, ExportFormat
 
 EXIT_STALE = 1
 EXIT_USAGE = 2
 EXIT_INVALID = 3
 EXIT_WRITE = 4
+EXIT_BREAKING = 5
+LOCK_HELP = "The lock file (default: blade.lock.json beside SPECS_DIR)."
+# blade_runtime.export.EXPORT_FORMATS, spelled out: importing blade_runtime (pydantic, asyncio)
+# would add 0.1 s to every command's start-up. A test holds the two lists equal.
+EXPORT_FORMATS = ("blade", "openai", "anthropic", "mcp")
 
 
 def _valid_package(name: str) -> bool:
@@ -35,8 +42,9 @@ def _valid_package(name: str) -> bool:
 def main() -> None:
     """Compile tool spec files into typed Python: models, interfaces and a manifest.
 
-    Exit codes: 0 success, 1 stale output (build --check), 2 usage, 3 invalid specs,
-    4 output not writable.
+    Exit codes: 0 success, 1 stale output (build --check) or breaking changes (check, lock),
+    2 usage, 3 invalid specs or unreadable baseline, 4 output not writable, 5 build refused:
+    the specs break the lock.
     """
 
 
@@ -45,9 +53,25 @@ def main() -> None:
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), help="Output folder.")
 @click.option("--package", help="Python package name of the generated code.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the output is stale.")
-def build(specs_dir: Path | None, out: Path | None, package: str | None, check: bool) -> None:
-    """Build SPECS_DIR (default: [tool.blade-codegen] specs, else specs/) into OUT/PACKAGE."""
+@click.option(
+    "--lock", "lock_file", type=click.Path(path_type=Path, dir_okay=False), help=LOCK_HELP
+)
+@click.option("--allow-breaking", is_flag=True, help="Build even if specs break the lock.")
+def build(
+    specs_dir: Path | None,
+    out: Path | None,
+    package: str | None,
+    check: bool,
+    lock_file: Path | None,
+    allow_breaking: bool,
+) -> None:
+    """Build SPECS_DIR (default: [tool.blade-codegen] specs, else specs/) into OUT/PACKAGE.
+
+    Where a lock exists, a spec that breaks its locked contract is refused (exit 5).
+    """
+    from blade_codegen.build import BreakingChange
     from blade_codegen.build import build as run_build
+    from blade_codegen.check import BaselineError
 
     specs = _specs_dir(specs_dir)
     defaults = _settings()
@@ -60,10 +84,27 @@ def build(specs_dir: Path | None, out: Path | None, package: str | None, check: 
     progress = _Progress() if sys.stderr.isatty() else None
     try:
         result = run_build(
-            specs, out, package, check=check, progress=progress.step if progress else lambda p: None
+            specs,
+            out,
+            package,
+            check=check,
+            progress=progress.step if progress else lambda p: None,
+            lock=None if allow_breaking else (lock_file or default_lock(specs)),
         )
     except SpecError as error:
         _report(error)
+    except BaselineError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(EXIT_INVALID)
+    except BreakingChange as refused:
+        for finding in refused.report.breaking:
+            click.echo(finding.message(), err=True)
+        click.echo(
+            f"{len(refused.report.breaking)} breaking change(s) against the lock; nothing was "
+            "generated (publish them under new ids, or pass --allow-breaking)",
+            err=True,
+        )
+        sys.exit(EXIT_BREAKING)
     except OSError as error:
         click.echo(f"error: cannot write {out}: {error.strerror or error}", err=True)
         sys.exit(EXIT_WRITE)
@@ -95,7 +136,7 @@ def build(specs_dir: Path | None, out: Path | None, package: str | None, check: 
     help="blade (our manifest), openai (function tools), anthropic (tools), mcp (tools/list).",
 )
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Write to this file.")
-def export(specs_dir: Path | None, format_: ExportFormat, out: Path | None) -> None:
+def export(specs_dir: Path | None, format_: str, out: Path | None) -> None:
     """Print the model-facing tool list of SPECS_DIR, from the spec files alone.
 
     Names a provider refuses (OpenAI and Anthropic reject dots) are mapped to safe wire names;
@@ -105,7 +146,7 @@ def export(specs_dir: Path | None, format_: ExportFormat, out: Path | None) -> N
 
     specs = _specs_dir(specs_dir)
     try:
-        exported = export_specs(specs, format_)
+        exported = export_specs(specs, cast("ExportFormat", format_))
     except SpecError as error:
         _report(error)
     renamed = {n: w for n, w in exported.names.to_wire.items() if n != w}
@@ -151,6 +192,130 @@ def _write_atomically(path: Path, text: str) -> None:
     staging = path.with_name(f".{path.name}.tmp")
     staging.write_text(text, encoding="utf-8")
     os.replace(staging, path)
+
+
+def default_lock(specs: Path) -> Path:
+    from blade_codegen.check import LOCK_NAME
+
+    return specs.resolve().parent / LOCK_NAME
+
+
+@main.command()
+@click.argument("specs_dir", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--against",
+    default="lock",
+    show_default=True,
+    help="The baseline: the lock file, or git:REF for the specs at a git revision.",
+)
+@click.option(
+    "--lock", "lock_file", type=click.Path(path_type=Path, dir_okay=False), help=LOCK_HELP
+)
+@click.option("--format", "format_", type=click.Choice(["text", "json"]), default="text")
+def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_: str) -> None:
+    """Report every change that breaks a released contract (exit 1), or none (exit 0).
+
+    What a tool accepts (input, resume payloads) must keep accepting old values; what it emits
+    (output, data records, suspend payloads) must not produce values old clients reject.
+    """
+    from blade_codegen.check import BaselineError, git_baseline, read_lock
+    from blade_codegen.check import check as run_check
+    from blade_codegen.resolve import resolve_specs
+
+    specs = _specs_dir(specs_dir)
+    if against != "lock" and not against.startswith("git:"):
+        raise click.UsageError(f"--against {against!r}: use lock or git:REF")
+    try:
+        resolved = resolve_specs(specs)
+        if against == "lock":
+            baseline = read_lock(lock_file or default_lock(specs))
+        else:
+            baseline = git_baseline(specs, against.removeprefix("git:"))
+    except SpecError as error:
+        _report(error)
+    except BaselineError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(EXIT_INVALID)
+    report = run_check(list(resolved.specs), baseline)
+    if format_ == "json":
+        document = {
+            "compatible": not report.breaking,
+            "baseline": baseline.source,
+            "compared": report.compared,
+            "unchanged": report.unchanged,
+            "findings": [finding.as_json() for finding in report.findings],
+        }
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        for finding in report.findings:
+            click.echo(finding.message())
+        verdict = f"{len(report.breaking)} breaking change(s)" if report.breaking else "compatible"
+        click.echo(
+            f"{verdict}: {report.compared} changed spec(s) compared, {report.unchanged} unchanged,"
+            f" against {baseline.source}",
+            err=True,
+        )
+    sys.exit(EXIT_STALE if report.breaking else 0)
+
+
+@main.command()
+@click.argument("specs_dir", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--lock", "lock_file", type=click.Path(path_type=Path, dir_okay=False), help=LOCK_HELP
+)
+@click.option("--waive", "waive_id", help="Record a waiver for this id's undecidable findings.")
+@click.option("--reason", help="Why the waived change is safe (required with --waive).")
+def lock(
+    specs_dir: Path | None, lock_file: Path | None, waive_id: str | None, reason: str | None
+) -> None:
+    """Record the specs as released in the lock, if nothing breaks a released contract.
+
+    The lock keeps, per id, every released fingerprint, the latest contract and the data channel
+    and suspend point names ever used. Commit it next to the specs.
+    """
+    from blade_codegen.check import (
+        BaselineError,
+        lock_text,
+        locked,
+        read_lock,
+        undecidable_waivers,
+    )
+    from blade_codegen.check import check as run_check
+    from blade_codegen.resolve import resolve_specs
+
+    if waive_id is not None and not reason:
+        raise click.UsageError("--waive needs --reason: say why the change is safe")
+    specs = _specs_dir(specs_dir)
+    path = lock_file or default_lock(specs)
+    try:
+        resolved = resolve_specs(specs)
+        baseline = read_lock(path)
+    except SpecError as error:
+        _report(error)
+    except BaselineError as error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(EXIT_INVALID)
+    report = run_check(list(resolved.specs), baseline)
+    waivers = undecidable_waivers(report, waive_id, reason or "") if waive_id else []
+    if waive_id and not waivers:
+        raise click.UsageError(f"--waive {waive_id}: it has no undecidable finding to waive")
+    waived = {(w.id, w.rule, w.path) for w in waivers}
+    breaking = [f for f in report.breaking if (f.id, f.rule, f.path) not in waived]
+    if breaking:
+        for finding in breaking:
+            click.echo(finding.message(), err=True)
+        click.echo(f"{len(breaking)} breaking change(s); {path} was not changed", err=True)
+        sys.exit(EXIT_STALE)
+    text = lock_text(locked(list(resolved.specs), baseline, waivers))
+    if path.exists() and path.read_text("utf-8") == text:
+        click.echo(f"{path} is up to date")
+        return
+    try:
+        _write_atomically(path, text)
+    except OSError as error:
+        click.echo(f"error: cannot write {path}: {error.strerror or error}", err=True)
+        sys.exit(EXIT_WRITE)
+    click.echo(f"wrote {path}: {len(resolved.specs)} spec(s) locked")
 
 
 @main.command()

@@ -138,3 +138,10 @@ def test_every_format_is_plain_json(format_: str) -> None:
     assert done.returncode == 0, done.stderr
     assert "contextSchema" not in done.stdout and "tenant_id" not in done.stdout  # server-only
     json.loads(done.stdout)
+
+
+def test_the_command_offers_exactly_the_runtimes_formats() -> None:
+    from blade_codegen import cli
+    from blade_runtime.export import EXPORT_FORMATS
+
+    assert cli.EXPORT_FORMATS == EXPORT_FORMATS
