@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from blade_codegen import __version__
+from blade_codegen.check import Report, read_lock
+from blade_codegen.check import check as check_specs
 from blade_codegen.format import format_files
 from blade_codegen.load import spec_paths
 from blade_codegen.plan import plan
@@ -39,6 +41,14 @@ def toolchain() -> str:
         f"blade-codegen {__version__}; datamodel-code-generator "
         f"{version('datamodel-code-generator')}; black {version('black')}; {OPTIONS_SIGNATURE}"
     )
+
+
+class BreakingChange(Exception):
+    """The specs break contracts recorded in the lock; nothing was generated."""
+
+    def __init__(self, report: Report) -> None:
+        super().__init__(f"{len(report.breaking)} breaking change(s)")
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -71,10 +81,21 @@ def _up_to_date(
 
 
 def compile_specs(
-    specs: Path, package: str, previous: dict[str, tuple[str, str]], progress: Callable[[str], None]
+    specs: Path,
+    package: str,
+    previous: dict[str, tuple[str, str]],
+    progress: Callable[[str], None],
+    lock: Path | None = None,
 ) -> tuple[dict[str, str], dict[str, str], tuple[str, ...]]:
-    """Stages load to format: the package's files in memory, or SpecError with every problem."""
+    """Stages load to format: the package's files in memory, or SpecError with every problem.
+
+    With a ``lock``, a spec that breaks its locked contract raises BreakingChange before any
+    code is generated."""
     resolved = resolve_specs(specs)
+    if lock is not None:
+        report = check_specs(list(resolved.specs), read_lock(lock))
+        if report.breaking:
+            raise BreakingChange(report)
     build_plan = plan(resolved, package, OPTIONS_SIGNATURE)
     fresh: list[str] = []
 
@@ -96,6 +117,7 @@ def build(
     *,
     check: bool = False,
     progress: Callable[[str], None] = lambda path: None,
+    lock: Path | None = None,
 ) -> BuildResult:
     """Build the package ``package`` under ``out`` from the spec tree at ``specs``.
 
@@ -106,11 +128,17 @@ def build(
         recover(target)
     tools = toolchain()
     inputs = input_digests(specs)
+    if lock is not None and lock.is_file():
+        inputs[f"lock:{lock.name}"] = digest(lock.read_text("utf-8"))  # a new lock re-checks
+    else:
+        lock = None
     disk = on_disk(target)  # read once: the fast path, reuse of modules and the diff all need it
     state = read_state(disk)
     if _up_to_date(state, disk, inputs, tools):
         return BuildResult(target, "unchanged")
-    files, keys, fresh = compile_specs(specs, package, previous_modules(state, disk), progress)
+    files, keys, fresh = compile_specs(
+        specs, package, previous_modules(state, disk), progress, lock
+    )
     files[STATE_FILE] = state_text(files, keys, inputs, tools)
     differing = tuple(sorted(p for p in set(files) | set(disk) if files.get(p) != disk.get(p)))
     if not differing:

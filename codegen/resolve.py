@@ -52,6 +52,8 @@ class ResolvedSpec:
     suspend: tuple[tuple[Slot, Slot], ...]
     shared_files: frozenset[str]  # every shared file it depends on, transitively
     fingerprint: str
+    wire: dict[str, Any]  # what the fingerprint hashes: the contract compatibility compares
+    deprecated: bool = False
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -143,7 +145,7 @@ def _wire(spec_id: str, execution: str, slots: list[Slot]) -> dict[str, Any]:
         "id": spec_id,
         "execution": execution,
         "schemas": {
-            f"{s.role}:{s.key}": without_annotations(s.bundled)
+            f"{s.role}:{s.key}" if s.key else s.role: without_annotations(s.bundled)
             for s in slots
             if s.role != "context"
         },
@@ -205,6 +207,8 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 suspend=suspend,
                 shared_files=frozenset(files),
                 fingerprint=fingerprint(wire),
+                wire=wire,
+                deprecated=bool(spec.get("deprecated", False)),
             )
         )
     if problems:
