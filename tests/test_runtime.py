@@ -77,17 +77,17 @@ def test_a_spec_with_context_needs_a_provider_at_registration(lookup: Any) -> No
         Runtime().register(lookup.SPEC, impl)
 
 
-def test_specs_the_runtime_cannot_run_yet_are_refused_at_registration(example_package: Any) -> None:
+def test_backend_and_client_specs_register_through_their_own_methods(example_package: Any) -> None:
     from blade_specs.browser import check_page_v1
-    from blade_specs.payments import refund_payment_v1
+    from blade_specs.deploy import deploy_service_v1
 
     async def impl(ctx: Any) -> Any:
         return None
 
     with pytest.raises(RegistrationError, match=r"a client executes browser\.check-page\.v1"):
         Runtime().register(check_page_v1.SPEC, impl)  # type: ignore[arg-type]
-    with pytest.raises(RegistrationError, match=r"suspend points \(approval\) need a durable"):
-        Runtime().register(refund_payment_v1.SPEC, impl, context=lambda call: None)
+    with pytest.raises(RegistrationError, match="the backend executes it; use register"):
+        Runtime().register_client(deploy_service_v1.SPEC)  # type: ignore[arg-type]
 
 
 def test_allow_and_deny_lists(deploy: Any) -> None:

@@ -53,6 +53,8 @@ class CancelScope:
     _grace_timer: asyncio.TimerHandle | None = None
     _requested = 0
     _abandoning = False
+    stored: Any = None
+    """What the runtime recorded for this call, so that a cancelled call is settled there too."""
 
     def __init__(
         self,

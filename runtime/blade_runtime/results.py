@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, Literal, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import JsonValue
 
 from blade_runtime.context import CallInfo
+from blade_runtime.events import PendingAction
 
 OutputT = TypeVar("OutputT", covariant=True)
 
@@ -51,6 +52,14 @@ class ErrorCode(StrEnum):
     """A hook raised."""
     HOOK_TIMEOUT = "HOOK_TIMEOUT"
     """An event's hooks did not finish within their shared budget."""
+    INVALID_SUBMISSION = "INVALID_SUBMISSION"
+    """A submit payload its action's schema rejects; the action stays pending."""
+    UNKNOWN_ACTION = "UNKNOWN_ACTION"
+    """No pending action has that id."""
+    ACTION_ALREADY_RESOLVED = "ACTION_ALREADY_RESOLVED"
+    """Another submit, cancel or fail resolved the action first; the message says how."""
+    INTERRUPTED = "INTERRUPTED"
+    """The process stopped during a non-idempotent call: its effects need reconciliation."""
 
 
 @dataclass(slots=True)
@@ -90,12 +99,31 @@ class ToolError:
     status: Literal["error"] = "error"
 
 
-ToolResult: TypeAlias = ToolSuccess[OutputT] | ToolSkipped | ToolError
+@dataclass(slots=True)
+class ToolPending:
+    """The call waits on a pending action (a suspension, or a client tool's output).
+
+    ``action`` is the typed view; ``submit``, ``cancel`` or ``fail`` with its id settles it.
+    """
+
+    call: CallInfo
+    action: PendingAction[Any]
+    content: JsonValue
+    display: JsonValue = None
+    status: Literal["pending"] = "pending"
+
+
+ToolResult: TypeAlias = ToolSuccess[OutputT] | ToolSkipped | ToolError | ToolPending
 
 
 def error_content(code: ErrorCode, message: str) -> JsonValue:
     """The JSON the model reads for a failed call."""
     return {"error": code.value, "message": message}
+
+
+def pending_content(action: PendingAction[Any]) -> JsonValue:
+    """The JSON the model reads while the call waits."""
+    return {"pending": action.name, "action_id": action.action_id}
 
 
 def skipped_content(reason: str) -> JsonValue:

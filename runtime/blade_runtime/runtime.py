@@ -1,9 +1,13 @@
-"""The runtime: a registry of implementations and the call pipeline.
+"""The runtime: a registry of implementations, the call pipeline, and pending actions.
 
 One call: resolve the handler -> ``pre_tool_use`` hooks -> validate the input (JSON Schema) ->
-typed input model, server context, permission -> run the implementation under its deadline ->
-serialize and validate the output -> ``post_tool_use`` or ``post_tool_use_failure`` hooks -> a
-result value. Every expected outcome is a result; only a bug in the runtime itself raises.
+server context and permission -> record the start (durable stores: committed before the
+implementation runs) -> the implementation under its deadline -> the output serialized to
+lossless JSON and validated -> ``post_tool_use`` or ``post_tool_use_failure`` hooks -> a result.
+An implementation that suspends, and a client-executed tool, leave a pending action; ``submit``
+validates the payload before anything else, resolves the action exactly once and re-enters the
+implementation (or completes the client call). Every expected outcome is a result; only a bug in
+the runtime itself raises.
 """
 
 from __future__ import annotations
@@ -13,26 +17,30 @@ import inspect
 import itertools
 import json
 import logging
-import re
+import os
+import socket
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Generic, NoReturn, TypeAlias, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
 
-from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
+from pydantic import BaseModel, JsonValue
 
+from blade_runtime import actions
 from blade_runtime.cancel_scope import GRACE_S, Abandoned, CancelScope
 from blade_runtime.context import (
+    ActionRef,
     CallInfo,
     CancellationSignal,
-    DataItem,
     InitialEntry,
+    ResumeEntry,
     Suspended,
     SuspensionEpisode,
     ToolFailed,
 )
-from blade_runtime.export import ExportedTool, ExportFormat, ToolExport, export_tools
+from blade_runtime.events import EventHub, PendingAction, Subscription
+from blade_runtime.execution import INITIAL, CallData, ToolContext, now
+from blade_runtime.export import ExportFormat, ToolExport, export_tools
 from blade_runtime.hooks import (
     Hook,
     HookCallback,
@@ -44,17 +52,37 @@ from blade_runtime.hooks import (
     HookVerdict,
     dispatch,
 )
+from blade_runtime.jsonvalue import NotJson, checked
+from blade_runtime.registry import (
+    NAME,
+    ContextProvider,
+    Registration,
+    RegistrationError,
+    registration,
+)
 from blade_runtime.results import (
     ErrorCode,
     ToolError,
+    ToolPending,
     ToolResult,
     ToolSkipped,
     ToolSuccess,
     error_content,
+    pending_content,
     skipped_content,
 )
-from blade_runtime.spec import BackendToolSpec, JsonObject
-from blade_runtime.validation import SchemaValidator, describe
+from blade_runtime.spec import BackendToolSpec, ClientToolSpec, JsonObject
+from blade_runtime.store import (
+    ActionAlreadyResolved,
+    ActionRecord,
+    CallRecord,
+    Event,
+    MemoryStore,
+    Resolution,
+    Store,
+    UnknownAction,
+)
+from blade_runtime.validation import describe
 
 log = logging.getLogger("blade_runtime")
 
@@ -64,8 +92,6 @@ OutputT = TypeVar("OutputT")
 ContextT = TypeVar("ContextT")
 ExecutionT = TypeVar("ExecutionT")
 
-ContextProvider: TypeAlias = Callable[[CallInfo], ContextT | Awaitable[ContextT]]
-"""Builds a tool's server context for one call (sync or async)."""
 Permission: TypeAlias = Callable[["PermissionRequest"], Awaitable[str | None]]
 """Decides whether a validated call may run: ``None`` allows it, a sentence denies it."""
 ErrorMapper: TypeAlias = Callable[[BaseException, CallInfo], str | None]
@@ -76,10 +102,12 @@ FallbackHandler: TypeAlias = Callable[["FallbackCall"], Awaitable[JsonValue]]
 DEFAULT_TIMEOUT_MS = 600_000
 GENERIC_ERROR = "The tool failed because of an internal error. Retrying is unlikely to help."
 GENERIC_INVALID_OUTPUT = "The tool failed to produce a valid result."
+INTERRUPTED_MESSAGE = (
+    "The tool call was interrupted when its process stopped; it may or may not have taken "
+    "effect. Check its effects (reconcile) before calling it again."
+)
 
-
-class RegistrationError(ValueError):
-    """A registration the runtime refuses; the message says why and what to do."""
+__all__ = ["Registration", "RegistrationError", "Runtime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,178 +130,30 @@ class FallbackCall:
     signal: CancellationSignal
 
 
-@dataclass(eq=False, slots=True)
-class Registration(Generic[OutputT]):
-    """One name bound to one spec and its implementation."""
+@dataclass(slots=True)
+class _Attempt:
+    """One entry of a call: whether the store holds it (so its end must be recorded there)."""
 
-    name: str
-    spec: BackendToolSpec[Any, Any, OutputT, Any, Any]
-    implementation: Callable[[Any], Awaitable[OutputT]]
-    context: ContextProvider[Any] | None
-    timeout_ms: int
-    input_validator: SchemaValidator
-    output_validator: SchemaValidator | None
-    output_adapter: TypeAdapter[Any]
-    data: Mapping[str, _Channel]
-    timeout_s: float = field(init=False)
-    detached: set[asyncio.Task[None]] = field(default_factory=set)
-    """Implementations abandoned after ignoring cancellation and still running."""
-
-    def __post_init__(self) -> None:
-        self.timeout_s = self.timeout_ms / 1000
-
-    def track(self, task: asyncio.Task[None]) -> None:
-        """Refuse calls until the abandoned implementation running in ``task`` exits."""
-        self.detached.add(task)
-        task.add_done_callback(self._exited)
-
-    def _exited(self, task: asyncio.Task[None]) -> None:
-        self.detached.discard(task)
-        error = None if task.cancelled() else task.exception()
-        log.warning(
-            "%s: an abandoned implementation exited%s; the registration accepts calls again",
-            self.name,
-            f" raising {type(error).__name__}: {error}" if error else "",
-        )
-
-    def exported(self) -> ExportedTool:
-        spec = self.spec
-        return ExportedTool(
-            name=self.name,
-            id=spec.id,
-            description=spec.description,
-            input_schema=spec.input_schema,
-            output_schema=spec.output_schema,
-            kind=spec.kind,
-            side_effect=spec.side_effect,
-            execution=spec.execution,
-            timeout_ms=self.timeout_ms,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Channel:
-    validator: SchemaValidator
-    adapter: TypeAdapter[Any]
-
-
-class DataRejected(ValueError):
-    """A ToolData record its channel schema rejects (an implementation bug: a TOOL_ERROR)."""
-
-
-class _CallData:
-    """``ctx.data``: the call's ToolData records, validated per channel and kept in write order."""
-
-    __slots__ = ("_channels", "_counter", "_items")
-
-    def __init__(self, channels: Mapping[str, _Channel]) -> None:
-        self._channels = channels
-        self._items: dict[str, dict[str, DataItem[Any]]] = {}
-        self._counter = itertools.count(1)
-
-    async def write(
-        self, channel: str, value: Any, *, id: str | None = None, transient: bool = False
-    ) -> None:
-        spec = self._channel(channel)
-        record = spec.adapter.dump_python(
-            value, mode="json", by_alias=True, exclude_unset=True, warnings=False
-        )
-        if not spec.validator.is_valid(record):
-            problems = describe(spec.validator.violations(record))
-            raise DataRejected(f"ToolData channel {channel!r} rejected a record: {problems}")
-        if transient:
-            return
-        items = self._items.setdefault(channel, {})
-        key = id if id is not None else f"{channel}-{next(self._counter)}"
-        items[key] = DataItem(key, value, _now())
-
-    async def list(self, channel: str) -> Sequence[DataItem[Any]]:
-        self._channel(channel)
-        return list(self._items.get(channel, {}).values())
-
-    def _channel(self, channel: str) -> _Channel:
-        try:
-            return self._channels[channel]
-        except KeyError:
-            known = ", ".join(sorted(self._channels)) or "none"
-            raise DataRejected(f"no ToolData channel {channel!r} (channels: {known})") from None
-
-
-class InputModelMismatch(Exception):
-    """The generated input model rejected input its JSON Schema accepted: a toolchain bug."""
-
-
-class ToolContext:
-    """The ``ctx`` an implementation receives; it satisfies every generated Execution protocol.
-
-    ``input`` is built from the validated arguments on first access: the typed model costs about
-    as much as the rest of a call, and a tool that never reads it should not pay for it.
-    """
-
-    __slots__ = (
-        "_arguments",
-        "_display",
-        "_input",
-        "_input_type",
-        "call",
-        "context",
-        "data",
-        "entry",
-        "signal",
-    )
-
-    suspend_history: Sequence[SuspensionEpisode] = ()
-
-    def __init__(
-        self,
-        input_type: type[BaseModel],
-        arguments: JsonObject,
-        context: Any,
-        call: CallInfo,
-        signal: CancellationSignal,
-        data: Any,
-    ) -> None:
-        self._input_type = input_type
-        self._arguments = arguments
-        self._input: BaseModel | None = None
-        self.context = context
-        self.call = call
-        self.signal = signal
-        self.data = data
-        self.entry = _INITIAL
-        self._display: JsonValue = None
+    recorded: bool = False
+    data: CallData | None = None
 
     @property
-    def input(self) -> Any:
-        if self._input is None:
-            try:
-                self._input = self._input_type.model_validate(self._arguments)
-            except ValidationError as error:
-                raise InputModelMismatch(
-                    f"{self.call.spec_id}: the generated input model rejected input its JSON "
-                    f"Schema accepts (rebuild with the current blade-codegen): {error}"
-                ) from None
-        return self._input
-
-    def fail(self, message: str) -> NoReturn:
-        raise ToolFailed(message)
-
-    def display(self, content: JsonValue) -> None:
-        self._display = content
-
-    def suspend(self, point: str, payload: Any) -> NoReturn:
-        raise Suspended(point, payload)
+    def stored(self) -> bool:
+        return self.recorded or (self.data is not None and self.data.wrote)
 
 
 class Runtime:
-    """Registered tools, and the pipeline that calls them.
+    """Registered tools, their calls and pending actions.
 
-    Use a runtime from one event loop; like asyncio itself, it is not thread-safe.
+    ``store``: where calls, pending actions, ToolData and events live; the default MemoryStore
+    keeps only what waits, in this process. Use a runtime from one event loop; like asyncio
+    itself, it is not thread-safe (threads and processes may share a SQLiteStore file).
     """
 
     def __init__(
         self,
         *,
+        store: Store | None = None,
         allowed: Collection[str] | None = None,
         disallowed: Collection[str] = (),
         timeout_ms: int | None = None,
@@ -285,6 +165,7 @@ class Runtime:
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout."""
+        self.store: Store = MemoryStore() if store is None else store
         self.allowed = None if allowed is None else frozenset(allowed)
         self.disallowed = frozenset(disallowed)
         self._restricted = self.allowed is not None or bool(self.disallowed)
@@ -298,6 +179,8 @@ class Runtime:
         self._hooks: dict[HookEvent, list[Hook]] = {event: [] for event in HookEvent}
         self._pre_any = self._post_any = False
         self._running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
+        self._events = EventHub()
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
@@ -315,52 +198,61 @@ class Runtime:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
         One spec may be registered under several names. Refused here rather than at the first
-        call: a taken name, a spec that needs server context without a ``context`` provider, and a
-        spec with suspend points (pending actions need a durable store).
+        call: a taken or malformed name, and a spec that needs server context without a
+        ``context`` provider.
         """
         registered = spec.name if name is None else name
         where = f"registering {spec.id} as {registered!r}"
         if not isinstance(spec, BackendToolSpec):
             raise RegistrationError(
-                f"{where}: only backend tools have implementations; a client executes {spec.id}"
+                f"{where}: a client executes {spec.id}; use register_client(spec)"
             )
-        if registered in self._registrations:
-            other = self._registrations[registered].spec.id
-            raise RegistrationError(
-                f"{where}: the name is already registered for {other}; pass name= to register "
-                "it under another name"
-            )
-        if not _NAME.fullmatch(registered):
-            raise RegistrationError(f"{where}: a name must match {_NAME.pattern}")
         if spec.context_schema is not None and context is None:
             raise RegistrationError(
                 f"{where}: the spec declares a contextSchema, so pass context= (a function of "
                 "the CallInfo returning the context model)"
             )
-        if spec.suspend:
-            raise RegistrationError(
-                f"{where}: suspend points ({', '.join(sorted(spec.suspend))}) need a durable "
-                "pending-action store, which this runtime does not have yet"
-            )
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
+        return self._add(spec, registered, implementation, context, timeout_ms)
+
+    def register_client(
+        self,
+        spec: ClientToolSpec[IdT, InputT, OutputT],
+        *,
+        name: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> Registration[OutputT]:
+        """Offer a client-executed tool: a call becomes a pending action whose submission
+        (validated against the output schema) completes it."""
+        registered = spec.name if name is None else name
+        if not isinstance(spec, ClientToolSpec):
+            raise RegistrationError(
+                f"registering {spec.id} as {registered!r}: the backend executes it; use register"
+            )
+        return self._add(spec, registered, None, None, timeout_ms)
+
+    def _add(
+        self,
+        spec: Any,
+        name: str,
+        implementation: Callable[[Any], Awaitable[Any]] | None,
+        context: ContextProvider[Any] | None,
+        timeout_ms: int | None,
+    ) -> Registration[Any]:
+        where = f"registering {spec.id} as {name!r}"
+        if name in self._registrations:
+            other = self._registrations[name].spec.id
+            raise RegistrationError(
+                f"{where}: the name is already registered for {other}; pass name= to register "
+                "it under another name"
+            )
+        if not NAME.fullmatch(name):
+            raise RegistrationError(f"{where}: a name must match {NAME.pattern}")
         limit = timeout_ms or self.timeout_ms or spec.timeout_ms or DEFAULT_TIMEOUT_MS
-        registration: Registration[OutputT] = Registration(
-            name=registered,
-            spec=spec,
-            implementation=implementation,
-            context=context,
-            timeout_ms=limit,
-            input_validator=_compiled(spec.input_schema),
-            output_validator=None if spec.output_schema is None else _compiled(spec.output_schema),
-            output_adapter=_adapter(Any if spec.output_type is None else spec.output_type),
-            data={
-                channel.name: _Channel(_compiled(channel.schema), _adapter(channel.type))
-                for channel in spec.data.values()
-            },
-        )
-        self._registrations[registered] = registration
-        return registration
+        added = registration(spec, name, implementation, context, limit)
+        self._registrations[name] = added
+        return added
 
     def registrations(self) -> Iterator[Registration[Any]]:
         return iter(self._registrations.values())
@@ -393,6 +285,10 @@ class Runtime:
             format,
         )
 
+    def subscribe(self, run_id: str) -> Subscription:
+        """The run's tool events from now on: started, data, suspended, pending, resumed, result."""
+        return self._events.subscribe(run_id)
+
     # -- cancellation ----------------------------------------------------------------------
 
     def cancel_call(self, call_id: str, reason: str = "the call was cancelled") -> bool:
@@ -401,9 +297,14 @@ class Runtime:
         return scope is not None and scope.cancel("cancelled", reason)
 
     def cancel_run(self, run_id: str, reason: str = "the run was cancelled") -> int:
-        """Cancel every running call of ``run_id``; returns how many were cancelled."""
+        """Cancel every running call of ``run_id`` and every pending action it waits on;
+        returns how many were cancelled."""
         calls = [call for call, scope in self._running.items() if scope.call.run_id == run_id]
-        return sum(self.cancel_call(call, reason) for call in calls)
+        cancelled = sum(self.cancel_call(call, reason) for call in calls)
+        for action in self.store.actions(run_id=run_id):
+            settled = self._settle_action(action, cancelled=True, reason=reason)
+            cancelled += isinstance(settled, ToolError) and settled.code == ErrorCode.CANCELLED
+        return cancelled
 
     # -- calling ---------------------------------------------------------------------------
 
@@ -431,40 +332,27 @@ class Runtime:
             raise ValueError(f"call id {call.call_id!r} is already running")
 
         signal = CancellationSignal()
-        track = _ignore if registration is None else registration.track
-        scope = CancelScope(call, signal, self._running, track)
+        scope = CancelScope(call, signal, self._running, _track(registration))
         if self.cleanup_grace_s != GRACE_S:
             scope.grace_s = self.cleanup_grace_s
         try:
             if registration is None:
                 result = await self._fallback(call, parsed, scope)
             else:
-                result = await self._execute(registration, call, parsed, scope)
-        except asyncio.CancelledError:
-            if scope.release() > 0:
-                raise  # the caller's own task was cancelled from outside: not ours to absorb
-            result = (
-                self._cancelled(call, scope)
-                if scope.reason is not None
-                else self._tool_error(call, asyncio.CancelledError("raised by the tool"))
-            )
-        except Abandoned:
-            log.error(
-                "%s (call %s, run %s) ignored cancellation for %.1f s; the registration refuses "
-                "new calls until it exits",
-                call.name,
-                call.call_id,
-                call.run_id,
-                self.cleanup_grace_s,
-            )
-            result = self._cancelled(call, scope)
+                admitted = await self._admit(call, parsed, scope) if self._pre_any else parsed
+                if isinstance(admitted, _RESULTS):
+                    result = admitted
+                else:
+                    result = self._invalid(registration, call, admitted) or await self._enter(
+                        registration, call, admitted, scope
+                    )
+        except (asyncio.CancelledError, Abandoned) as stopped:
+            result = self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        if not self._post_any or isinstance(result, ToolSkipped):
+        if not self._post_any:
             return result
-        if isinstance(result, ToolError) and result.code in _HOOK_CODES:
-            return result
-        return await self._post_hooks(registration, call, parsed, signal, result)
+        return await self._finish(registration, call, parsed, signal, result)
 
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
@@ -485,27 +373,39 @@ class Runtime:
             )
         return None
 
-    async def _execute(
+    async def _admit(
+        self, call: CallInfo, arguments: JsonObject, scope: CancelScope
+    ) -> JsonObject | ToolResult[Any]:
+        """Pre-hooks: the arguments to validate (possibly modified), or the hooks' result."""
+        scope.bind()
+        verdict = await self._pre_hooks(call, arguments, scope.signal)
+        if not isinstance(verdict, HookVerdict):
+            return verdict
+        return arguments if verdict.input is None else verdict.input
+
+    @staticmethod
+    def _invalid(
+        registration: Registration[Any], call: CallInfo, arguments: JsonObject
+    ) -> ToolError | None:
+        """INVALID_INPUT naming every failing path, or None for valid arguments."""
+        if registration.input.validator.is_valid(arguments):
+            return None
+        problems = describe(registration.input.validator.violations(arguments))
+        return _error(
+            call, ErrorCode.INVALID_INPUT, f"Invalid arguments for {call.name}: {problems}."
+        )
+
+    async def _enter(
         self,
         registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
         scope: CancelScope,
+        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
+        history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
     ) -> ToolResult[Any]:
+        """Run one entry of the implementation (or open a client tool's pending action)."""
         spec = registration.spec
-        if self._pre_any:
-            scope.bind()
-            verdict = await self._pre_hooks(call, arguments, scope.signal)
-            if not isinstance(verdict, HookVerdict):
-                return verdict
-            if verdict.input is not None:
-                arguments = verdict.input
-
-        if not registration.input_validator.is_valid(arguments):
-            problems = describe(registration.input_validator.violations(arguments))
-            return _error(
-                call, ErrorCode.INVALID_INPUT, f"Invalid arguments for {call.name}: {problems}."
-            )
         try:
             context = None
             if registration.context is not None:
@@ -513,46 +413,71 @@ class Runtime:
                 if inspect.isawaitable(context):
                     scope.bind()
                     context = await context
-            if self.permission is not None:
+            if self.permission is not None and entry is INITIAL:
                 scope.bind()
-                denied = await self.permission(
-                    PermissionRequest(call.name, spec.id, call, arguments)
-                )
+                request = PermissionRequest(call.name, spec.id, call, arguments)
+                denied = await self.permission(request)
                 if denied is not None:
                     return _error(call, ErrorCode.PERMISSION_DENIED, denied)
         except Exception as error:
             return self._tool_error(call, error)
         if scope.reason is not None:
             return self._cancelled(call, scope)
+        if registration.implementation is None:
+            return self._await_client(registration, call, arguments)
 
-        data = _CallData(registration.data) if registration.data else None
-        ctx = ToolContext(spec.input_type, arguments, context, call, scope.signal, data)
+        resumed = entry is not INITIAL
+        recorded = self.store.durable or resumed
+        attempt = None
+        if recorded or registration.data:
+            attempt = scope.stored = _Attempt(recorded)
+        if recorded and not resumed:  # a resume's start was recorded with its submission
+            record = self._record(registration, call, arguments, "running")
+            self._emit(self.store.begin, record, self._event(call, "started", None))
+        elif not resumed and self._events.active:
+            self._events.publish(self._event(call, "started", None))
+        data = None
+        if registration.data:
+            data = CallData(call, registration.data, self.store, self._events.publish)
+            assert attempt is not None
+            attempt.data = data
+        ctx = ToolContext(
+            spec.input_type,
+            arguments,
+            context,
+            call,
+            scope.signal,
+            data,
+            registration.points,
+            entry,
+            history,
+        )
+        implementation = registration.implementation
         try:
-            output = await scope.run(registration.implementation(ctx), registration.timeout_s)
+            output = await scope.run(implementation(ctx), registration.timeout_s)
         except ToolFailed as failure:
-            return _error(call, ErrorCode.TOOL_FAILED, failure.message)
+            result: ToolResult[Any] = _error(call, ErrorCode.TOOL_FAILED, failure.message)
         except Suspended as suspended:
-            log.error(
-                "%s: suspended at %r without a pending-action store", call.name, suspended.point
-            )
-            return _error(call, ErrorCode.TOOL_ERROR, GENERIC_ERROR)
+            return self._suspend(registration, call, arguments, suspended, attempt)
         except Exception as error:
-            return self._tool_error(call, error)
+            result = self._tool_error(call, error)
+        else:
+            result = self._output(registration, call, output, ctx._display)
         finally:
             scope.stop()
-        return self._output(registration, call, output, ctx._display)
+        return self._settled(call, result, attempt)
 
     def _output(
         self, registration: Registration[Any], call: CallInfo, output: Any, display: JsonValue
     ) -> ToolResult[Any]:
+        # JSON-mode serialization (pydantic, in Rust) on the hot path; ToolData and suspend
+        # payloads, which are stored, get the stricter lossless check instead.
         try:
             content = registration.output_adapter.serializer.to_python(
                 output, mode="json", by_alias=True, exclude_unset=True, warnings=False
             )
         except Exception as error:
-            log.error(
-                "%s (call %s): the output cannot be serialized: %s", call.name, call.call_id, error
-            )
+            log.error("%s (call %s): the output is not JSON: %s", call.name, call.call_id, error)
             return _error(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
         validator = registration.output_validator
         if validator is not None and not validator.is_valid(content):
@@ -565,6 +490,55 @@ class Runtime:
             )
             return _error(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
         return ToolSuccess(call, output, content, display)
+
+    def _settled(
+        self, call: CallInfo, result: ToolResult[Any], attempt: _Attempt | None
+    ) -> ToolResult[Any]:
+        """Record the end of a stored call (with its event), or just announce it."""
+        if attempt is not None and attempt.stored:
+            event = self._event(call, "result", _result_json(result))
+            self._emit(self.store.settle, call.call_id, event.payload, event)
+        elif self._events.active:
+            self._events.publish(self._event(call, "result", _result_json(result)))
+        return result
+
+    def _stopped(
+        self, call: CallInfo, scope: CancelScope, stopped: BaseException
+    ) -> ToolResult[Any]:
+        """The result of a call a cancellation or a deadline ended (or the exception to raise)."""
+        attempt: _Attempt | None = scope.stored
+        if isinstance(stopped, Abandoned):
+            log.error(
+                "%s (call %s, run %s) ignored cancellation for %.1f s; the registration refuses "
+                "new calls until it exits",
+                call.name,
+                call.call_id,
+                call.run_id,
+                self.cleanup_grace_s,
+            )
+            return self._settled(call, self._cancelled(call, scope), attempt)
+        if scope.release() > 0:
+            raise stopped  # the caller's own task was cancelled from outside: not ours to absorb
+        if scope.reason is None:
+            result = self._tool_error(call, asyncio.CancelledError("raised by the tool"))
+        else:
+            result = self._cancelled(call, scope)
+        return self._settled(call, result, attempt)
+
+    async def _finish(
+        self,
+        registration: Registration[Any] | None,
+        call: CallInfo,
+        arguments: JsonObject,
+        signal: CancellationSignal,
+        result: ToolResult[Any],
+    ) -> ToolResult[Any]:
+        """Post-hooks, for results the tool itself produced."""
+        if not self._post_any or isinstance(result, ToolSkipped | ToolPending):
+            return result
+        if isinstance(result, ToolError) and result.code in _HOOK_CODES:
+            return result
+        return await self._post_hooks(registration, call, arguments, signal, result)
 
     async def _fallback(
         self, call: CallInfo, arguments: JsonObject, scope: CancelScope
@@ -588,11 +562,294 @@ class Runtime:
         finally:
             scope.stop()
         try:
-            json.dumps(content)
-        except (TypeError, ValueError) as error:
+            content = checked(content)
+        except NotJson as error:
             log.error("fallback for %s returned a value that is not JSON: %s", call.name, error)
             return _error(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
         return ToolSuccess(call, content, content)
+
+    # -- suspensions and client tools ------------------------------------------------------
+
+    def _suspend(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        suspended: Suspended,
+        attempt: _Attempt | None,
+    ) -> ToolResult[Any]:
+        point = registration.points[suspended.point]  # ctx.suspend checked the name
+        action = self._action(call, suspended.point, suspended.payload, point.resume.schema)
+        record = self._record(registration, call, arguments, "suspended")
+        payload: JsonValue = {"action_id": action.action_id, "point": action.point}
+        try:
+            event = self._event(call, "suspended", payload)
+            known = attempt is not None and attempt.recorded
+            self.store.suspend(record, action, event, known=known)
+            self._events.publish(event)
+        except Exception as error:
+            return self._settled(call, self._tool_error(call, error), attempt)
+        typed = point.suspend.adapter.validate_python(suspended.payload)
+        view = PendingAction.of(action, typed)
+        return ToolPending(call, view, pending_content(view))
+
+    def _await_client(
+        self, registration: Registration[Any], call: CallInfo, arguments: JsonObject
+    ) -> ToolResult[Any]:
+        assert registration.output is not None  # client specs always have an output schema
+        action = self._action(call, None, dict(arguments), registration.output.schema)
+        record = self._record(registration, call, arguments, "pending")
+        payload: JsonValue = {"action_id": action.action_id}
+        try:
+            self._emit(self.store.suspend, record, action, self._event(call, "pending", payload))
+        except Exception as error:
+            return self._tool_error(call, error)
+        view = PendingAction.of(action, registration.spec.input_type.model_validate(arguments))
+        return ToolPending(call, view, pending_content(view))
+
+    async def submit(
+        self, action_id: str, payload: JsonValue | BaseModel | str | bytes
+    ) -> ToolResult[Any]:
+        """Resolve a pending action with ``payload``: validated against the action's schema
+        before anything else (an invalid payload leaves it pending). Exactly one of many
+        concurrent submits wins; the others get ACTION_ALREADY_RESOLVED. A suspension re-enters
+        its implementation with a typed resume entry; a client tool's call completes."""
+        action = self.store.action(action_id)
+        if action is None:
+            return _error(_nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}.")
+        call = CallInfo(action.call_id, action.run_id, action.name, action.spec_id)
+        if action.state != "pending":
+            return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, actions.already_resolved(action))
+        value = _submitted_json(payload)
+        if isinstance(value, str):
+            return _error(call, ErrorCode.INVALID_SUBMISSION, value)
+        invalid = actions.invalid_submission(action, value)
+        if invalid is not None:
+            return _error(call, ErrorCode.INVALID_SUBMISSION, invalid)
+        registration = self._registrations.get(action.name)
+        if action.point is None:
+            return await self._complete_client(registration, call, action, value)
+        point = None if registration is None else registration.points.get(action.point)
+        if registration is None or point is None:
+            return _error(
+                call,
+                ErrorCode.TOOL_HANDLER_NOT_FOUND,
+                f"This runtime cannot resume {action.name}.{action.point}; it stays pending.",
+            )
+        lost = self._resolve(action, *actions.resumption(action, value, self.owner))
+        if lost is not None:
+            return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
+        return await self._resume(registration, call, action, value)
+
+    def _resolve(self, action: ActionRecord, resolution: Resolution, event: Event) -> str | None:
+        """Compare-and-set the action (with its call and event); why it lost, or None."""
+        try:
+            self._emit(self.store.resolve, action.action_id, resolution, event)
+        except ActionAlreadyResolved as lost:
+            return actions.already_resolved(lost.action)
+        except UnknownAction:
+            return f"No pending action {action.action_id!r}."
+        return None
+
+    async def _resume(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        action: ActionRecord,
+        value: JsonValue,
+    ) -> ToolResult[Any]:
+        record = self.store.call(call.call_id)
+        assert record is not None and action.point is not None
+        point = registration.points[action.point]
+        entry = ResumeEntry(
+            action.point,
+            point.resume.adapter.validate_python(value),
+            ActionRef(action.action_id, call.call_id, call.run_id, action.point),
+        )
+        signal = CancellationSignal()
+        scope = CancelScope(call, signal, self._running, _track(registration))
+        try:
+            result = await self._enter(
+                registration, call, record.input, scope, entry, lambda: self._history(call)
+            )
+        except (asyncio.CancelledError, Abandoned) as stopped:
+            result = self._stopped(call, scope, stopped)
+        finally:
+            scope.close()
+        return await self._finish(registration, call, record.input, signal, result)
+
+    async def _complete_client(
+        self,
+        registration: Registration[Any] | None,
+        call: CallInfo,
+        action: ActionRecord,
+        value: JsonValue,
+    ) -> ToolResult[Any]:
+        lost = self._resolve(action, *actions.completion(action, value))
+        if lost is not None:
+            return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
+        typed = (
+            value if registration is None else registration.output_adapter.validate_python(value)
+        )
+        result = ToolSuccess(call, typed, value)
+        arguments = action.payload if isinstance(action.payload, dict) else {}
+        return await self._finish(registration, call, arguments, CancellationSignal(), result)
+
+    def cancel(self, action_id: str, reason: str = "cancelled") -> ToolResult[Any]:
+        """Settle the action's call as CANCELLED (exactly once, like submit)."""
+        return self._settle_by_id(action_id, cancelled=True, reason=reason)
+
+    def fail(self, action_id: str, error: str | BaseException) -> ToolResult[Any]:
+        """Settle the action's call as TOOL_FAILED with ``error`` as the model's sentence."""
+        return self._settle_by_id(action_id, cancelled=False, reason=str(error))
+
+    def _settle_by_id(self, action_id: str, *, cancelled: bool, reason: str) -> ToolResult[Any]:
+        action = self.store.action(action_id)
+        if action is None:
+            return _error(_nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}.")
+        return self._settle_action(action, cancelled=cancelled, reason=reason)
+
+    def _settle_action(
+        self, action: ActionRecord, *, cancelled: bool, reason: str
+    ) -> ToolResult[Any]:
+        call = CallInfo(action.call_id, action.run_id, action.name, action.spec_id)
+        settle = actions.cancellation if cancelled else actions.failure
+        resolution, event, message = settle(action, reason)
+        lost = self._resolve(action, resolution, event)
+        if lost is not None:
+            return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
+        return _error(call, ErrorCode.CANCELLED if cancelled else ErrorCode.TOOL_FAILED, message)
+
+    def pending(
+        self, *, run_id: str | None = None, name: str | None = None
+    ) -> list[PendingAction[Any]]:
+        """Pending actions (all, of a run, or of a registration name), with typed inputs where
+        this runtime knows the tool."""
+        return [self._view(a) for a in self.store.actions(run_id=run_id, name=name)]
+
+    def _view(self, action: ActionRecord) -> PendingAction[Any]:
+        registration = self._registrations.get(action.name)
+        typed: Any = action.payload
+        if registration is not None:
+            if action.point is None:
+                typed = registration.spec.input_type.model_validate(action.payload)
+            elif action.point in registration.points:
+                typed = registration.points[action.point].suspend.adapter.validate_python(
+                    action.payload
+                )
+        return PendingAction.of(action, typed)
+
+    def _history(self, call: CallInfo) -> tuple[SuspensionEpisode, ...]:
+        return tuple(
+            SuspensionEpisode(
+                a.action_id,
+                a.point or "",
+                a.payload,
+                a.suspended_at,
+                a.state,
+                a.resume,
+                a.resolved_at,
+            )
+            for a in self.store.actions(state=None, call_id=call.call_id)
+            if a.point is not None
+        )
+
+    # -- recovery --------------------------------------------------------------------------
+
+    async def recover(self, *, replay: bool = True) -> list[ToolResult[Any]]:
+        """Settle the calls a stopped process left behind (seed 000's side-effect contract).
+
+        A call whose action was submitted but not yet resumed is resumed. A call that was running:
+        ``pure`` and ``idempotent`` ones are run again from the entry they were in (when
+        ``replay``); ``non_idempotent`` ones are never run again: they settle as INTERRUPTED, for
+        reconciliation. Calls of live processes and of tools this runtime lacks are left alone.
+        """
+        results: list[ToolResult[Any]] = []
+        for record in self.store.calls(["running", "resumable"]):
+            registration = self._registrations.get(record.name)
+            if registration is None or registration.implementation is None:
+                log.warning(
+                    "recovery: %s (call %s) is not registered here", record.name, record.call_id
+                )
+                continue
+            if record.state == "running" and _alive(record.owner, self.owner):
+                continue
+            call = CallInfo(record.call_id, record.run_id, record.name, record.spec_id)
+            safe = record.state == "resumable" or record.side_effect in ("pure", "idempotent")
+            if record.state == "running" and not (safe and replay):
+                if record.side_effect == "non_idempotent":
+                    interrupted = _error(call, ErrorCode.INTERRUPTED, INTERRUPTED_MESSAGE)
+                    results.append(self._settled(call, interrupted, _Attempt(recorded=True)))
+                continue
+            results.append(await self._rerun(registration, call, record))
+        return results
+
+    async def _rerun(
+        self, registration: Registration[Any], call: CallInfo, record: CallRecord
+    ) -> ToolResult[Any]:
+        entry = record.entry
+        if isinstance(entry, dict) and entry.get("action_id"):
+            action = self.store.action(str(entry["action_id"]))
+            if action is not None:
+                if record.state == "resumable" or record.owner != self.owner:
+                    self._emit(
+                        self.store.begin,
+                        _replace_owner(record, self.owner),
+                        self._event(call, "resumed", {"action_id": action.action_id}),
+                    )
+                return await self._resume(registration, call, action, entry.get("resume"))
+        signal = CancellationSignal()
+        scope = CancelScope(call, signal, self._running, _track(registration))
+        try:
+            result = await self._enter(registration, call, record.input, scope)
+        except (asyncio.CancelledError, Abandoned) as stopped:
+            result = self._stopped(call, scope, stopped)
+        finally:
+            scope.close()
+        return await self._finish(registration, call, record.input, signal, result)
+
+    # -- records and events ----------------------------------------------------------------
+
+    def _record(
+        self, registration: Registration[Any], call: CallInfo, arguments: JsonObject, state: Any
+    ) -> CallRecord:
+        spec = registration.spec
+        return CallRecord(
+            call.call_id,
+            call.run_id,
+            call.name,
+            spec.id,
+            spec.side_effect,
+            spec.execution,
+            arguments,
+            state,
+            now(),
+            self.owner,
+        )
+
+    def _action(
+        self, call: CallInfo, point: str | None, payload: JsonValue, schema: JsonObject
+    ) -> ActionRecord:
+        return ActionRecord(
+            f"act_{uuid.uuid4().hex}",
+            call.call_id,
+            call.run_id,
+            call.name,
+            call.spec_id,
+            point,
+            payload,
+            schema,
+            now(),
+        )
+
+    def _event(self, call: CallInfo, kind: str, payload: JsonValue) -> Event:
+        return Event(call.run_id, call.call_id, kind, payload, now())
+
+    def _emit(self, write: Callable[..., Any], *args: Any) -> Any:
+        """Commit ``write`` (its last argument is the event), then tell live subscribers."""
+        written = write(*args)
+        self._events.publish(args[-1])
+        return written
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -702,17 +959,31 @@ class Runtime:
         )
 
 
-_INITIAL = InitialEntry()
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # the spec format's rule for names
 _HOOK_CODES = frozenset({ErrorCode.HOOK_ABORTED, ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT})
+_RESULTS = (ToolSuccess, ToolSkipped, ToolError, ToolPending)
 
 
 def _ignore(task: asyncio.Task[None]) -> None:
     """A fallback call has no registration to refuse calls for; its detached task just ends."""
 
 
+def _track(registration: Registration[Any] | None) -> Callable[[asyncio.Task[None]], None]:
+    return _ignore if registration is None else registration.track
+
+
 def _error(call: CallInfo, code: ErrorCode, message: str) -> ToolError:
     return ToolError(call, code, message, error_content(code, message))
+
+
+def _nobody() -> CallInfo:
+    return CallInfo("", "", "", "")
+
+
+def _result_json(result: ToolResult[Any]) -> JsonValue:
+    """How a result is stored and announced."""
+    if isinstance(result, ToolError):
+        return actions.error_json(result.code, result.message)
+    return actions.success_json(result.content)
 
 
 def _parse_arguments(arguments: JsonObject | str | bytes) -> JsonObject | str:
@@ -722,26 +993,59 @@ def _parse_arguments(arguments: JsonObject | str | bytes) -> JsonObject | str:
             arguments = json.loads(arguments)
         except ValueError as error:
             return f"The arguments are not valid JSON: {error}."
-    if not isinstance(arguments, Mapping):
+    if not isinstance(arguments, dict):
         return "The arguments must be a JSON object."
     return arguments
 
 
-_VALIDATORS: dict[str, SchemaValidator] = {}
+def _submitted_json(payload: JsonValue | BaseModel | str | bytes) -> JsonValue | str:
+    """A submission as lossless JSON, or a sentence saying why it is not JSON.
+
+    Text is parsed as JSON; a model is serialized (unset fields left out)."""
+    try:
+        if isinstance(payload, BaseModel):
+            return checked(payload.model_dump(mode="python", by_alias=True, exclude_unset=True))
+        if isinstance(payload, bytes | str):
+            return checked(json.loads(payload))
+        return checked(payload)
+    except (ValueError, NotJson) as error:
+        return f"The submission is not JSON: {error}"
 
 
-def _compiled(schema: JsonObject) -> SchemaValidator:
-    """One compiled validator per distinct schema, shared by every registration that uses it."""
-    key = json.dumps(schema, sort_keys=True)
-    validator = _VALIDATORS.get(key)
-    if validator is None:
-        validator = _VALIDATORS[key] = SchemaValidator(schema)
-    return validator
+def _alive(owner: str, me: str) -> bool:
+    """Whether the runtime that wrote ``owner`` may still be running (so its calls are its own).
+
+    Only a process on this host can be checked; one on another host is taken to be alive."""
+    if owner == me:
+        return True
+    host, _, rest = owner.partition(":")
+    pid, _, _ = rest.partition(":")
+    my_host, _, my_rest = me.partition(":")
+    if host != my_host or not pid.isdigit():
+        return host != my_host
+    if pid == my_rest.partition(":")[0]:
+        return False  # another runtime object of this process left it: it is not running
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
-def _adapter(annotation: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(annotation)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+def _replace_owner(record: CallRecord, owner: str) -> CallRecord:
+    return CallRecord(
+        record.call_id,
+        record.run_id,
+        record.name,
+        record.spec_id,
+        record.side_effect,
+        record.execution,
+        record.input,
+        "running",
+        record.started_at,
+        owner,
+        record.entry,
+        record.result,
+    )

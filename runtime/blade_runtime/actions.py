@@ -1,0 +1,94 @@
+"""What resolving a pending action writes, shared by the runtime and the operators' CLI.
+
+Each function returns the ``Resolution`` (the compare-and-set of the action and what it does to
+the call) and the event that goes with it, so that both paths write exactly the same records.
+A submission is validated before any of this, against the schema stored with the action.
+"""
+
+from __future__ import annotations
+
+from pydantic import JsonValue
+
+from blade_runtime.execution import now
+from blade_runtime.registry import compiled
+from blade_runtime.results import ErrorCode
+from blade_runtime.store import ActionRecord, Event, Resolution
+from blade_runtime.validation import describe
+
+
+def invalid_submission(action: ActionRecord, value: JsonValue) -> str | None:
+    """Why ``value`` cannot resolve ``action`` (every failing path), or None."""
+    validator = compiled(action.submit_schema)
+    if validator.is_valid(value):
+        return None
+    return f"Invalid submission for {action.action_id}: {describe(validator.violations(value))}."
+
+
+def success_json(content: JsonValue) -> JsonValue:
+    return {"status": "success", "content": content}
+
+
+def error_json(code: ErrorCode, message: str) -> JsonValue:
+    return {"status": "error", "code": code.value, "message": message}
+
+
+def completion(action: ActionRecord, value: JsonValue) -> tuple[Resolution, Event]:
+    """A client tool's output arrived: the call settles with it."""
+    result = success_json(value)
+    at = now()
+    resolution = Resolution("submitted", at, resume=value, call_state="settled", call_result=result)
+    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+
+
+def resumption(
+    action: ActionRecord, value: JsonValue, owner: str | None
+) -> tuple[Resolution, Event]:
+    """A suspension's resume payload arrived. With an ``owner`` (a runtime about to re-enter the
+    implementation) the call is marked running; without one it waits, resumable, for a runtime."""
+    at = now()
+    entry: JsonValue = {"action_id": action.action_id, "point": action.point, "resume": value}
+    resolution = Resolution(
+        "submitted",
+        at,
+        resume=value,
+        call_state="running" if owner else "resumable",
+        call_entry=entry,
+        call_owner=owner,
+    )
+    payload: JsonValue = {"action_id": action.action_id, "point": action.point}
+    return resolution, Event(action.run_id, action.call_id, "resumed", payload, at)
+
+
+def cancellation(action: ActionRecord, reason: str) -> tuple[Resolution, Event, str]:
+    """The call settles as CANCELLED; returns the model's sentence too."""
+    message = f"The tool call was cancelled: {reason}."
+    return (
+        *_settling(action, "cancelled", reason, error_json(ErrorCode.CANCELLED, message)),
+        message,
+    )
+
+
+def failure(action: ActionRecord, message: str) -> tuple[Resolution, Event, str]:
+    """The call settles as TOOL_FAILED with ``message`` for the model."""
+    return (
+        *_settling(action, "failed", message, error_json(ErrorCode.TOOL_FAILED, message)),
+        message,
+    )
+
+
+def _settling(
+    action: ActionRecord, state: str, reason: str, result: JsonValue
+) -> tuple[Resolution, Event]:
+    at = now()
+    resolution = Resolution(
+        "cancelled" if state == "cancelled" else "failed",
+        at,
+        reason=reason,
+        call_state="settled",
+        call_result=result,
+    )
+    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+
+
+def already_resolved(action: ActionRecord) -> str:
+    return f"The action {action.action_id} was already {action.state} at {action.resolved_at}."

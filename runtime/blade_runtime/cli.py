@@ -1,0 +1,169 @@
+"""``blade-runtime``: operators' access to pending actions in a SQLite store.
+
+    blade-runtime pending list --store PATH [--run RUN] [--tool NAME] [--json]
+    blade-runtime pending show ACTION_ID --store PATH
+    blade-runtime pending submit ACTION_ID [JSON | -] --store PATH
+    blade-runtime pending cancel ACTION_ID --store PATH [--reason TEXT]
+
+A submission is validated exactly as the runtime validates it, against the schema recorded with
+the action, before anything is written. Submitting a client tool's output settles its call; a
+suspension's resume payload leaves the call resumable, and the next ``Runtime.recover()`` over
+the store re-enters the implementation.
+
+Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action);
+2 usage; 3 the store cannot be opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from blade_runtime import actions
+from blade_runtime.jsonvalue import NotJson, checked
+from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.store import ActionAlreadyResolved, ActionRecord, StoreError, UnknownAction
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_STORE = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="blade-runtime", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="group", required=True)
+    pending = commands.add_parser("pending", help="list, show, submit or cancel pending actions")
+    verbs = pending.add_subparsers(dest="verb", required=True)
+    listing = verbs.add_parser("list", help="pending actions, oldest first")
+    listing.add_argument("--run")
+    listing.add_argument("--tool", help="registration name")
+    listing.add_argument("--json", action="store_true", help="one JSON document")
+    show = verbs.add_parser("show", help="one action, as JSON")
+    show.add_argument("action_id")
+    submit = verbs.add_parser("submit", help="resolve an action with a JSON payload")
+    submit.add_argument("action_id")
+    submit.add_argument("payload", nargs="?", default="-", help="JSON text, or - for stdin")
+    cancel = verbs.add_parser("cancel", help="settle the action's call as cancelled")
+    cancel.add_argument("action_id")
+    cancel.add_argument("--reason", default="cancelled by an operator")
+    for sub in (listing, show, submit, cancel):
+        sub.add_argument("--store", required=True, type=Path, help="the SQLite store file")
+    args = parser.parse_args(argv)
+    if not args.store.is_file():
+        print(f"error: no store at {args.store}", file=sys.stderr)
+        return EXIT_STORE
+    try:
+        store = SQLiteStore(args.store)
+    except (StoreError, sqlite3.Error) as error:
+        print(f"error: {args.store}: {error}", file=sys.stderr)
+        return EXIT_STORE
+    try:
+        if args.verb == "list":
+            return _list(store, args.run, args.tool, args.json)
+        if args.verb == "show":
+            return _show(store, args.action_id)
+        if args.verb == "submit":
+            text = sys.stdin.read() if args.payload == "-" else args.payload
+            return _submit(store, args.action_id, text)
+        return _cancel(store, args.action_id, args.reason)
+    finally:
+        store.close()
+
+
+def _view(action: ActionRecord) -> dict[str, Any]:
+    return {
+        "action_id": action.action_id,
+        "name": action.name if action.point is None else f"{action.name}.{action.point}",
+        "state": action.state,
+        "origin": {
+            "name": action.name,
+            "spec_id": action.spec_id,
+            "call_id": action.call_id,
+            "run_id": action.run_id,
+            "point": action.point,
+            "suspended_at": action.suspended_at,
+        },
+        "payload": action.payload,
+        "submit_schema": action.submit_schema,
+        "resume": action.resume,
+        "resolved_at": action.resolved_at,
+        "reason": action.reason,
+    }
+
+
+def _list(store: SQLiteStore, run: str | None, tool: str | None, as_json: bool) -> int:
+    found = store.actions(run_id=run, name=tool)
+    if as_json:
+        print(json.dumps([_view(a) for a in found], indent=2, ensure_ascii=False))
+        return 0
+    for action in found:
+        name = action.name if action.point is None else f"{action.name}.{action.point}"
+        print(
+            f"{action.action_id}  {name}  run={action.run_id}  call={action.call_id}  "
+            f"since {action.suspended_at}"
+        )
+    return 0
+
+
+def _show(store: SQLiteStore, action_id: str) -> int:
+    action = store.action(action_id)
+    if action is None:
+        print(f"error: no action {action_id!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(json.dumps(_view(action), indent=2, ensure_ascii=False))
+    return 0
+
+
+def _submit(store: SQLiteStore, action_id: str, text: str) -> int:
+    action = store.action(action_id)
+    if action is None:
+        print(f"error: no action {action_id!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    if action.state != "pending":
+        print(f"error: {actions.already_resolved(action)}", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        value = checked(json.loads(text))
+    except (ValueError, NotJson) as error:
+        print(f"error: the payload is not JSON: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    invalid = actions.invalid_submission(action, value)
+    if invalid is not None:
+        print(f"error: {invalid}", file=sys.stderr)
+        return EXIT_REFUSED
+    if action.point is None:
+        resolution, event = actions.completion(action, value)
+        done = "the call completed with this output"
+    else:
+        resolution, event = actions.resumption(action, value, owner=None)
+        done = "the call resumes at the next Runtime.recover() over this store"
+    return _resolve(store, action, resolution, event, done)
+
+
+def _cancel(store: SQLiteStore, action_id: str, reason: str) -> int:
+    action = store.action(action_id)
+    if action is None:
+        print(f"error: no action {action_id!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    resolution, event, _ = actions.cancellation(action, reason)
+    return _resolve(store, action, resolution, event, "the call settled as cancelled")
+
+
+def _resolve(
+    store: SQLiteStore, action: ActionRecord, resolution: Any, event: Any, done: str
+) -> int:
+    try:
+        store.resolve(action.action_id, resolution, event)
+    except (ActionAlreadyResolved, UnknownAction) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"{action.action_id}: {resolution.state}; {done}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

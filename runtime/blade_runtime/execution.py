@@ -1,0 +1,202 @@
+"""The ``ctx`` an implementation receives, and its ToolData writer.
+
+``ToolContext`` satisfies every generated Execution protocol structurally: the typed input (built
+on first access), server context, call identity, cancellation signal, entry (initial or resume),
+suspension history, ToolData channels, ``fail``, ``suspend`` and ``display``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from blade_runtime.context import (
+    CallInfo,
+    CancellationSignal,
+    DataItem,
+    InitialEntry,
+    ResumeEntry,
+    Suspended,
+    SuspensionEpisode,
+    ToolFailed,
+)
+from blade_runtime.jsonvalue import NotJson, lossless
+from blade_runtime.registry import Point, Typed
+from blade_runtime.spec import JsonObject
+from blade_runtime.store import DataRecord, Event, Store
+from blade_runtime.validation import describe
+
+INITIAL = InitialEntry()
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class DataRejected(ValueError):
+    """A ToolData record that is not lossless JSON or that its channel schema rejects."""
+
+
+class SuspendRejected(ValueError):
+    """A suspend payload that is not lossless JSON or that its point's schema rejects."""
+
+
+class InputModelMismatch(Exception):
+    """The generated input model rejected input its JSON Schema accepted: a toolchain bug."""
+
+
+class CallData:
+    """``ctx.data``: the call's ToolData, validated per channel, written through the store.
+
+    Durable items are stored with the call (one transaction with their event); transient ones
+    only reach live subscribers. The same id updates an item in place, keeping its position.
+    """
+
+    __slots__ = ("_call", "_channels", "_counter", "_publish", "_store", "wrote")
+
+    def __init__(
+        self,
+        call: CallInfo,
+        channels: Mapping[str, Typed],
+        store: Store,
+        publish: Callable[[Event], None],
+    ) -> None:
+        self._call = call
+        self._channels = channels
+        self._store = store
+        self._publish = publish
+        self._counter = itertools.count(1)
+        self.wrote = False
+
+    async def write(
+        self, channel: str, value: Any, *, id: str | None = None, transient: bool = False
+    ) -> None:
+        typed = self._channel(channel)
+        try:
+            record = lossless(typed.adapter, value)
+        except NotJson as error:
+            raise DataRejected(f"ToolData channel {channel!r}: {error}") from None
+        if not typed.validator.is_valid(record):
+            problems = describe(typed.validator.violations(record))
+            raise DataRejected(f"ToolData channel {channel!r} rejected a record: {problems}")
+        item_id = id if id is not None else f"{channel}-{self._call.call_id}-{next(self._counter)}"
+        at = now()
+        payload: JsonValue = {
+            "channel": channel,
+            "id": item_id,
+            "value": record,
+            "transient": transient,
+        }
+        event = Event(self._call.run_id, self._call.call_id, "data", payload, at)
+        if not transient:
+            self.wrote = True
+            self._store.write_data(
+                DataRecord(self._call.call_id, channel, item_id, record, at), event
+            )
+        self._publish(event)
+
+    async def list(self, channel: str) -> Sequence[DataItem[Any]]:
+        typed = self._channel(channel)
+        return [
+            DataItem(item.item_id, typed.adapter.validate_python(item.value), item.updated_at)
+            for item in self._store.data(self._call.call_id, channel)
+        ]
+
+    def _channel(self, channel: str) -> Typed:
+        try:
+            return self._channels[channel]
+        except KeyError:
+            known = ", ".join(sorted(self._channels)) or "none"
+            raise DataRejected(f"no ToolData channel {channel!r} (channels: {known})") from None
+
+
+class ToolContext:
+    """The ``ctx`` an implementation receives.
+
+    ``input`` is built from the validated arguments on first access: the typed model costs about
+    as much as the rest of a call, and a tool that never reads it should not pay for it.
+    """
+
+    __slots__ = (
+        "_arguments",
+        "_display",
+        "_history",
+        "_input",
+        "_input_type",
+        "_points",
+        "call",
+        "context",
+        "data",
+        "entry",
+        "signal",
+    )
+
+    def __init__(
+        self,
+        input_type: type[BaseModel],
+        arguments: JsonObject,
+        context: Any,
+        call: CallInfo,
+        signal: CancellationSignal,
+        data: CallData | None,
+        points: Mapping[str, Point],
+        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
+        history: Callable[[], Sequence[SuspensionEpisode]] | None = None,
+    ) -> None:
+        self._input_type = input_type
+        self._arguments = arguments
+        self._input: BaseModel | None = None
+        self._points = points
+        self.context = context
+        self.call = call
+        self.signal = signal
+        self.data = data
+        self.entry = entry
+        self._history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = (
+            () if history is None else history
+        )
+        self._display: JsonValue = None
+
+    @property
+    def suspend_history(self) -> Sequence[SuspensionEpisode]:
+        """The call's suspension episodes, read from the store on first access."""
+        if callable(self._history):
+            self._history = self._history()
+        return self._history
+
+    @property
+    def input(self) -> Any:
+        if self._input is None:
+            try:
+                self._input = self._input_type.model_validate(self._arguments)
+            except ValidationError as error:
+                raise InputModelMismatch(
+                    f"{self.call.spec_id}: the generated input model rejected input its JSON "
+                    f"Schema accepts (rebuild with the current blade-codegen): {error}"
+                ) from None
+        return self._input
+
+    def fail(self, message: str) -> NoReturn:
+        raise ToolFailed(message)
+
+    def display(self, content: JsonValue) -> None:
+        self._display = content
+
+    def suspend(self, point: str, payload: Any) -> NoReturn:
+        """End this execution and wait at ``point``; the payload is validated first."""
+        found = self._points.get(point)
+        if found is None:
+            known = ", ".join(sorted(self._points)) or "none"
+            raise SuspendRejected(f"no suspend point {point!r} (points: {known})")
+        try:
+            record = lossless(found.suspend.adapter, payload)
+        except NotJson as error:
+            raise SuspendRejected(f"suspend point {point!r}: {error}") from None
+        if not found.suspend.validator.is_valid(record):
+            problems = describe(found.suspend.validator.violations(record))
+            raise SuspendRejected(f"suspend point {point!r} rejected the payload: {problems}")
+        raise Suspended(point, record)

@@ -1,0 +1,48 @@
+"""Lossless JSON: what the runtime records and emits must read back exactly as it was written.
+
+Values from implementations (models, aliases, plain data) are serialized by their pydantic type
+with unset fields left out, then checked: NaN and infinities, non-string keys and objects JSON has
+no form for are refused with the JSON pointer of the first offender, instead of being turned into
+``null`` or a string on the way to the store.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import JsonValue, TypeAdapter
+
+
+class NotJson(ValueError):
+    """A value that cannot round-trip through JSON; the message names where and why."""
+
+
+def lossless(adapter: TypeAdapter[Any], value: Any) -> JsonValue:
+    """``value`` as JSON through its type ``adapter``, or NotJson."""
+    dumped = adapter.serializer.to_python(
+        value, mode="python", by_alias=True, exclude_unset=True, warnings=False
+    )
+    return checked(dumped)
+
+
+def checked(value: Any, at: str = "") -> JsonValue:
+    """``value`` if it is plain, finite JSON (tuples become arrays); else NotJson."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotJson(f"at {at or '/'}: {value} has no JSON form")
+        return value
+    if isinstance(value, dict):
+        out: dict[str, JsonValue] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotJson(f"at {at or '/'}: the key {key!r} is not a string")
+            out[key] = checked(item, f"{at}/{key.replace('~', '~0').replace('/', '~1')}")
+        return out
+    if isinstance(value, list | tuple):
+        return [checked(item, f"{at}/{index}") for index, item in enumerate(value)]
+    raise NotJson(f"at {at or '/'}: a {type(value).__name__} has no JSON form")

@@ -1,0 +1,430 @@
+"""``SQLiteStore``: the embedded durable store.
+
+WAL journal with ``synchronous=NORMAL``: a commit survives the process being killed (measured
+about 0.1-0.23 ms a commit here); pass ``synchronous="FULL"`` to survive power loss as well (about
+4 ms a commit). Every method is one ``BEGIN IMMEDIATE`` transaction, so writers from other threads
+and processes queue on the file's lock (``busy_timeout``), and resolving an action is an
+``UPDATE ... WHERE state = 'pending'``: exactly one of many concurrent submits changes a row.
+
+The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[n]`` takes version n to n+1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import JsonValue
+
+from blade_runtime.store import (
+    ActionAlreadyResolved,
+    ActionRecord,
+    ActionState,
+    CallRecord,
+    CallState,
+    DataRecord,
+    Event,
+    Resolution,
+    StoreError,
+    UnknownAction,
+)
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE calls (
+        call_id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        spec_id TEXT NOT NULL,
+        side_effect TEXT NOT NULL,
+        execution TEXT NOT NULL,
+        input TEXT NOT NULL,
+        state TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        entry TEXT,
+        result TEXT
+    ) WITHOUT ROWID;
+    CREATE TABLE actions (
+        action_id TEXT PRIMARY KEY,
+        call_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        spec_id TEXT NOT NULL,
+        point TEXT,
+        payload TEXT NOT NULL,
+        submit_schema TEXT NOT NULL,
+        suspended_at TEXT NOT NULL,
+        state TEXT NOT NULL,
+        resume TEXT,
+        resolved_at TEXT,
+        reason TEXT
+    ) WITHOUT ROWID;
+    CREATE INDEX actions_pending ON actions (run_id, name) WHERE state = 'pending';
+    CREATE INDEX actions_call ON actions (call_id);
+    CREATE TABLE data (
+        seq INTEGER PRIMARY KEY,
+        call_id TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        value TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (call_id, channel, item_id)
+    );
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        at TEXT NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_CALL_COLUMNS = (
+    "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
+    "entry, result"
+)
+_ACTION_COLUMNS = (
+    "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
+    "state, resume, resolved_at, reason"
+)
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_dump = _ENCODER.encode
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class _Schemas:
+    """Schemas repeat (every action of a suspend point stores the same one): each distinct text
+    is parsed once, and each schema object (the runtime passes its own) is dumped once."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, Any] = {}
+        self._texts: dict[int, tuple[Any, str]] = {}
+
+    def dump(self, schema: Any) -> str:
+        found = self._texts.get(id(schema))
+        if found is None or found[0] is not schema:
+            found = self._texts[id(schema)] = (schema, _dump(dict(schema)))
+        return found[1]
+
+    def load(self, text: str) -> Any:
+        parsed = self._parsed.get(text)
+        if parsed is None:
+            parsed = self._parsed[text] = json.loads(text)
+        return parsed
+
+
+class SQLiteStore:
+    """A durable store in one SQLite file, shared safely by threads and processes."""
+
+    durable = True
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        busy_timeout_ms: int = 30_000,
+    ) -> None:
+        self.path = Path(path)
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._schemas = _Schemas()
+        self._migrate()
+
+    # -- connections and transactions ----------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """One connection per thread: sqlite3 connections must not be shared across threads."""
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute(f"PRAGMA synchronous={self._synchronous}")
+            connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+            self._local.connection = connection
+            with self._connections_lock:
+                self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        connection = self._connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: store schema version {version} is newer than this "
+                    f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
+                )
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @staticmethod
+    def _append(db: sqlite3.Connection, event: Event) -> None:
+        cursor = db.execute(
+            "INSERT INTO events (run_id, call_id, kind, payload, at) VALUES (?, ?, ?, ?, ?)",
+            (event.run_id, event.call_id, event.kind, _dump(event.payload), event.at),
+        )
+        event.seq = int(cursor.lastrowid or 0)
+
+    @staticmethod
+    def _put_call(db: sqlite3.Connection, call: CallRecord) -> None:
+        db.execute(
+            f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (call_id) DO UPDATE SET state = excluded.state, "
+            "owner = excluded.owner, entry = excluded.entry, result = excluded.result",
+            (
+                call.call_id,
+                call.run_id,
+                call.name,
+                call.spec_id,
+                call.side_effect,
+                call.execution,
+                _dump(dict(call.input)),
+                call.state,
+                call.started_at,
+                call.owner,
+                _dump(call.entry),
+                _dump(call.result),
+            ),
+        )
+
+    # -- the Store interface -------------------------------------------------------------------
+
+    def begin(self, call: CallRecord, event: Event) -> None:
+        with self._write() as db:
+            self._put_call(db, call)
+            self._append(db, event)
+
+    def suspend(
+        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
+    ) -> None:
+        with self._write() as db:
+            if known:
+                db.execute(
+                    "UPDATE calls SET state = ?, owner = ? WHERE call_id = ?",
+                    (call.state, call.owner, call.call_id),
+                )
+            else:
+                self._put_call(db, call)
+            db.execute(
+                f"INSERT INTO actions ({_ACTION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    action.action_id,
+                    action.call_id,
+                    action.run_id,
+                    action.name,
+                    action.spec_id,
+                    action.point,
+                    _dump(action.payload),
+                    self._schemas.dump(action.submit_schema),
+                    action.suspended_at,
+                    action.state,
+                    _dump(action.resume),
+                    action.resolved_at,
+                    action.reason,
+                ),
+            )
+            self._append(db, event)
+
+    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> ActionRecord:
+        with self._write() as db:
+            row = db.execute(
+                "UPDATE actions SET state = ?, resume = ?, resolved_at = ?, reason = ? "
+                f"WHERE action_id = ? AND state = 'pending' RETURNING {_ACTION_COLUMNS}",
+                (
+                    resolution.state,
+                    _dump(resolution.resume),
+                    resolution.resolved_at,
+                    resolution.reason,
+                    action_id,
+                ),
+            ).fetchone()
+            if row is None:  # lost the race, or no such action: say which, and how it went
+                action = self._one_action(db, action_id)
+                if action is None:
+                    raise UnknownAction(action_id)
+                raise ActionAlreadyResolved(action)
+            action = _action(row, self._schemas)
+            db.execute(
+                "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner) "
+                "WHERE call_id = ?",
+                (
+                    resolution.call_state,
+                    _dump(resolution.call_entry),
+                    _dump(resolution.call_result),
+                    resolution.call_owner,
+                    action.call_id,
+                ),
+            )
+            self._append(db, event)
+            return action
+
+    def settle(self, call_id: str, result: JsonValue, event: Event) -> None:
+        with self._write() as db:
+            db.execute(
+                "UPDATE calls SET state = 'settled', result = ? WHERE call_id = ?",
+                (_dump(result), call_id),
+            )
+            self._append(db, event)
+
+    def write_data(self, record: DataRecord, event: Event | None) -> None:
+        with self._write() as db:
+            # Same item id: the value and time change, the position (seq, the rowid) stays.
+            db.execute(
+                "INSERT INTO data (call_id, channel, item_id, value, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (call_id, channel, item_id) DO UPDATE SET "
+                "value = excluded.value, updated_at = excluded.updated_at",
+                (
+                    record.call_id,
+                    record.channel,
+                    record.item_id,
+                    _dump(record.value),
+                    record.updated_at,
+                ),
+            )
+            if event is not None:
+                self._append(db, event)
+
+    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
+        query, values = "WHERE call_id = ?", [call_id]
+        if channel is not None:
+            query, values = "WHERE call_id = ? AND channel = ?", [call_id, channel]
+        rows = self._connection().execute(
+            f"SELECT call_id, channel, item_id, value, updated_at, seq FROM data {query} "
+            "ORDER BY seq",
+            values,
+        )
+        return [DataRecord(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
+
+    def call(self, call_id: str) -> CallRecord | None:
+        row = (
+            self._connection()
+            .execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,))
+            .fetchone()
+        )
+        return None if row is None else _call(row)
+
+    def calls(self, states: Iterable[CallState]) -> list[CallRecord]:
+        wanted = list(states)
+        marks = ",".join("?" * len(wanted))
+        # A scan, not an index: this runs at recovery, and an index on the state would be
+        # rewritten by every call's four transactions.
+        rows = self._connection().execute(
+            f"SELECT {_CALL_COLUMNS} FROM calls WHERE state IN ({marks}) ORDER BY started_at",
+            wanted,
+        )
+        return [_call(row) for row in rows]
+
+    def action(self, action_id: str) -> ActionRecord | None:
+        return self._one_action(self._connection(), action_id)
+
+    def actions(
+        self,
+        *,
+        state: ActionState | None = "pending",
+        run_id: str | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+    ) -> list[ActionRecord]:
+        # Only the filters given: "? IS NULL OR column = ?" would keep SQLite from using indexes.
+        given = {"state": state, "run_id": run_id, "name": name, "call_id": call_id}
+        where = " AND ".join(
+            f"{column} = ?" for column, value in given.items() if value is not None
+        )
+        rows = self._connection().execute(
+            f"SELECT {_ACTION_COLUMNS} FROM actions {'WHERE ' + where if where else ''} "
+            "ORDER BY suspended_at, action_id",
+            [value for value in given.values() if value is not None],
+        )
+        return [_action(row, self._schemas) for row in rows]
+
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        # No index on run_id (it would cost every transaction): a range scan from ``after``,
+        # which is short when a subscriber catches up from the last event it saw.
+        rows = self._connection().execute(
+            "SELECT run_id, call_id, kind, payload, at, seq FROM events "
+            "WHERE seq > ? AND run_id = ? ORDER BY seq",
+            (after, run_id),
+        )
+        return [Event(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for connection in self._connections:
+                # One made in another thread cannot be closed here; SQLite frees it with the thread.
+                with contextlib.suppress(sqlite3.ProgrammingError):
+                    connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def _one_action(self, db: sqlite3.Connection, action_id: str) -> ActionRecord | None:
+        row = db.execute(
+            f"SELECT {_ACTION_COLUMNS} FROM actions WHERE action_id = ?", (action_id,)
+        ).fetchone()
+        return None if row is None else _action(row, self._schemas)
+
+
+def _call(row: tuple[Any, ...]) -> CallRecord:
+    return CallRecord(
+        call_id=row[0],
+        run_id=row[1],
+        name=row[2],
+        spec_id=row[3],
+        side_effect=row[4],
+        execution=row[5],
+        input=_load(row[6]),
+        state=row[7],
+        started_at=row[8],
+        owner=row[9],
+        entry=_load(row[10]),
+        result=_load(row[11]),
+    )
+
+
+def _action(row: tuple[Any, ...], schemas: _Schemas) -> ActionRecord:
+    return ActionRecord(
+        action_id=row[0],
+        call_id=row[1],
+        run_id=row[2],
+        name=row[3],
+        spec_id=row[4],
+        point=row[5],
+        payload=_load(row[6]),
+        submit_schema=schemas.load(row[7]),
+        suspended_at=row[8],
+        state=row[9],
+        resume=_load(row[10]),
+        resolved_at=row[11],
+        reason=row[12],
+    )
