@@ -6,7 +6,8 @@ about 0.1-0.23 ms a commit here); pass ``synchronous="FULL"`` to survive power l
 and processes queue on the file's lock (``busy_timeout``), and resolving an action is an
 ``UPDATE ... WHERE state = 'pending'``: exactly one of many concurrent submits changes a row.
 
-The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[n]`` takes version n to n+1.
+The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[n]`` (its statements, in one
+transaction) takes version n to n+1.
 """
 
 from __future__ import annotations
@@ -35,57 +36,69 @@ from blade_runtime.store import (
     UnknownAction,
 )
 
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE calls (
-        call_id TEXT PRIMARY KEY,
-        run_id TEXT NOT NULL,
-        name TEXT NOT NULL,
-        spec_id TEXT NOT NULL,
-        side_effect TEXT NOT NULL,
-        execution TEXT NOT NULL,
-        input TEXT NOT NULL,
-        state TEXT NOT NULL,
-        started_at TEXT NOT NULL,
-        owner TEXT NOT NULL,
-        entry TEXT,
-        result TEXT
-    ) WITHOUT ROWID;
-    CREATE TABLE actions (
-        action_id TEXT PRIMARY KEY,
-        call_id TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        name TEXT NOT NULL,
-        spec_id TEXT NOT NULL,
-        point TEXT,
-        payload TEXT NOT NULL,
-        submit_schema TEXT NOT NULL,
-        suspended_at TEXT NOT NULL,
-        state TEXT NOT NULL,
-        resume TEXT,
-        resolved_at TEXT,
-        reason TEXT
-    ) WITHOUT ROWID;
-    CREATE INDEX actions_pending ON actions (run_id, name) WHERE state = 'pending';
-    CREATE INDEX actions_call ON actions (call_id);
-    CREATE TABLE data (
-        seq INTEGER PRIMARY KEY,
-        call_id TEXT NOT NULL,
-        channel TEXT NOT NULL,
-        item_id TEXT NOT NULL,
-        value TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        UNIQUE (call_id, channel, item_id)
-    );
-    CREATE TABLE events (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id TEXT NOT NULL,
-        call_id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        at TEXT NOT NULL
-    );
-    """,
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (  # 1: the first release
+        """
+        CREATE TABLE calls (
+            call_id TEXT PRIMARY KEY,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            spec_id TEXT NOT NULL,
+            side_effect TEXT NOT NULL,
+            execution TEXT NOT NULL,
+            input TEXT NOT NULL,
+            state TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            entry TEXT,
+            result TEXT
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE TABLE actions (
+            action_id TEXT PRIMARY KEY,
+            call_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            spec_id TEXT NOT NULL,
+            point TEXT,
+            payload TEXT NOT NULL,
+            submit_schema TEXT NOT NULL,
+            suspended_at TEXT NOT NULL,
+            state TEXT NOT NULL,
+            resume TEXT,
+            resolved_at TEXT,
+            reason TEXT
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE INDEX actions_pending ON actions (run_id, name) WHERE state = 'pending'
+        """,
+        """
+        CREATE INDEX actions_call ON actions (call_id)
+        """,
+        """
+        CREATE TABLE data (
+            seq INTEGER PRIMARY KEY,
+            call_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (call_id, channel, item_id)
+        )
+        """,
+        """
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY,  -- not AUTOINCREMENT: nothing is deleted, it costs a write
+            run_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            at TEXT NOT NULL
+        )
+        """,
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -184,9 +197,8 @@ class SQLiteStore:
                     f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
                 )
             for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                for statement in MIGRATIONS[step]:
+                    db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @staticmethod
