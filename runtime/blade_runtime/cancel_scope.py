@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any, Literal, Protocol, TypeVar
 
 from blade_runtime.context import CallInfo, CancellationSignal
 
@@ -30,6 +30,12 @@ GRACE_S = 5.0
 """How long an implementation's cleanup is awaited after it was cancelled."""
 
 CancelReason = Literal["timeout", "cancelled"]
+
+
+class Owner(Protocol):
+    """What runs the call: it is told about an implementation left running detached."""
+
+    def track(self, task: asyncio.Task[None]) -> None: ...
 
 
 class Abandoned(BaseException):
@@ -61,12 +67,12 @@ class CancelScope:
         call: CallInfo,
         signal: CancellationSignal,
         running: dict[str, CancelScope],
-        on_abandon: Callable[[asyncio.Task[None]], None],
+        owner: Owner | None,
     ) -> None:
         self.call = call
         self.signal = signal
         self._running = running
-        self._on_abandon = on_abandon
+        self._owner = owner
 
     def bind(self) -> None:
         """Remember the caller's task and enter ``running`` by call id, where cancellation
@@ -151,7 +157,8 @@ class CancelScope:
     def _abandon(self, coroutine: Coroutine[Any, Any, Any], error: BaseException) -> None:
         self.running = False
         detached = asyncio.get_running_loop().create_task(_finish_detached(coroutine, error))
-        self._on_abandon(detached)
+        if self._owner is not None:
+            self._owner.track(detached)
 
 
 @types.coroutine

@@ -121,45 +121,27 @@ class ToolContext:
     as much as the rest of a call, and a tool that never reads it should not pay for it.
     """
 
-    __slots__ = (
-        "_arguments",
-        "_display",
-        "_history",
-        "_input",
-        "_input_type",
-        "_points",
-        "call",
-        "context",
-        "data",
-        "entry",
-        "signal",
-    )
+    # Class-level defaults rather than slots: most calls set five attributes, not eleven.
+    context: Any = None
+    data: CallData | None = None
+    entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL
+    _input: BaseModel | None = None
+    _display: JsonValue = None
+    _history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = ()
 
     def __init__(
         self,
         input_type: type[BaseModel],
         arguments: JsonObject,
-        context: Any,
         call: CallInfo,
         signal: CancellationSignal,
-        data: CallData | None,
         points: Mapping[str, Point],
-        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
-        history: Callable[[], Sequence[SuspensionEpisode]] | None = None,
     ) -> None:
         self._input_type = input_type
         self._arguments = arguments
-        self._input: BaseModel | None = None
-        self._points = points
-        self.context = context
         self.call = call
         self.signal = signal
-        self.data = data
-        self.entry = entry
-        self._history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = (
-            () if history is None else history
-        )
-        self._display: JsonValue = None
+        self._points = points
 
     @property
     def suspend_history(self) -> Sequence[SuspensionEpisode]:

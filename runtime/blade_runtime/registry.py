@@ -69,19 +69,16 @@ class Registration(Generic[OutputT]):
     data: Mapping[str, Typed]
     points: Mapping[str, Point]
     timeout_s: float = field(init=False)
+    # Flattened from input and output: read on every call.
+    input_validator: SchemaValidator = field(init=False)
+    output_validator: SchemaValidator | None = field(init=False)
     detached: set[asyncio.Task[None]] = field(default_factory=set)
     """Implementations abandoned after ignoring cancellation and still running."""
 
     def __post_init__(self) -> None:
         self.timeout_s = self.timeout_ms / 1000
-
-    @property
-    def input_validator(self) -> SchemaValidator:
-        return self.input.validator
-
-    @property
-    def output_validator(self) -> SchemaValidator | None:
-        return None if self.output is None else self.output.validator
+        self.input_validator = self.input.validator
+        self.output_validator = None if self.output is None else self.output.validator
 
     @property
     def client(self) -> bool:

@@ -168,6 +168,7 @@ class Runtime:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout."""
         self.store: Store = MemoryStore() if store is None else store
+        self._durable = self.store.durable
         self.allowed = None if allowed is None else frozenset(allowed)
         self.disallowed = frozenset(disallowed)
         self._restricted = self.allowed is not None or bool(self.disallowed)
@@ -334,7 +335,7 @@ class Runtime:
             raise ValueError(f"call id {call.call_id!r} is already running")
 
         signal = CancellationSignal()
-        scope = CancelScope(call, signal, self._running, _track(registration))
+        scope = CancelScope(call, signal, self._running, registration)
         if self.cleanup_grace_s != GRACE_S:
             scope.grace_s = self.cleanup_grace_s
         try:
@@ -344,10 +345,10 @@ class Runtime:
                 admitted = await self._admit(call, parsed, scope) if self._pre_any else parsed
                 if isinstance(admitted, _RESULTS):
                     result = admitted
+                elif registration.input_validator.is_valid(admitted):
+                    result = await self._enter(registration, call, admitted, scope)
                 else:
-                    result = self._invalid(registration, call, admitted) or await self._enter(
-                        registration, call, admitted, scope
-                    )
+                    result = self._invalid(registration, call, admitted)
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = self._stopped(call, scope, stopped)
         finally:
@@ -388,11 +389,9 @@ class Runtime:
     @staticmethod
     def _invalid(
         registration: Registration[Any], call: CallInfo, arguments: JsonObject
-    ) -> ToolError | None:
-        """INVALID_INPUT naming every failing path, or None for valid arguments."""
-        if registration.input.validator.is_valid(arguments):
-            return None
-        problems = describe(registration.input.validator.violations(arguments))
+    ) -> ToolError:
+        """INVALID_INPUT naming every failing path and what was expected there."""
+        problems = describe(registration.input_validator.violations(arguments))
         return _error(
             call, ErrorCode.INVALID_INPUT, f"Invalid arguments for {call.name}: {problems}."
         )
@@ -407,56 +406,31 @@ class Runtime:
         history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
     ) -> ToolResult[Any]:
         """Run one entry of the implementation (or open a client tool's pending action)."""
-        spec = registration.spec
-        try:
-            context = None
-            if registration.context is not None:
-                context = registration.context(call)
-                if inspect.isawaitable(context):
-                    scope.bind()
-                    context = await context
-            if self.permission is not None and entry is INITIAL:
-                scope.bind()
-                request = PermissionRequest(call.name, spec.id, call, arguments)
-                denied = await self.permission(request)
-                if denied is not None:
-                    return _error(call, ErrorCode.PERMISSION_DENIED, denied)
-        except Exception as error:
-            return self._tool_error(call, error)
-        if scope.reason is not None:
-            return self._cancelled(call, scope)
+        context = None
+        if registration.context is not None or (self.permission is not None and entry is INITIAL):
+            context, refused = await self._prepare(registration, call, arguments, scope, entry)
+            if refused is not None:
+                return refused
         if registration.implementation is None:
             return self._await_client(registration, call, arguments)
-
-        resumed = entry is not INITIAL
-        recorded = self.store.durable or resumed
         attempt = None
-        if recorded or registration.data:
-            attempt = scope.stored = _Attempt(recorded)
-        if recorded and not resumed:  # a resume's start was recorded with its submission
-            record = self._record(registration, call, arguments, "running")
-            self._emit(self.store.begin, record, self._event(call, "started", None))
-        elif not resumed and self._events.active:
+        if self._durable or registration.data or entry is not INITIAL:
+            attempt = scope.stored = self._start(registration, call, arguments, entry)
+        elif self._events.active:
             self._events.publish(self._event(call, "started", None))
-        data = None
-        if registration.data:
-            data = CallData(call, registration.data, self.store, self._events.publish)
-            assert attempt is not None
-            attempt.data = data
         ctx = ToolContext(
-            spec.input_type,
-            arguments,
-            context,
-            call,
-            scope.signal,
-            data,
-            registration.points,
-            entry,
-            history,
+            registration.spec.input_type, arguments, call, scope.signal, registration.points
         )
-        implementation = registration.implementation
+        if context is not None:
+            ctx.context = context
+        if attempt is not None:
+            ctx.data = attempt.data
+        if entry is not INITIAL:
+            ctx.entry = entry
+        if history is not None:
+            ctx._history = history
         try:
-            output = await scope.run(implementation(ctx), registration.timeout_s)
+            output = await scope.run(registration.implementation(ctx), registration.timeout_s)
         except ToolFailed as failure:
             result: ToolResult[Any] = _error(call, ErrorCode.TOOL_FAILED, failure.message)
         except Suspended as suspended:
@@ -467,7 +441,58 @@ class Runtime:
             result = self._output(registration, call, output, ctx._display)
         finally:
             scope.stop()
+        if attempt is None and not self._events.active:
+            return result
         return self._settled(call, result, attempt)
+
+    async def _prepare(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+        entry: InitialEntry | ResumeEntry[Any, Any],
+    ) -> tuple[Any, ToolResult[Any] | None]:
+        """The server context, and the permission of an initial entry: (context, None), or
+        (None, the result that ends the call)."""
+        try:
+            context = None
+            if registration.context is not None:
+                context = registration.context(call)
+                if inspect.isawaitable(context):
+                    scope.bind()
+                    context = await context
+            if self.permission is not None and entry is INITIAL:
+                scope.bind()
+                request = PermissionRequest(call.name, registration.spec.id, call, arguments)
+                denied = await self.permission(request)
+                if denied is not None:
+                    return None, _error(call, ErrorCode.PERMISSION_DENIED, denied)
+        except Exception as error:
+            return None, self._tool_error(call, error)
+        if scope.reason is not None:
+            return None, self._cancelled(call, scope)
+        return context, None
+
+    def _start(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        entry: InitialEntry | ResumeEntry[Any, Any],
+    ) -> _Attempt:
+        """Record the start of an entry where the store keeps it (committed before the tool
+        runs), announce it, and open its ToolData writer."""
+        resumed = entry is not INITIAL
+        attempt = _Attempt(self._durable or resumed)
+        if attempt.recorded and not resumed:  # a resume's start was recorded with its submission
+            record = self._record(registration, call, arguments, "running")
+            self._emit(self.store.begin, record, self._event(call, "started", None))
+        elif not resumed and self._events.active:
+            self._events.publish(self._event(call, "started", None))
+        if registration.data:
+            attempt.data = CallData(call, registration.data, self.store, self._events.publish)
+        return attempt
 
     def _output(
         self, registration: Registration[Any], call: CallInfo, output: Any, display: JsonValue
@@ -669,7 +694,7 @@ class Runtime:
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
         signal = CancellationSignal()
-        scope = CancelScope(call, signal, self._running, _track(registration))
+        scope = CancelScope(call, signal, self._running, registration)
         try:
             result = await self._enter(
                 registration, call, record.input, scope, entry, lambda: self._history(call)
@@ -801,7 +826,7 @@ class Runtime:
                     )
                 return await self._resume(registration, call, action, entry.get("resume"))
         signal = CancellationSignal()
-        scope = CancelScope(call, signal, self._running, _track(registration))
+        scope = CancelScope(call, signal, self._running, registration)
         try:
             result = await self._enter(registration, call, record.input, scope)
         except (asyncio.CancelledError, Abandoned) as stopped:
@@ -969,14 +994,6 @@ def _action_id() -> str:
     """Unique and time-ordered, so that a new action lands at the end of the store's index
     instead of on a random page of it (a third of the cost of inserting it, measured)."""
     return f"act_{time.time_ns():016x}{secrets.token_hex(6)}"
-
-
-def _ignore(task: asyncio.Task[None]) -> None:
-    """A fallback call has no registration to refuse calls for; its detached task just ends."""
-
-
-def _track(registration: Registration[Any] | None) -> Callable[[asyncio.Task[None]], None]:
-    return _ignore if registration is None else registration.track
 
 
 def _error(call: CallInfo, code: ErrorCode, message: str) -> ToolError:
