@@ -81,6 +81,7 @@ from blade_runtime.store import (
     Event,
     MemoryStore,
     Resolution,
+    Resolved,
     Store,
     UnknownAction,
 )
@@ -663,20 +664,22 @@ class Runtime:
                 ErrorCode.TOOL_HANDLER_NOT_FOUND,
                 f"This runtime cannot resume {action.name}.{action.point}; it stays pending.",
             )
-        lost = self._resolve(action, *actions.resumption(action, value, self.owner))
-        if lost is not None:
-            return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
-        return await self._resume(registration, call, action, value)
+        won = self._resolve(action, *actions.resumption(action, value, self.owner))
+        if isinstance(won, str):
+            return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, won)
+        return await self._resume(registration, call, action, value, won.call_input)
 
-    def _resolve(self, action: ActionRecord, resolution: Resolution, event: Event) -> str | None:
-        """Compare-and-set the action (with its call and event); why it lost, or None."""
+    def _resolve(
+        self, action: ActionRecord, resolution: Resolution, event: Event
+    ) -> Resolved | str:
+        """Compare-and-set the action (with its call and event), or why it lost."""
         try:
-            self._emit(self.store.resolve, action.action_id, resolution, event)
+            resolved: Resolved = self._emit(self.store.resolve, action.action_id, resolution, event)
         except ActionAlreadyResolved as lost:
             return actions.already_resolved(lost.action)
         except UnknownAction:
             return f"No pending action {action.action_id!r}."
-        return None
+        return resolved
 
     async def _resume(
         self,
@@ -684,9 +687,9 @@ class Runtime:
         call: CallInfo,
         action: ActionRecord,
         value: JsonValue,
+        arguments: JsonObject,
     ) -> ToolResult[Any]:
-        record = self.store.call(call.call_id)
-        assert record is not None and action.point is not None
+        assert action.point is not None
         point = registration.points[action.point]
         entry = ResumeEntry(
             action.point,
@@ -697,13 +700,13 @@ class Runtime:
         scope = CancelScope(call, signal, self._running, registration)
         try:
             result = await self._enter(
-                registration, call, record.input, scope, entry, lambda: self._history(call)
+                registration, call, arguments, scope, entry, lambda: self._history(call)
             )
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        return await self._finish(registration, call, record.input, signal, result)
+        return await self._finish(registration, call, arguments, signal, result)
 
     async def _complete_client(
         self,
@@ -713,7 +716,7 @@ class Runtime:
         value: JsonValue,
     ) -> ToolResult[Any]:
         lost = self._resolve(action, *actions.completion(action, value))
-        if lost is not None:
+        if isinstance(lost, str):
             return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
         typed = (
             value if registration is None else registration.output_adapter.validate_python(value)
@@ -743,7 +746,7 @@ class Runtime:
         settle = actions.cancellation if cancelled else actions.failure
         resolution, event, message = settle(action, reason)
         lost = self._resolve(action, resolution, event)
-        if lost is not None:
+        if isinstance(lost, str):
             return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
         return _error(call, ErrorCode.CANCELLED if cancelled else ErrorCode.TOOL_FAILED, message)
 
@@ -824,7 +827,8 @@ class Runtime:
                         _replace_owner(record, self.owner),
                         self._event(call, "resumed", {"action_id": action.action_id}),
                     )
-                return await self._resume(registration, call, action, entry.get("resume"))
+                resume = entry.get("resume")
+                return await self._resume(registration, call, action, resume, record.input)
         signal = CancellationSignal()
         scope = CancelScope(call, signal, self._running, registration)
         try:

@@ -32,6 +32,7 @@ from blade_runtime.store import (
     DataRecord,
     Event,
     Resolution,
+    Resolved,
     StoreError,
     UnknownAction,
 )
@@ -269,7 +270,7 @@ class SQLiteStore:
             )
             self._append(db, event)
 
-    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> ActionRecord:
+    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         with self._write() as db:
             row = db.execute(
                 "UPDATE actions SET state = ?, resume = ?, resolved_at = ?, reason = ? "
@@ -288,9 +289,9 @@ class SQLiteStore:
                     raise UnknownAction(action_id)
                 raise ActionAlreadyResolved(action)
             action = _action(row, self._schemas)
-            db.execute(
+            call_input = db.execute(
                 "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner) "
-                "WHERE call_id = ?",
+                "WHERE call_id = ? RETURNING input",
                 (
                     resolution.call_state,
                     _dump(resolution.call_entry),
@@ -298,9 +299,9 @@ class SQLiteStore:
                     resolution.call_owner,
                     action.call_id,
                 ),
-            )
+            ).fetchone()
             self._append(db, event)
-            return action
+            return Resolved(action, _load(call_input[0]) if call_input else {})
 
     def settle(self, call_id: str, result: JsonValue, event: Event) -> None:
         with self._write() as db:

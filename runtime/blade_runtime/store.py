@@ -126,6 +126,14 @@ class Resolution:
     call_owner: str | None = None  # the runtime that re-enters the call, when it does
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A resolution that won: the action as it now is, and its call's input (for re-entry)."""
+
+    action: ActionRecord
+    call_input: JsonObject
+
+
 class Store(Protocol):
     """The runtime's persistence. Every method is atomic; the runtime adds no locking."""
 
@@ -143,7 +151,7 @@ class Store(Protocol):
         store already holds the call (its start was recorded), only its state changes."""
         ...
 
-    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> ActionRecord:
+    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         """Compare-and-set the pending action, update its call, append ``event``."""
         ...
 
@@ -198,7 +206,7 @@ class MemoryStore:
             self._calls[call.call_id] = replace(call)
             self._actions[action.action_id] = replace(action)
 
-    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> ActionRecord:
+    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         with self._lock:
             action = self._actions.get(action_id)
             if action is None:
@@ -215,7 +223,7 @@ class MemoryStore:
             call.result = resolution.call_result
             if resolution.call_owner is not None:
                 call.owner = resolution.call_owner
-            return replace(action)
+            return Resolved(replace(action), call.input)
 
     def settle(self, call_id: str, result: JsonValue, event: Event) -> None:
         with self._lock:
