@@ -59,20 +59,26 @@ class CancelScope:
     _grace_timer: asyncio.TimerHandle | None = None
     _requested = 0
     _abandoning = False
+    _signal: CancellationSignal | None = None
     stored: Any = None
     """What the runtime recorded for this call, so that a cancelled call is settled there too."""
 
     def __init__(
         self,
         call: CallInfo,
-        signal: CancellationSignal,
         running: dict[str, CancelScope],
         owner: Owner | None,
     ) -> None:
         self.call = call
-        self.signal = signal
         self._running = running
         self._owner = owner
+
+    @property
+    def signal(self) -> CancellationSignal:
+        """The call's cancellation signal, made when first asked for (most calls never are)."""
+        if self._signal is None:
+            self._signal = CancellationSignal()
+        return self._signal
 
     def bind(self) -> None:
         """Remember the caller's task and enter ``running`` by call id, where cancellation

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from blade_runtime.cancel_scope import CancelScope
 from blade_runtime.context import (
     CallInfo,
     CancellationSignal,
@@ -134,14 +135,18 @@ class ToolContext:
         input_type: type[BaseModel],
         arguments: JsonObject,
         call: CallInfo,
-        signal: CancellationSignal,
+        scope: CancelScope,
         points: Mapping[str, Point],
     ) -> None:
         self._input_type = input_type
         self._arguments = arguments
         self.call = call
-        self.signal = signal
+        self._scope = scope
         self._points = points
+
+    @property
+    def signal(self) -> CancellationSignal:
+        return self._scope.signal
 
     @property
     def suspend_history(self) -> Sequence[SuspensionEpisode]:

@@ -335,8 +335,7 @@ class Runtime:
         if call.call_id in self._running:
             raise ValueError(f"call id {call.call_id!r} is already running")
 
-        signal = CancellationSignal()
-        scope = CancelScope(call, signal, self._running, registration)
+        scope = CancelScope(call, self._running, registration)
         if self.cleanup_grace_s != GRACE_S:
             scope.grace_s = self.cleanup_grace_s
         try:
@@ -356,7 +355,7 @@ class Runtime:
             scope.close()
         if not self._post_any:
             return result
-        return await self._finish(registration, call, parsed, signal, result)
+        return await self._finish(registration, call, parsed, scope.signal, result)
 
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
@@ -419,9 +418,7 @@ class Runtime:
             attempt = scope.stored = self._start(registration, call, arguments, entry)
         elif self._events.active:
             self._events.publish(self._event(call, "started", None))
-        ctx = ToolContext(
-            registration.spec.input_type, arguments, call, scope.signal, registration.points
-        )
+        ctx = ToolContext(registration.spec.input_type, arguments, call, scope, registration.points)
         if context is not None:
             ctx.context = context
         if attempt is not None:
@@ -696,8 +693,7 @@ class Runtime:
             point.resume.adapter.validate_python(value),
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
-        signal = CancellationSignal()
-        scope = CancelScope(call, signal, self._running, registration)
+        scope = CancelScope(call, self._running, registration)
         try:
             result = await self._enter(
                 registration, call, arguments, scope, entry, lambda: self._history(call)
@@ -706,7 +702,7 @@ class Runtime:
             result = self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        return await self._finish(registration, call, arguments, signal, result)
+        return await self._finish(registration, call, arguments, scope.signal, result)
 
     async def _complete_client(
         self,
@@ -829,15 +825,14 @@ class Runtime:
                     )
                 resume = entry.get("resume")
                 return await self._resume(registration, call, action, resume, record.input)
-        signal = CancellationSignal()
-        scope = CancelScope(call, signal, self._running, registration)
+        scope = CancelScope(call, self._running, registration)
         try:
             result = await self._enter(registration, call, record.input, scope)
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        return await self._finish(registration, call, record.input, signal, result)
+        return await self._finish(registration, call, record.input, scope.signal, result)
 
     # -- records and events ----------------------------------------------------------------
 
