@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import re
 import sys
 import tokenize
 from collections.abc import Callable, Mapping
@@ -38,7 +39,12 @@ DMCG_OPTIONS: Mapping[str, Any] = {
     "enum_field_as_literal": "all",
     "skip_root_model": True,
 }
-OPTIONS_SIGNATURE = canonical_json({k: str(v) for k, v in DMCG_OPTIONS.items()})
+# Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
+# is revision 2, keep_integers 3): cached modules of another revision are generated again.
+POSTPROCESS_REVISION = 3
+OPTIONS_SIGNATURE = canonical_json(
+    {**{k: str(v) for k, v in DMCG_OPTIONS.items()}, "postprocess": POSTPROCESS_REVISION}
+)
 # Keywords the models do not carry. ``format`` is an annotation in 2020-12 (the runtime's JSON
 # Schema validation is the single truth); as pydantic types (EmailStr, AwareDatetime) it would
 # reject strings the schema accepts and change values on the way through.
@@ -269,7 +275,40 @@ def generate_models(document: dict[str, Any]) -> str:
         **options,
     )
     assert isinstance(code, str)
-    return code
+    return keep_integers(keep_unknown_properties(code))
+
+
+_OPEN_CONFIG = re.compile(r"(model_config = ConfigDict\(\n)(?!\s*extra=)(\s*)")
+
+
+def keep_unknown_properties(code: str) -> str:
+    """Models of open objects keep the properties they do not declare (``extra='allow'``).
+
+    datamodel-code-generator writes ``extra='forbid'`` for ``additionalProperties: false`` and
+    nothing otherwise, so pydantic would *drop* undeclared properties the schema allows and the
+    value would not round-trip. Its global ``extra_fields`` option would open closed objects too.
+    """
+    return _OPEN_CONFIG.sub(r"\1\2extra='allow',\n\2", code)
+
+
+def keep_integers(code: str) -> str:
+    """JSON Schema ``number`` as ``float | int``, not ``float``.
+
+    A ``float`` field turns the JSON integer 9007199254740993 into 9007199254740992.0: the value
+    would not round-trip. With ``float | int`` pydantic keeps an int an int (and mypy already
+    treats an int as a float). Only ``float`` *names* are rewritten, found with the tokenizer, so
+    a description that mentions floats is left alone.
+    """
+    lines = code.splitlines(keepends=True)
+    found = [
+        token.start
+        for token in tokenize.generate_tokens(io.StringIO(code).readline)
+        if token.type == tokenize.NAME and token.string == "float"
+    ]
+    for row, column in reversed(found):
+        line = lines[row - 1]
+        lines[row - 1] = line[:column] + "float | int" + line[column + len("float") :]
+    return "".join(lines)
 
 
 def escape_controls(code: str) -> str:

@@ -25,7 +25,7 @@ from blade_runtime.context import (
     SuspensionEpisode,
     ToolFailed,
 )
-from blade_runtime.jsonvalue import NotJson, lossless
+from blade_runtime.jsonvalue import NotJson, lossless, model_of
 from blade_runtime.registry import Point, Typed
 from blade_runtime.spec import JsonObject
 from blade_runtime.store import DataRecord, Event, Store
@@ -103,7 +103,9 @@ class CallData:
     async def list(self, channel: str) -> Sequence[DataItem[Any]]:
         typed = self._channel(channel)
         return [
-            DataItem(item.item_id, typed.adapter.validate_python(item.value), item.updated_at)
+            DataItem(
+                item.item_id, model_of(typed.adapter.validate_python, item.value), item.updated_at
+            )
             for item in self._store.data(self._call.call_id, channel)
         ]
 
@@ -159,7 +161,7 @@ class ToolContext:
     def input(self) -> Any:
         if self._input is None:
             try:
-                self._input = self._input_type.model_validate(self._arguments)
+                self._input = model_of(self._input_type.model_validate, self._arguments)
             except ValidationError as error:
                 raise InputModelMismatch(
                     f"{self.call.spec_id}: the generated input model rejected input its JSON "

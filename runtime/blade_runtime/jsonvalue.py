@@ -9,9 +9,12 @@ no form for are refused with the JSON pointer of the first offender, instead of 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from pydantic import JsonValue, TypeAdapter
+from pydantic import JsonValue, TypeAdapter, ValidationError
+
+T = TypeVar("T")
 
 
 class NotJson(ValueError):
@@ -46,3 +49,28 @@ def checked(value: Any, at: str = "") -> JsonValue:
     if isinstance(value, list | tuple):
         return [checked(item, f"{at}/{index}") for index, item in enumerate(value)]
     raise NotJson(f"at {at or '/'}: a {type(value).__name__} has no JSON form")
+
+
+def model_of(validate: Callable[[Any], T], value: Any) -> T:
+    """``validate(value)``, tolerant of one gap between JSON Schema and pydantic.
+
+    JSON Schema calls 9.3e18 an integer (it has no fractional part); pydantic's ``int`` refuses
+    integral floats outside 64 bits. Only when that is why validation failed is the value retried
+    with integral floats turned into ints (the same numbers), so the common path pays nothing.
+    """
+    try:
+        return validate(value)
+    except ValidationError as error:
+        if not any(e["type"] == "int_parsing_size" for e in error.errors()):
+            raise
+    return validate(_integral(value))
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _integral(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    return value

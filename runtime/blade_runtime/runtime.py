@@ -54,7 +54,7 @@ from blade_runtime.hooks import (
     HookVerdict,
     dispatch,
 )
-from blade_runtime.jsonvalue import NotJson, checked
+from blade_runtime.jsonvalue import NotJson, checked, model_of
 from blade_runtime.registry import (
     NAME,
     ContextProvider,
@@ -614,7 +614,7 @@ class Runtime:
             self._events.publish(event)
         except Exception as error:
             return self._settled(call, self._tool_error(call, error), attempt)
-        typed = point.suspend.adapter.validate_python(suspended.payload)
+        typed = model_of(point.suspend.adapter.validate_python, suspended.payload)
         view = PendingAction.of(action, typed)
         return ToolPending(call, view, pending_content(view))
 
@@ -629,7 +629,9 @@ class Runtime:
             self._emit(self.store.suspend, record, action, self._event(call, "pending", payload))
         except Exception as error:
             return self._tool_error(call, error)
-        view = PendingAction.of(action, registration.spec.input_type.model_validate(arguments))
+        view = PendingAction.of(
+            action, model_of(registration.spec.input_type.model_validate, arguments)
+        )
         return ToolPending(call, view, pending_content(view))
 
     async def submit(
@@ -690,7 +692,7 @@ class Runtime:
         point = registration.points[action.point]
         entry = ResumeEntry(
             action.point,
-            point.resume.adapter.validate_python(value),
+            model_of(point.resume.adapter.validate_python, value),
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
         scope = CancelScope(call, self._running, registration)
@@ -715,7 +717,9 @@ class Runtime:
         if isinstance(lost, str):
             return _error(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
         typed = (
-            value if registration is None else registration.output_adapter.validate_python(value)
+            value
+            if registration is None
+            else model_of(registration.output_adapter.validate_python, value)
         )
         result = ToolSuccess(call, typed, value)
         arguments = action.payload if isinstance(action.payload, dict) else {}
@@ -758,10 +762,11 @@ class Runtime:
         typed: Any = action.payload
         if registration is not None:
             if action.point is None:
-                typed = registration.spec.input_type.model_validate(action.payload)
+                typed = model_of(registration.spec.input_type.model_validate, action.payload)
             elif action.point in registration.points:
-                typed = registration.points[action.point].suspend.adapter.validate_python(
-                    action.payload
+                typed = model_of(
+                    registration.points[action.point].suspend.adapter.validate_python,
+                    action.payload,
                 )
         return PendingAction.of(action, typed)
 
