@@ -11,7 +11,7 @@ import keyword
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, Literal, NoReturn, cast
 
 import click
 from blade_codegen import __version__
@@ -316,6 +316,65 @@ def lock(
         click.echo(f"error: cannot write {path}: {error.strerror or error}", err=True)
         sys.exit(EXIT_WRITE)
     click.echo(f"wrote {path}: {len(resolved.specs)} spec(s) locked")
+
+
+@main.command(name="import")
+@click.option(
+    "--from",
+    "source",
+    type=click.Choice(["mcp", "openai", "anthropic"]),
+    required=True,
+    help="mcp: a tools/list result or one tool record a line; openai, anthropic: a tools array.",
+)
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--namespace", required=True, help="Id namespace: specs are NS.<tool-name>.v1.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), help="Specs folder.")
+@click.option(
+    "--name-prefix", default="", help="Prefix for the names (e.g. github.), to keep them unique."
+)
+@click.option("--force", is_flag=True, help="Replace spec files that exist with other content.")
+def import_(
+    source: str, file: Path, namespace: str, out: Path | None, name_prefix: str, force: bool
+) -> None:
+    """Write spec files for the tools in FILE (schemas brought to JSON Schema 2020-12).
+
+    Exit codes: 0 written (or unchanged), 1 a spec file exists with other content (nothing
+    written; --force replaces), 2 usage, 3 a tool cannot be imported (nothing written), 4 the
+    folder cannot be written.
+    """
+    from blade_codegen.importer import ImportRefused, import_tools, read_tools, write_imported
+    from blade_codegen.load import load
+    from blade_codegen.validate import validate
+
+    specs = out or _settings().specs
+    kind = cast("Literal['mcp', 'openai', 'anthropic']", source)
+    try:
+        tools, unreadable = read_tools(file, kind)
+        files = import_tools(tools, kind, namespace, file.name, name_prefix, unreadable)
+    except ImportRefused as refused:
+        for problem in refused.problems:
+            click.echo(problem, err=True)
+        click.echo("nothing was written", err=True)
+        sys.exit(EXIT_INVALID)
+    try:
+        written, unchanged = write_imported(specs, files, force)
+    except ImportRefused as clash:
+        for problem in clash.problems:
+            click.echo(problem, err=True)
+        sys.exit(EXIT_STALE)
+    except OSError as error:
+        click.echo(f"error: cannot write {specs}: {error.strerror or error}", err=True)
+        sys.exit(EXIT_WRITE)
+    imported = {f.path for f in files}
+    invalid = [p for p in validate(load(specs)) if p.path in imported]
+    for found in invalid:
+        click.echo(str(found), err=True)
+    click.echo(
+        f"imported {len(files)} tool(s) into {specs}: {len(written)} written, "
+        f"{len(unchanged)} unchanged"
+    )
+    if invalid:
+        sys.exit(EXIT_INVALID)
 
 
 @main.command()

@@ -102,36 +102,26 @@ def _slug(text: str) -> str:
 
 
 def write_mcp_corpus(root: Path) -> int:
-    """Spec files for every tool in ``tests/corpus/mcp-tools.jsonl``; returns how many.
+    """Spec files for every tool in ``tests/corpus/mcp-tools.jsonl``, through the importer (as
+    ``blade-codegen import --from mcp`` per server); returns how many.
 
-    Each becomes ``mcp.<server>.<tool>.v1`` named ``<server>.<tool>``. A draft-07 ``$schema`` is
-    dropped: these schemas use no keyword whose meaning differs in 2020-12 (checked below).
+    Each server gets the namespace ``mcp.<server>`` and the name prefix ``<server>.``: names
+    repeat across servers, and one package needs them unique.
     """
+    from blade_codegen.importer import Tool, import_tools, read_tools, write_imported
+
+    by_server: dict[str, list[Tool]] = {}
+    lines = (CORPUS / "mcp-tools.jsonl").read_text("utf-8").splitlines()
+    tools, unreadable = read_tools(CORPUS / "mcp-tools.jsonl", "mcp")
+    assert unreadable == []
+    for line, tool in zip(lines, tools, strict=True):
+        by_server.setdefault(_slug(json.loads(line)["server"]), []).append(tool)
     count = 0
-    seen: set[str] = set()
-    for line in (CORPUS / "mcp-tools.jsonl").read_text("utf-8").splitlines():
-        record = json.loads(line)
-        server, tool = _slug(record["server"]), _slug(record["name"])
-        while f"{server}.{tool}" in seen:
-            tool += "-x"
-        seen.add(f"{server}.{tool}")
-        data: dict[str, Any] = {
-            "id": f"mcp.{server}.{tool}.v1",
-            "name": f"{server}.{tool}",
-            "description": record.get("description") or record["name"],
-            "inputSchema": _as_2020_12(record["inputSchema"]),
-        }
-        if "outputSchema" in record:
-            data["outputSchema"] = _as_2020_12(record["outputSchema"])
-        write_json(root / "mcp" / server / f"{tool}.v1.json", data)
-        count += 1
+    for server, server_tools in sorted(by_server.items()):
+        files = import_tools(server_tools, "mcp", f"mcp.{server}", "mcp-tools.jsonl", f"{server}.")
+        write_imported(root, files, force=False)
+        count += len(files)
     return count
-
-
-def _as_2020_12(schema: dict[str, Any]) -> dict[str, Any]:
-    text = json.dumps(schema)
-    assert not any(k in text for k in ('"definitions"', '"dependencies"', '"$recursiveRef"'))
-    return {key: value for key, value in schema.items() if key != "$schema"}
 
 
 def _import_package(out: Path, package: str) -> Any:

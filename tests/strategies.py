@@ -112,12 +112,14 @@ def _object(schema: dict[str, Any], root: Any, depth: int) -> st.SearchStrategy[
 
 
 def _array(schema: dict[str, Any], root: Any, depth: int) -> st.SearchStrategy[Any]:
+    prefix = [conform(item, root, depth + 1) for item in schema.get("prefixItems", [])]
     items = schema.get("items", True)
-    low = schema.get("minItems", 0)
-    high = min(schema.get("maxItems", low + 3), low + 3)
-    if depth > MAX_DEPTH:
-        high = low
-    return st.lists(conform(items, root, depth + 1), min_size=low, max_size=high)
+    low = max(schema.get("minItems", 0) - len(prefix), 0)
+    high = min(schema.get("maxItems", low + len(prefix) + 3) - len(prefix), low + 3)
+    if items is False or depth > MAX_DEPTH:
+        high = low = 0
+    rest = st.lists(conform(items, root, depth + 1), min_size=low, max_size=max(high, low))
+    return st.tuples(*prefix).flatmap(lambda head: rest.map(lambda tail: [*head, *tail]))
 
 
 def _string(schema: dict[str, Any]) -> st.SearchStrategy[Any]:

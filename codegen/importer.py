@@ -1,0 +1,268 @@
+"""``blade-codegen import``: spec files from tool definitions that already exist.
+
+Reads an MCP ``tools/list`` result (or its JSON-RPC response, or one MCP tool record a line), an
+OpenAI tools array (Chat Completions or Responses shape) or an Anthropic tools array, and writes
+one spec a tool: id ``NS.<tool-name>.v1``, the original name where our name rule allows it, the
+description, the schemas brought to 2020-12 (``dialect``), and for MCP the annotations as
+``kind``/``sideEffect`` hints, with the originals kept under ``importedFrom``.
+
+The same input gives the same files. An existing spec file is never overwritten with different
+content unless ``force``; nothing is written when any tool is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from blade_codegen.dialect import NotConvertible, Refusal, to_2020_12
+
+Source = Literal["mcp", "openai", "anthropic"]
+SOURCES: tuple[Source, ...] = ("mcp", "openai", "anthropic")
+NAME_RULE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+NAMESPACE_RULE = re.compile(r"[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)*")
+
+
+class ImportRefused(Exception):
+    """The input cannot be imported; ``problems`` are one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Imported:
+    """One spec file to write: path relative to the specs folder, and its text."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool as the source describes it."""
+
+    name: str
+    description: str
+    input_schema: Any
+    output_schema: Any
+    annotations: dict[str, Any]
+    where: str  # "tools[3]" or "line 4": to say which one a problem is about
+
+
+def read_tools(path: Path, source: Source) -> tuple[list[Tool], list[str]]:
+    """The tools in ``path`` in their order, and a line for each record that is not a tool;
+    ImportRefused if the file is not such a list at all."""
+    label = path.name
+    try:
+        text = path.read_text("utf-8")
+    except OSError as error:
+        raise ImportRefused([f"{label}: cannot read: {error.strerror or error}"]) from None
+    try:
+        if source == "mcp" and not text.lstrip().startswith(
+            ("[", '{"tools"', '{"result"', '{"jsonrpc"')
+        ):
+            records = [
+                (f"line {n}", json.loads(line))
+                for n, line in enumerate(text.splitlines(), 1)
+                if line.strip()
+            ]
+        else:
+            document = json.loads(text)
+            records = [(f"tools[{i}]", item) for i, item in enumerate(_tool_list(document, source))]
+    except json.JSONDecodeError as error:
+        raise ImportRefused(
+            [f"{label}:{error.lineno}:{error.colno}: not JSON: {error.msg}"]
+        ) from None
+    except ValueError as error:
+        raise ImportRefused([f"{label}: {error}"]) from None
+    problems: list[str] = []
+    tools: list[Tool] = []
+    for where, record in records:
+        tool = _tool(record, source)
+        if isinstance(tool, str):
+            problems.append(f"{label}: {where}: {tool}")
+        else:
+            tools.append(Tool(*tool, where=where))
+    return tools, problems
+
+
+def _tool_list(document: Any, source: Source) -> list[Any]:
+    if source == "mcp":
+        if isinstance(document, dict) and isinstance(document.get("result"), dict):
+            document = document["result"]
+        if isinstance(document, dict) and isinstance(document.get("tools"), list):
+            return list(document["tools"])
+        if isinstance(document, list):
+            return document
+        raise ValueError('expected a tools/list result ({"tools": [...]}) or a list of tools')
+    if not isinstance(document, list):
+        if isinstance(document, dict) and isinstance(document.get("tools"), list):
+            return list(document["tools"])
+        raise ValueError(f"expected a {source} tools array")
+    return document
+
+
+def _tool(record: Any, source: Source) -> tuple[str, str, Any, Any, dict[str, Any]] | str:
+    if not isinstance(record, dict):
+        return "a tool must be a JSON object"
+    fields: tuple[Any, Any, Any, Any, Any]
+    if source == "openai":
+        body = (
+            record.get("function", record) if record.get("type", "function") == "function" else None
+        )
+        if not isinstance(body, dict):
+            return f"only function tools can be imported (type {record.get('type')!r})"
+        fields = (
+            body.get("name"),
+            body.get("description"),
+            body.get("parameters", {"type": "object"}),
+            None,
+            {},
+        )
+    elif source == "anthropic":
+        fields = (
+            record.get("name"),
+            record.get("description"),
+            record.get("input_schema"),
+            None,
+            {},
+        )
+    else:
+        fields = (
+            record.get("name"),
+            record.get("description"),
+            record.get("inputSchema"),
+            record.get("outputSchema"),
+            record.get("annotations") or {},
+        )
+    name, description, input_schema, output_schema, annotations = fields
+    if not isinstance(name, str) or not name:
+        return "the tool has no name"
+    if not isinstance(input_schema, dict):
+        return f"{name}: the input schema is missing or not an object"
+    return (
+        name,
+        description if isinstance(description, str) else "",
+        input_schema,
+        output_schema,
+        dict(annotations),
+    )
+
+
+def import_tools(
+    tools: Iterable[Tool],
+    source: Source,
+    namespace: str,
+    label: str,
+    name_prefix: str = "",
+    problems: Iterable[str] = (),
+) -> list[Imported]:
+    """The spec files for ``tools``; ImportRefused lists every tool that cannot be imported
+    (after the ``problems`` reading the file found)."""
+    if not NAMESPACE_RULE.fullmatch(namespace):
+        raise ImportRefused(
+            [f"--namespace {namespace!r}: use lowercase words and dots, e.g. acme.crm"]
+        )
+    found = list(problems)
+    files: dict[str, Imported] = {}
+    for tool in tools:
+        slug = _slug(tool.name)
+        spec_id = f"{namespace}.{slug}.v1"
+        path = f"{namespace.replace('.', '/')}/{slug}.v1.json"
+        if path in files:
+            found.append(
+                f"{label}: {tool.where}: {tool.name}: another tool also imports as {spec_id}"
+            )
+            continue
+        try:
+            spec = _spec(tool, source, spec_id, name_prefix)
+        except NotConvertible as refused:
+            found.extend(
+                f"{label}: {tool.where}: {tool.name}: {r.pointer}: {r.reason} "
+                "(its meaning would change in 2020-12: edit the schema, then import again)"
+                for r in refused.refusals
+            )
+            continue
+        files[path] = Imported(path, json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
+    if found:
+        raise ImportRefused(found)
+    return list(files.values())
+
+
+def _spec(tool: Tool, source: Source, spec_id: str, name_prefix: str) -> dict[str, Any]:
+    name = name_prefix + (tool.name if NAME_RULE.fullmatch(tool.name) else _safe_name(tool.name))
+    spec: dict[str, Any] = {
+        "id": spec_id,
+        "name": name,
+        "description": tool.description or tool.name,
+    }
+    hints = tool.annotations
+    if hints.get("readOnlyHint") is True:
+        spec["kind"] = "read_only"
+        spec["sideEffect"] = "pure"
+    elif hints.get("idempotentHint") is True:
+        spec["sideEffect"] = "idempotent"
+    spec["inputSchema"] = _converted(tool.input_schema, "/inputSchema")
+    if isinstance(tool.output_schema, dict):
+        spec["outputSchema"] = _converted(tool.output_schema, "/outputSchema")
+    origin: dict[str, Any] = {"format": source, "name": tool.name}
+    if hints:
+        origin["annotations"] = hints
+    spec["importedFrom"] = origin
+    return spec
+
+
+def _converted(schema: dict[str, Any], slot: str) -> Any:
+    try:
+        return to_2020_12(schema)
+    except NotConvertible as refused:
+        raise NotConvertible(
+            [Refusal(f"{slot}{r.pointer}", r.reason) for r in refused.refusals]
+        ) from None
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", name).lower()).strip(
+        "-"
+    )
+    return slug if slug and slug[0].isalpha() else f"tool-{slug}"
+
+
+def _safe_name(name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return safe if safe[:1].isalpha() else f"t_{safe}"
+
+
+def write_imported(specs: Path, files: list[Imported], force: bool) -> tuple[list[str], list[str]]:
+    """Write ``files`` under ``specs``: (written, unchanged). Existing files with other content
+    are left alone unless ``force``: ImportRefused names them and nothing is written."""
+    clashes = [
+        f.path
+        for f in files
+        if (specs / f.path).exists() and (specs / f.path).read_text("utf-8") != f.text
+    ]
+    if clashes and not force:
+        raise ImportRefused(
+            [
+                f"{specs / path}: exists with other content (pass --force to replace it)"
+                for path in clashes
+            ]
+        )
+    written, unchanged = [], []
+    for file in files:
+        target = specs / file.path
+        if target.exists() and target.read_text("utf-8") == file.text:
+            unchanged.append(file.path)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.tmp")
+        staging.write_text(file.text, "utf-8")
+        staging.replace(target)
+        written.append(file.path)
+    return written, unchanged

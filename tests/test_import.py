@@ -1,0 +1,334 @@
+"""`blade-codegen import`: MCP, OpenAI and Anthropic tools into spec files, drafts into 2020-12."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import pytest
+from blade_codegen.dialect import NotConvertible, to_2020_12
+from conftest import CORPUS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import instances
+
+BIN = Path(sys.executable).parent
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "blade-codegen"), "import", *args], capture_output=True, text=True, check=False
+    )
+
+
+def write(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data), "utf-8")
+    return path
+
+
+SEARCH = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+
+
+@pytest.mark.parametrize(
+    ("source", "document"),
+    [
+        ("mcp", {"tools": [{"name": "search", "description": "Find.", "inputSchema": SEARCH}]}),
+        (
+            "mcp",
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {
+                    "tools": [{"name": "search", "description": "Find.", "inputSchema": SEARCH}]
+                },
+            },
+        ),
+        (
+            "openai",
+            [
+                {
+                    "type": "function",
+                    "function": {"name": "search", "description": "Find.", "parameters": SEARCH},
+                }
+            ],
+        ),
+        (
+            "openai",
+            [{"type": "function", "name": "search", "description": "Find.", "parameters": SEARCH}],
+        ),
+        ("anthropic", [{"name": "search", "description": "Find.", "input_schema": SEARCH}]),
+    ],
+    ids=["mcp-tools-list", "mcp-json-rpc", "openai-chat", "openai-responses", "anthropic"],
+)
+def test_each_format_imports_and_builds(tmp_path: Path, source: str, document: Any) -> None:
+    done = cli(
+        "--from",
+        source,
+        str(write(tmp_path / "tools.json", document)),
+        "--namespace",
+        "acme.docs",
+        "--out",
+        str(tmp_path / "specs"),
+    )
+    assert done.returncode == 0, done.stderr
+    spec = json.loads((tmp_path / "specs" / "acme" / "docs" / "search.v1.json").read_text())
+    assert spec["id"] == "acme.docs.search.v1" and spec["name"] == "search"
+    assert spec["inputSchema"] == SEARCH and spec["importedFrom"] == {
+        "format": source,
+        "name": "search",
+    }
+    built = subprocess.run(
+        [
+            str(BIN / "blade-codegen"),
+            "build",
+            str(tmp_path / "specs"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+
+
+def test_mcp_records_names_and_annotations(tmp_path: Path) -> None:
+    records = [
+        {
+            "name": "getItem",
+            "description": "Get.",
+            "inputSchema": SEARCH,
+            "annotations": {"readOnlyHint": True},
+        },
+        {
+            "name": "put item!",
+            "description": "Put.",
+            "inputSchema": SEARCH,
+            "annotations": {"idempotentHint": True},
+        },
+        {"name": "delete", "inputSchema": SEARCH, "outputSchema": {"type": "object"}},
+    ]
+    jsonl = tmp_path / "tools.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    done = cli("--from", "mcp", str(jsonl), "--namespace", "shop", "--out", str(tmp_path / "specs"))
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "specs" / "shop"
+    get = json.loads((folder / "get-item.v1.json").read_text())
+    assert (get["name"], get["kind"], get["sideEffect"]) == ("getItem", "read_only", "pure")
+    assert get["importedFrom"]["annotations"] == {"readOnlyHint": True}
+    put = json.loads((folder / "put-item.v1.json").read_text())
+    assert (put["name"], put["sideEffect"]) == ("put_item_", "idempotent")
+    delete = json.loads((folder / "delete.v1.json").read_text())
+    assert "sideEffect" not in delete and delete["outputSchema"] == {
+        "type": "object"
+    }  # conservative
+    assert delete["description"] == "delete"
+
+
+def test_import_is_reproducible_and_never_overwrites_without_force(tmp_path: Path) -> None:
+    source = write(
+        tmp_path / "tools.json",
+        [{"name": "search", "description": "Find.", "input_schema": SEARCH}],
+    )
+    args = (
+        "--from",
+        "anthropic",
+        str(source),
+        "--namespace",
+        "acme",
+        "--out",
+        str(tmp_path / "specs"),
+    )
+    assert cli(*args).returncode == 0
+    target = tmp_path / "specs" / "acme" / "search.v1.json"
+    first = target.read_bytes()
+    again = cli(*args)
+    assert again.returncode == 0 and "0 written, 1 unchanged" in again.stdout
+    assert target.read_bytes() == first
+    write(source, [{"name": "search", "description": "Find things.", "input_schema": SEARCH}])
+    clash = cli(*args)
+    assert clash.returncode == 1 and "pass --force" in clash.stderr and target.read_bytes() == first
+    assert cli(*args, "--force").returncode == 0
+    assert json.loads(target.read_text())["description"] == "Find things."
+
+
+def test_bad_input_is_refused_with_the_place_and_nothing_is_written(tmp_path: Path) -> None:
+    tools = [
+        {"name": "ok", "input_schema": SEARCH},
+        {
+            "name": "remote",
+            "input_schema": {
+                "type": "object",
+                "properties": {"a": {"$ref": "https://example.com/a.json"}},
+            },
+        },
+        {"name": "nameless_schema"},
+    ]
+    done = cli(
+        "--from",
+        "anthropic",
+        str(write(tmp_path / "t.json", tools)),
+        "--namespace",
+        "x",
+        "--out",
+        str(tmp_path / "specs"),
+    )
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    remote = (
+        "t.json: tools[1]: remote: /inputSchema/properties/a/$ref: 'https://example.com/a.json'"
+    )
+    assert f"{remote} is not local" in done.stderr
+    assert "t.json: tools[2]: nameless_schema: the input schema is missing" in done.stderr
+    assert not (tmp_path / "specs").exists()
+    not_json = tmp_path / "broken.json"
+    not_json.write_text("[{")
+    broken = cli(
+        "--from", "openai", str(not_json), "--namespace", "x", "--out", str(tmp_path / "specs")
+    )
+    assert broken.returncode == 3 and "broken.json:1:" in broken.stderr
+    assert cli("--from", "openai", str(not_json), "--namespace", "Bad NS").returncode == 3
+
+
+DRAFT_07 = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "$id": "https://example.com/order.json",
+    "type": "object",
+    "definitions": {
+        "line": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]},
+    },
+    "properties": {
+        "lines": {
+            "type": "array",
+            "items": {"$ref": "#/definitions/line", "description": "a line", "minItems": 9},
+        },
+        "pair": {
+            "type": "array",
+            "items": [{"type": "string"}, {"type": "integer"}],
+            "additionalItems": False,
+        },
+        "definitions": {"type": "string"},
+        "card": {"type": "string"},
+        "cvc": {"type": "string"},
+    },
+    "dependencies": {"card": ["cvc"], "cvc": {"required": ["card"]}},
+}
+
+
+def test_draft_07_becomes_2020_12_keyword_by_keyword() -> None:
+    converted = to_2020_12(DRAFT_07)
+    assert "$schema" not in converted and "$id" not in converted
+    assert converted["$defs"] == DRAFT_07["definitions"] and "definitions" not in converted
+    assert converted["properties"]["lines"]["items"] == {
+        "$ref": "#/$defs/line",
+        "description": "a line",
+    }
+    assert converted["properties"]["pair"] == {
+        "type": "array",
+        "prefixItems": [{"type": "string"}, {"type": "integer"}],
+        "items": False,
+    }
+    assert converted["properties"]["definitions"] == {"type": "string"}  # a property, not a keyword
+    assert converted["dependentRequired"] == {"card": ["cvc"]}
+    assert converted["dependentSchemas"] == {"cvc": {"required": ["card"]}}
+
+
+def test_draft_04_exclusive_bounds_and_refusals() -> None:
+    draft_04 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {
+            "a": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+            "b": {"type": "number", "maximum": 5, "exclusiveMaximum": False},
+        },
+    }
+    converted = to_2020_12(draft_04)
+    assert converted["properties"]["a"] == {"type": "number", "exclusiveMinimum": 0}
+    assert converted["properties"]["b"] == {"type": "number", "maximum": 5}
+    for schema, reason in (
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "properties": {"x": {"$id": "x.json"}},
+            },
+            "an embedded resource",
+        ),
+        (
+            {"$schema": "https://json-schema.org/draft/2019-09/schema", "$recursiveRef": "#"},
+            "$recursiveRef",
+        ),
+        ({"$schema": "http://example.com/my-dialect"}, "unknown dialect"),
+    ):
+        with pytest.raises(NotConvertible, match=reason.replace("$", r"\$")):
+            to_2020_12(schema)
+
+
+OLD_DRAFTS = [
+    DRAFT_07,
+    {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 1, "exclusiveMinimum": True, "maximum": 9},
+            "tags": {
+                "type": "array",
+                "items": [{"enum": ["a", "b"]}],
+                "additionalItems": {"type": "integer"},
+            },
+        },
+        "required": ["n"],
+    },
+]
+
+
+@pytest.mark.parametrize("index", range(len(OLD_DRAFTS)))
+def test_conversion_keeps_every_verdict(index: int) -> None:
+    """The converted schema accepts exactly what the original accepted under its own draft."""
+    original = OLD_DRAFTS[index]
+    before = jsonschema.validators.validator_for(original)(original)
+    after = jsonschema.Draft202012Validator(to_2020_12(original))
+
+    @settings(
+        max_examples=300,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(
+        value=instances(to_2020_12(original))
+        | st.dictionaries(
+            st.sampled_from(["n", "tags", "pair", "card", "cvc", "lines"]),
+            st.integers() | st.lists(st.integers()) | st.text(),
+        )
+    )
+    def check(value: Any) -> None:
+        assert before.is_valid(value) == after.is_valid(value), value
+
+    check()
+
+
+def test_the_corpus_drafts_import(tmp_path: Path) -> None:
+    """The 37 draft-07 tools of the MCP corpus import (and the acceptance fixtures build them)."""
+    drafts = [
+        line
+        for line in (CORPUS / "mcp-tools.jsonl").read_text().splitlines()
+        if "draft-07" in json.dumps(json.loads(line)["inputSchema"].get("$schema", ""))
+    ]
+    assert len(drafts) == 37
+    source = tmp_path / "drafts.jsonl"
+    source.write_text("\n".join(drafts) + "\n")
+    done = cli(
+        "--from",
+        "mcp",
+        str(source),
+        "--namespace",
+        "drafts",
+        "--out",
+        str(tmp_path / "specs"),
+        "--name-prefix",
+        "d.",
+    )
+    assert done.returncode == 0, done.stderr
