@@ -8,10 +8,11 @@ converted keyword by keyword:
 - draft-04 boolean ``exclusiveMinimum``/``exclusiveMaximum`` -> the numeric form;
 - ``dependencies`` -> ``dependentRequired`` (name lists) and ``dependentSchemas`` (schemas);
 - a ``$ref``'s sibling assertions, which those drafts ignore, are dropped (annotations stay);
-- a root ``$id``/``id`` is dropped when every reference is local.
+- a root ``$id``/``id`` is dropped when every reference is local, and so are pointer-shaped ones
+  below it (``"$id": "#/properties/x"``, which generators write and no ``$ref`` depends on).
 
-Refused, with the JSON pointer and the reason: remote references, embedded resources (``$id``
-below the root), ``$recursiveRef``, and unknown dialects.
+Refused, with the JSON pointer and the reason: remote references, embedded resources (any other
+``$id`` below the root), ``$recursiveRef``, and unknown dialects.
 """
 
 from __future__ import annotations
@@ -63,15 +64,40 @@ def to_2020_12(schema: Any) -> Any:
     """``schema`` in draft 2020-12, without ``$schema``; NotConvertible lists what cannot be."""
     dialect = dialect_of(schema)
     refusals: list[Refusal] = []
-    document = (
-        {k: v for k, v in schema.items() if k != "$schema"} if isinstance(schema, dict) else schema
-    )
-    if dialect != "2020-12":
-        document = _Converter(dialect, refusals).convert(document, "", root=True)
+    document = schema
+    if isinstance(schema, dict):
+        document = {k: v for k, v in schema.items() if k != "$schema"}
+    document = _Converter(dialect, refusals).convert(document, "", root=True)
     _check_references(document, "", refusals)
     if refusals:
         raise NotConvertible(refusals)
-    return document
+    return _inline_root_ref(document)
+
+
+def _inline_root_ref(document: Any) -> Any:
+    """A root that is only a ``$ref`` (besides definitions and annotations) becomes its target,
+    so that an object schema reached through a reference is an object schema at the root."""
+    if not isinstance(document, dict) or not isinstance(document.get("$ref"), str):
+        return document
+    target = _pointer(document, document["$ref"])
+    if set(document) - {"$ref", "$defs", "definitions", *ANNOTATIONS}:
+        return document
+    if not isinstance(target, dict) or "$ref" in target:
+        return document
+    rest = {k: v for k, v in document.items() if k != "$ref"}
+    return {**rest, **{k: v for k, v in target.items() if k not in ("$defs", "definitions")}}
+
+
+def _pointer(document: Any, ref: str) -> Any:
+    if not ref.startswith("#/"):
+        return None
+    node = document
+    for raw in ref[2:].split("/"):
+        key = raw.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
 
 
 class _Converter:
@@ -83,25 +109,22 @@ class _Converter:
         if not isinstance(node, dict):
             return node
         node = dict(node)
-        for key in ("$id", "id") if self.dialect == "draft-04" else ("$id",):
-            if key in node and isinstance(node[key], str):
-                if not root:
-                    self.refusals.append(
-                        Refusal(f"{at}/{key}", "an embedded resource ($id below the root)")
-                    )
-                del node[key]
+        self._identifiers(node, at, root)
+        if "deprecated" in node and not isinstance(node["deprecated"], bool):
+            node["deprecated"] = True  # an annotation; a message there is not 2020-12
+        if self.dialect == "2020-12":
+            return self._children(node, at)
         if "$recursiveRef" in node or "$recursiveAnchor" in node:
             self.refusals.append(Refusal(at, "$recursiveRef has no 2020-12 equivalent here"))
-        if isinstance(node.get("$ref"), str) and self.dialect != "2019-09":
-            # Drafts up to 07 ignore everything beside a $ref: keep only annotations.
-            node = {k: v for k, v in node.items() if k == "$ref" or k in ANNOTATIONS}
-            node["$ref"] = _definitions_to_defs(node["$ref"])
-            return node
         if isinstance(node.get("$ref"), str):
             node["$ref"] = _definitions_to_defs(node["$ref"])
-        if "definitions" in node and isinstance(node["definitions"], dict):
-            merged = {**node.pop("definitions"), **node.get("$defs", {})}
-            node["$defs"] = merged
+            if self.dialect != "2019-09":
+                # Those drafts ignore assertions beside a $ref: keep annotations, and
+                # definitions (still reachable by pointer).
+                kept = ("$ref", "definitions", "$defs", *ANNOTATIONS)
+                node = {k: v for k, v in node.items() if k in kept}
+        if isinstance(node.get("definitions"), dict):
+            node["$defs"] = {**node.pop("definitions"), **node.get("$defs", {})}
         if isinstance(node.get("items"), list):
             node["prefixItems"] = node.pop("items")
             if "additionalItems" in node:
@@ -119,6 +142,18 @@ class _Converter:
                 target = "dependentRequired" if isinstance(value, list) else "dependentSchemas"
                 node.setdefault(target, {})[name] = value
         return self._children(node, at)
+
+    def _identifiers(self, node: dict[str, Any], at: str, root: bool) -> None:
+        for key in ("$id", "id") if self.dialect == "draft-04" else ("$id",):
+            identifier = node.get(key)
+            if isinstance(identifier, str):
+                # A pointer-shaped fragment ("#/properties/x", as generators write) names nothing
+                # a $ref could use that its pointer does not: dropping it keeps the meaning.
+                if not root and not (identifier == "#" or identifier.startswith("#/")):
+                    self.refusals.append(
+                        Refusal(f"{at}/{key}", f"{identifier!r} starts an embedded resource")
+                    )
+                del node[key]
 
     def _children(self, node: dict[str, Any], at: str) -> dict[str, Any]:
         for key in (*SCHEMA_MAPS, "$defs", "dependentSchemas"):

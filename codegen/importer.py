@@ -208,7 +208,7 @@ def _spec(tool: Tool, source: Source, spec_id: str, name_prefix: str) -> dict[st
         spec["sideEffect"] = "pure"
     elif hints.get("idempotentHint") is True:
         spec["sideEffect"] = "idempotent"
-    spec["inputSchema"] = _converted(tool.input_schema, "/inputSchema")
+    spec["inputSchema"] = _arguments(_converted(tool.input_schema, "/inputSchema"))
     if isinstance(tool.output_schema, dict):
         spec["outputSchema"] = _converted(tool.output_schema, "/outputSchema")
     origin: dict[str, Any] = {"format": source, "name": tool.name}
@@ -225,6 +225,18 @@ def _converted(schema: dict[str, Any], slot: str) -> Any:
         raise NotConvertible(
             [Refusal(f"{slot}{r.pointer}", r.reason) for r in refused.refusals]
         ) from None
+
+
+def _arguments(schema: Any) -> Any:
+    """Tool arguments are always a JSON object, so an input schema that allows objects among
+    other things (or says nothing about the type) is stated as an object schema: no argument
+    list that can reach the tool changes verdict."""
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if kind is None or (isinstance(kind, list) and "object" in kind):
+        return {"type": "object", **{k: v for k, v in schema.items() if k != "type"}}
+    return schema
 
 
 def _slug(name: str) -> str:

@@ -254,7 +254,7 @@ def test_draft_04_exclusive_bounds_and_refusals() -> None:
                 "$schema": "http://json-schema.org/draft-07/schema#",
                 "properties": {"x": {"$id": "x.json"}},
             },
-            "an embedded resource",
+            "starts an embedded resource",
         ),
         (
             {"$schema": "https://json-schema.org/draft/2019-09/schema", "$recursiveRef": "#"},
