@@ -9,7 +9,7 @@ schemas a generated module embeds are already bundled.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +38,16 @@ class SchemaValidator:
 
     __slots__ = ("_validator", "is_valid")
 
-    def __init__(self, schema: Mapping[str, Any] | bool) -> None:
+    def __init__(
+        self, schema: Mapping[str, Any] | bool, retriever: Callable[[str], Any] | None = None
+    ) -> None:
+        """``retriever``: serves remote ``$ref`` documents by URI (tests and conformance runs);
+        without one, nothing is fetched and a remote reference is an error."""
         document = schema if isinstance(schema, bool) else dict(schema)
-        self._validator = jsonschema_rs.Draft202012Validator(document, offline=True)
+        if retriever is None:
+            self._validator = jsonschema_rs.Draft202012Validator(document, offline=True)
+        else:
+            self._validator = jsonschema_rs.Draft202012Validator(document, retriever=retriever)
         # Bound once: the call path invokes it directly.
         self.is_valid = self._validator.is_valid
 
