@@ -52,13 +52,21 @@ class BreakingChange(Exception):
 
 
 @dataclass(frozen=True)
+class Compiled:
+    files: dict[str, str]
+    keys: dict[str, str]
+    fresh: tuple[str, ...]  # modules the generator ran for
+    looser: dict[str, list[str]]  # spec id -> where its models accept more than its schema
+
+
+@dataclass(frozen=True)
 class BuildResult:
     target: Path
     status: Status
     regenerated: tuple[str, ...] = ()  # modules the generator ran for
-    differing: tuple[str, ...] = field(
-        default=()
-    )  # files that were (or would be) added, changed or removed
+    differing: tuple[str, ...] = ()  # files that were (or would be) added, changed or removed
+    looser: dict[str, list[str]] = field(default_factory=dict)
+    """For the specs generated in this build: where their models accept more than the schema."""
 
 
 def input_digests(specs: Path) -> dict[str, str]:
@@ -86,7 +94,7 @@ def compile_specs(
     previous: dict[str, tuple[str, str]],
     progress: Callable[[str], None],
     lock: Path | None = None,
-) -> tuple[dict[str, str], dict[str, str], tuple[str, ...]]:
+) -> Compiled:
     """Stages load to format: the package's files in memory, or SpecError with every problem.
 
     With a ``lock``, a spec that breaks its locked contract raises BreakingChange before any
@@ -107,7 +115,7 @@ def compile_specs(
     # Generated modules go through black; the package files come from templates written in black's
     # style already (a test holds them to it), so a large __init__.py costs nothing to rebuild.
     files = format_files(rendered.files, set(fresh))
-    return files, dict(rendered.keys), tuple(fresh)
+    return Compiled(files, dict(rendered.keys), tuple(fresh), dict(rendered.looser))
 
 
 def build(
@@ -136,14 +144,13 @@ def build(
     state = read_state(disk)
     if _up_to_date(state, disk, inputs, tools):
         return BuildResult(target, "unchanged")
-    files, keys, fresh = compile_specs(
-        specs, package, previous_modules(state, disk), progress, lock
-    )
-    files[STATE_FILE] = state_text(files, keys, inputs, tools)
+    compiled = compile_specs(specs, package, previous_modules(state, disk), progress, lock)
+    files, fresh, looser = compiled.files, compiled.fresh, compiled.looser
+    files[STATE_FILE] = state_text(files, compiled.keys, inputs, tools)
     differing = tuple(sorted(p for p in set(files) | set(disk) if files.get(p) != disk.get(p)))
     if not differing:
-        return BuildResult(target, "unchanged", fresh)
+        return BuildResult(target, "unchanged", fresh, looser=looser)
     if check:
-        return BuildResult(target, "stale", fresh, differing)
+        return BuildResult(target, "stale", fresh, differing, looser)
     write_package(target, files, unchanged={p for p in files if p not in differing})
-    return BuildResult(target, "written", fresh, differing)
+    return BuildResult(target, "written", fresh, differing, looser)

@@ -72,6 +72,7 @@ def build(
     from blade_codegen.build import BreakingChange
     from blade_codegen.build import build as run_build
     from blade_codegen.check import BaselineError
+    from blade_codegen.render import ModelFailure
 
     specs = _specs_dir(specs_dir)
     defaults = _settings()
@@ -96,6 +97,9 @@ def build(
     except BaselineError as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(EXIT_INVALID)
+    except ModelFailure as failure:
+        click.echo(f"error: {failure} (the model generator failed; nothing was written)", err=True)
+        sys.exit(EXIT_INVALID)
     except BreakingChange as refused:
         for finding in refused.report.breaking:
             click.echo(finding.message(), err=True)
@@ -116,6 +120,14 @@ def build(
         for path in result.differing:
             click.echo(f"  {path}", err=True)
         sys.exit(EXIT_STALE)
+    for spec_id, notes in sorted(result.looser.items()):
+        failed = [n for n in notes if "the generator failed" in n]
+        what = "typed loosely (the generator failed)" if failed else "looser than its JSON Schema"
+        click.echo(
+            f"note: {spec_id}: models {what} at {len(notes)} place(s), listed in its module's "
+            "header; the runtime still validates the schema",
+            err=True,
+        )
     if result.status == "unchanged":
         click.echo(f"{result.target} is up to date")
     else:

@@ -12,8 +12,9 @@ import json
 import re
 import sys
 import tokenize
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,7 @@ from blade_codegen import __version__
 from blade_codegen.plan import BuildPlan, SharedPlan, ToolPlan, pascal
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
-from blade_codegen.schemas import resolve_pointer, transform
+from blade_codegen.schemas import resolve_pointer, subschemas, transform
 
 # datamodel-code-generator options, pinned with its version: the dated preset is frozen upstream and
 # gives mypy --strict clean models. parent-prefixed naming keeps one tool's class names independent
@@ -40,8 +41,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
     "skip_root_model": True,
 }
 # Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
-# is revision 2, keep_integers 3): cached modules of another revision are generated again.
-POSTPROCESS_REVISION = 3
+# is revision 2, keep_integers 3, model_default 4): cached modules of another revision are
+# generated again.
+POSTPROCESS_REVISION = 4
 OPTIONS_SIGNATURE = canonical_json(
     {**{k: str(v) for k, v in DMCG_OPTIONS.items()}, "postprocess": POSTPROCESS_REVISION}
 )
@@ -58,6 +60,8 @@ class Rendered:
 
     files: Mapping[str, str]
     keys: Mapping[str, str]
+    looser: Mapping[str, list[str]] = field(default_factory=dict)
+    """Per spec id generated in this run: where its models accept more than its schema."""
 
 
 # -- templates ---------------------------------------------------------------------------------
@@ -158,6 +162,8 @@ class ModelDocument:
         fragments to new references (None: treat as a shared-file reference)."""
 
         def edit(node: dict[str, Any]) -> dict[str, Any]:
+            if "default" in node and not model_default(node):
+                node = {k: v for k, v in node.items() if k != "default"}
             ref = node.get("$ref")
             if not isinstance(ref, str):
                 if not any(k in node for k in MODEL_DROPPED):
@@ -268,12 +274,15 @@ def generate_models(document: dict[str, Any]) -> str:
     from datamodel_code_generator.enums import DataModelType, InputFileType
 
     options = dict(DMCG_OPTIONS)
-    code = generate(
-        json.dumps(document),
-        input_file_type=InputFileType.JsonSchema,
-        output_model_type=DataModelType.PydanticV2BaseModel,
-        **options,
-    )
+    with warnings.catch_warnings():
+        # Its warnings (inexact dict maps...) are what looser_than_schema reports, per place.
+        warnings.simplefilter("ignore")
+        code = generate(
+            json.dumps(document),
+            input_file_type=InputFileType.JsonSchema,
+            output_model_type=DataModelType.PydanticV2BaseModel,
+            **options,
+        )
     assert isinstance(code, str)
     return keep_integers(keep_unknown_properties(code))
 
@@ -309,6 +318,131 @@ def keep_integers(code: str) -> str:
         line = lines[row - 1]
         lines[row - 1] = line[:column] + "float | int" + line[column + len("float") :]
     return "".join(lines)
+
+
+class ModelFailure(Exception):
+    """datamodel-code-generator failed on a document, or wrote code that does not parse."""
+
+
+def checked_models(document: dict[str, Any]) -> str:
+    try:
+        code = generate_models(document)
+        ast.parse(code)
+    except Exception as error:  # its failures have no common base class
+        raise ModelFailure(f"{type(error).__name__}: {error}") from error
+    return code
+
+
+def models_with_fallbacks(
+    document: dict[str, Any], slots: list[tuple[str, list[str], Slot]]
+) -> tuple[str, list[str]]:
+    """The models of ``document``; where the generator fails, slots are typed loosely (any JSON
+    object, or any JSON value), one at a time in order, until it succeeds. Slots loosened on the
+    way that turn out not to be the cause are restored. Returns the code and the loosened slots.
+
+    The JSON Schema still validates every loosened slot: only typed access is lost.
+    """
+    try:
+        return checked_models(document), []
+    except ModelFailure:
+        pass
+    defs = dict(document["$defs"])
+    loosened: list[tuple[str, list[str], Slot]] = []
+    code = None
+    for entry in slots:
+        loosened.append(entry)
+        try:
+            code = checked_models({"$defs": _loosen(defs, loosened)})
+            break
+        except ModelFailure:
+            continue
+    if code is None:
+        raise ModelFailure("the generator fails even with every slot typed loosely")
+    for entry in list(loosened[:-1]):
+        trial = [e for e in loosened if e is not entry]
+        try:
+            code = checked_models({"$defs": _loosen(defs, trial)})
+            loosened = trial
+        except ModelFailure:
+            continue
+    return code, [_slot_label(slot) for _, _, slot in loosened]
+
+
+def _loosen(defs: dict[str, Any], slots: list[tuple[str, list[str], Slot]]) -> dict[str, Any]:
+    out = dict(defs)
+    for cls, local, slot in slots:
+        for name in local:
+            out.pop(name, None)
+        out[cls] = {"type": "object"} if _is_object(slot) else {}
+    return dict(sorted(out.items()))
+
+
+def _local_names(tool: ToolPlan, slot: Slot) -> list[str]:
+    local = slot.schema.get("$defs", {}) if isinstance(slot.schema, dict) else {}
+    return [tool.local_defs[(slot.role, slot.key, key)] for key in local]
+
+
+def _slot_label(slot: Slot) -> str:
+    return f"{slot.role} {slot.key}".strip()
+
+
+# Keywords a pydantic model cannot hold to: where they appear, the model accepts more than the
+# schema (the runtime's JSON Schema validation still enforces them).
+LOOSER_KEYWORDS = {
+    "not": "'not' is enforced by the JSON Schema only",
+    "if": "'if'/'then'/'else' is enforced by the JSON Schema only",
+    "dependentRequired": "'dependentRequired' is enforced by the JSON Schema only",
+    "dependentSchemas": "'dependentSchemas' is enforced by the JSON Schema only",
+    "contains": "'contains' is enforced by the JSON Schema only",
+    "uniqueItems": "'uniqueItems' is enforced by the JSON Schema only",
+    "propertyNames": "'propertyNames' is enforced by the JSON Schema only",
+    "patternProperties": "'patternProperties' maps only approximately to a dict",
+    "minProperties": "'minProperties' is enforced by the JSON Schema only",
+    "maxProperties": "'maxProperties' is enforced by the JSON Schema only",
+    "unevaluatedProperties": "'unevaluatedProperties' is enforced by the JSON Schema only",
+    "unevaluatedItems": "'unevaluatedItems' is enforced by the JSON Schema only",
+    "format": "'format' is an annotation: strings are not parsed into dates, emails, URIs",
+}
+
+
+_SCALARS: Mapping[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
+
+
+def model_default(node: dict[str, Any]) -> bool:
+    """Whether a model can carry this node's ``default``: a scalar of the declared type.
+
+    An object or array default would become a dict or list where a model or typed list is
+    declared, and a default of another type than the field's is a schema authoring slip; both
+    stay in the JSON Schema (an annotation there) and out of the model.
+    """
+    value = node["default"]
+    declared = node.get("type")
+    if isinstance(value, dict | list) or value is None or not isinstance(declared, str):
+        return False
+    kinds = _SCALARS.get(declared)
+    if kinds is None or (isinstance(value, bool) and declared != "boolean"):
+        return False
+    return isinstance(value, kinds)
+
+
+def looser_than_schema(slots: tuple[Slot, ...]) -> list[tuple[str, str]]:
+    """Where each slot's models accept more than its JSON Schema, as (place, why)."""
+    found = []
+    for slot in slots:
+        for path, node in subschemas(slot.bundled):
+            where = f"{_slot_label(slot)} {''.join(f'/{p}' for p in path) or '/'}"
+            for keyword in sorted(set(node) & set(LOOSER_KEYWORDS)):
+                if keyword == "uniqueItems" and node[keyword] is not True:
+                    continue
+                found.append((where, LOOSER_KEYWORDS[keyword]))
+            if "default" in node and not model_default(node):
+                found.append((where, "this 'default' is not carried into the model"))
+    return found
 
 
 def escape_controls(code: str) -> str:
@@ -440,10 +574,18 @@ def render_shared(
 
 def render_tool(
     tool: ToolPlan, plan: BuildPlan, shared_classes: Mapping[tuple[str, str], str]
-) -> str:
+) -> tuple[str, list[str]]:
+    """The module of one tool, and where its models are looser than its JSON Schema."""
     spec = tool.spec
     document, boxes = tool_document(tool, plan, shared_classes)
-    split = split_module(generate_models(document), boxes)
+    slots = [(tool.cls(slot), _local_names(tool, slot), slot) for slot in spec.slots]
+    try:
+        code, loosened = models_with_fallbacks(document, slots)
+    except ModelFailure as failure:
+        raise ModelFailure(f"{spec.source.rel}: {spec.id}: {failure}") from failure
+    split = split_module(code, boxes)
+    notes = [f"{label}: the generator failed; typed as any JSON object/value" for label in loosened]
+    notes += [f"{at}: {why}" for at, why in looser_than_schema(spec.slots)]
     data = list(spec.data)
     suspend = list(spec.suspend)
     backend = spec.execution == "backend"
@@ -479,11 +621,12 @@ def render_tool(
         params = [f"{tool.base}Id", tool.cls(spec.input), output_type]
         spec_class = "ClientToolSpec"
     schemas = {f"{s.role}:{s.key}" if s.key else s.role: s.bundled for s in spec.slots}
-    return (
+    text = (
         environment()
         .get_template("tool_module.py.jinja")
         .render(
             header=header(spec.source.rel, spec.id, spec.fingerprint),
+            fallbacks=notes,
             imports=import_block(plan.package, tool.module, split.imports, own),
             models=split.body,
             spec=spec,
@@ -498,6 +641,7 @@ def render_tool(
             schemas_json=canonical_json(schemas),
         )
     )
+    return text, notes
 
 
 def render(
@@ -509,6 +653,7 @@ def render(
     a module whose key is unchanged is reused as it is, without running the generator."""
     files: dict[str, str] = {}
     keys: dict[str, str] = {}
+    looser: dict[str, list[str]] = {}
     prefix = plan.package
     shared_classes: dict[tuple[str, str], str] = {}
     for shared in plan.shared:
@@ -535,7 +680,9 @@ def render(
             files[tool.path] = old[1]
         else:
             on_module(tool.path)
-            files[tool.path] = render_tool(tool, plan, shared_classes)
+            files[tool.path], notes = render_tool(tool, plan, shared_classes)
+            if notes:
+                looser[tool.spec.id] = notes
         keys[tool.path] = tool.cache_key
     env = environment()
     for package in plan.packages:
@@ -547,7 +694,7 @@ def render(
     )
     files["py.typed"] = ""
     files["manifest.json"] = manifest(plan)
-    return Rendered(files, keys)
+    return Rendered(files, keys, looser)
 
 
 def manifest(plan: BuildPlan) -> str:

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(
     SUITE is None, reason="../shared/corpus/json-schema-test-suite is absent (set BLADE_CORPUS)"
 )
 
+
 def retriever(uri: str) -> Any:
     assert SUITE is not None
     prefix = "http://localhost:1234/"

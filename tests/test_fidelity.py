@@ -1,0 +1,110 @@
+"""Where models cannot be exact: fallbacks to looser types, and the build's report of them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blade_codegen import render as render_module
+from blade_codegen.build import build
+from conftest import add_spec, spec
+
+BIN = Path(sys.executable).parent
+LOOSE_INPUT = {
+    "type": "object",
+    "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "when": {"type": "string", "format": "date"},
+        "mode": {"not": {"const": "off"}},
+        "options": {
+            "type": "object",
+            "properties": {"depth": {"type": "integer"}},
+            "default": {"depth": 2},
+        },
+        "limit": {"type": "integer", "default": "ten"},
+    },
+}
+
+
+def test_the_build_reports_where_models_accept_more_than_the_schema(tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    add_spec(specs, spec("t.loose.v1", inputSchema=LOOSE_INPUT))
+    result = build(specs, tmp_path / "out", "pkg")
+    notes = result.looser["t.loose.v1"]
+    assert "input /properties/tags: 'uniqueItems' is enforced by the JSON Schema only" in notes
+    assert "input /properties/mode: 'not' is enforced by the JSON Schema only" in notes
+    assert any(n.startswith("input /properties/when: 'format' is an annotation") for n in notes)
+    assert "input /properties/options: this 'default' is not carried into the model" in notes
+    assert "input /properties/limit: this 'default' is not carried into the model" in notes
+    module = (tmp_path / "out" / "pkg" / "t" / "loose_v1.py").read_text()
+    assert "# The models accept more than the JSON Schema" in module
+    assert "\"input /properties/mode: 'not' is enforced by the JSON Schema only\"" in module
+    # Object and mistyped defaults stay out of the model: it type-checks and parses as typed.
+    sys.path.insert(0, str(tmp_path / "out"))
+    try:
+        from pkg.t import loose_v1  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path / "out"))
+    parsed = loose_v1.LooseInput.model_validate({})
+    assert parsed.options is None and parsed.limit is None
+    assert loose_v1.LooseInput.model_validate({"options": {"depth": 3}}).options.depth == 3
+    done = subprocess.run(
+        [str(BIN / "blade-codegen"), "build", str(specs), "--out", str(tmp_path / "out2")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert "note: t.loose.v1: models looser than its JSON Schema at 5 place(s)" in done.stderr
+
+
+def test_a_slot_the_generator_fails_on_is_typed_loosely_and_only_that_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = render_module.generate_models
+
+    def fails_on_marker(document: dict[str, Any]) -> str:
+        if "generator-breaker" in json.dumps(document):
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(document)
+
+    monkeypatch.setattr(render_module, "generate_models", fails_on_marker)
+    specs = tmp_path / "specs"
+    output = {
+        "type": "object",
+        "title": "generator-breaker",
+        "properties": {"n": {"type": "integer"}},
+    }
+    add_spec(specs, spec("t.breaks.v1", outputSchema=output))
+    result = build(specs, tmp_path / "out", "pkg")
+    assert (
+        result.looser["t.breaks.v1"][0]
+        == "output: the generator failed; typed as any JSON object/value"
+    )
+    module = (tmp_path / "out" / "pkg" / "t" / "breaks_v1.py").read_text()
+    assert (
+        "class BreaksInput(BaseModel)" in module and "q: str | None = None" in module
+    )  # still typed
+    assert (
+        "class BreaksOutput(BaseModel)" in module
+        and "n:" not in module.split("class BreaksOutput")[1].split("class ")[0]
+    )
+
+
+def test_a_generator_that_fails_on_everything_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def always(document: dict[str, Any]) -> str:
+        raise ValueError("unsupported")
+
+    monkeypatch.setattr(render_module, "generate_models", always)
+    specs = tmp_path / "specs"
+    add_spec(specs, spec("t.tool.v1"))
+    with pytest.raises(
+        render_module.ModelFailure, match=r"t/tool\.v1\.json: t\.tool\.v1: the generator fails"
+    ):
+        build(specs, tmp_path / "out", "pkg")
