@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import io
 import json
-import re
 import sys
 import tokenize
 import warnings
@@ -41,9 +40,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
     "skip_root_model": True,
 }
 # Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
-# is revision 2, keep_integers 3, model_default 4): cached modules of another revision are
-# generated again.
-POSTPROCESS_REVISION = 4
+# is revision 2, keep_integers 3, model_default 4, root models left closed 5): cached modules
+# of another revision are generated again.
+POSTPROCESS_REVISION = 5
 OPTIONS_SIGNATURE = canonical_json(
     {**{k: str(v) for k, v in DMCG_OPTIONS.items()}, "postprocess": POSTPROCESS_REVISION}
 )
@@ -287,17 +286,34 @@ def generate_models(document: dict[str, Any]) -> str:
     return keep_integers(keep_unknown_properties(code))
 
 
-_OPEN_CONFIG = re.compile(r"(model_config = ConfigDict\(\n)(?!\s*extra=)(\s*)")
-
-
 def keep_unknown_properties(code: str) -> str:
     """Models of open objects keep the properties they do not declare (``extra='allow'``).
 
     datamodel-code-generator writes ``extra='forbid'`` for ``additionalProperties: false`` and
     nothing otherwise, so pydantic would *drop* undeclared properties the schema allows and the
     value would not round-trip. Its global ``extra_fields`` option would open closed objects too.
+    Root models (which pydantic forbids an ``extra`` setting) are left as they are.
     """
-    return _OPEN_CONFIG.sub(r"\1\2extra='allow',\n\2", code)
+    lines = code.splitlines(keepends=True)
+    inserts: list[tuple[int, int]] = []
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.ClassDef) or any(
+            "RootModel" in ast.unparse(b) for b in node.bases
+        ):
+            continue
+        for statement in node.body:
+            value = statement.value if isinstance(statement, ast.Assign) else None
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "ConfigDict"
+                and not any(k.arg == "extra" for k in value.keywords)
+            ):
+                inserts.append((value.func.end_lineno or 0, value.func.end_col_offset or 0))
+    for row, column in sorted(inserts, reverse=True):
+        line = lines[row - 1]
+        lines[row - 1] = line[: column + 1] + "extra='allow', " + line[column + 1 :]
+    return "".join(lines)
 
 
 def keep_integers(code: str) -> str:
