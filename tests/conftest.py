@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -146,11 +145,3 @@ def mcp_package(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert write_mcp_corpus(root / "specs") == 312
     build(root / "specs", root / "out", "blade_mcp")
     return _import_package(root / "out", "blade_mcp")
-
-
-def shared_corpus() -> Path | None:
-    """The shared corpus folder (``../shared/corpus`` beside this checkout, or $BLADE_CORPUS)."""
-    for candidate in (os.environ.get("BLADE_CORPUS"), ROOT.parent / "shared" / "corpus"):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    return None
