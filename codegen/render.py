@@ -41,8 +41,8 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 }
 # Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
 # is revision 2, keep_integers 3, model_default 4, root models left closed 5): cached modules
-# of another revision are generated again.
-POSTPROCESS_REVISION = 5
+# of another revision are generated again (6: discriminated unions).
+POSTPROCESS_REVISION = 6
 OPTIONS_SIGNATURE = canonical_json(
     {**{k: str(v) for k, v in DMCG_OPTIONS.items()}, "postprocess": POSTPROCESS_REVISION}
 )
@@ -219,7 +219,7 @@ def tool_document(
         def local(file: str, names: Mapping[str, str] = names, where: str = where) -> Any:
             return lambda fragment: _defs_pointer(fragment, names, where)
 
-        rewritten = doc.rewrite(slot.schema, spec.source.rel, local)
+        rewritten = doc.rewrite(with_discriminators(slot.schema), spec.source.rel, local)
         if isinstance(rewritten, dict):
             for key, name in names.items():
                 doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
@@ -234,6 +234,36 @@ def tool_document(
             }
     # Every slot is a definition: with skip_root_model the document root itself yields no model.
     return {"$defs": dict(sorted(doc.defs.items()))}, boxes
+
+
+def with_discriminators(schema: Any) -> Any:
+    """``schema`` with a ``discriminator`` on each union whose branches are told apart by a
+    constant: every branch an object that requires the same property, each with its own ``const``
+    string. datamodel-code-generator then writes a pydantic discriminated union, which picks the
+    branch by that property instead of trying each. Only the model document gets the keyword."""
+
+    def branch(node: Any) -> Any:
+        ref = node.get("$ref") if isinstance(node, dict) else None
+        if isinstance(ref, str) and ref.startswith("#/"):
+            found, target = resolve_pointer(schema, ref[1:].replace("%25", "%"))
+            return target if found else None
+        return node
+
+    def tag(node: dict[str, Any]) -> dict[str, Any]:
+        for key in ("oneOf", "anyOf"):
+            branches = node.get(key)
+            if key not in node or "discriminator" in node or not isinstance(branches, list):
+                continue
+            resolved = [branch(b) for b in branches]
+            if len(resolved) < 2 or not all(isinstance(b, dict) for b in resolved):
+                return node
+            for name in sorted(set.intersection(*(set(b.get("required", [])) for b in resolved))):
+                values = [b.get("properties", {}).get(name, {}).get("const") for b in resolved]
+                if all(isinstance(v, str) for v in values) and len(set(values)) == len(values):
+                    return {**node, "discriminator": {"propertyName": name}}
+        return node
+
+    return transform(schema, tag)
 
 
 def _is_object(slot: Slot) -> bool:
@@ -256,7 +286,7 @@ def shared_document(
         root = f"#/$defs/{shared.root_class}"
         return lambda fragment: _defs_pointer(fragment, names, root)
 
-    rewritten = doc.rewrite(shared.source.data, file, local)
+    rewritten = doc.rewrite(with_discriminators(shared.source.data), file, local)
     for key, name in names.items():
         doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
     if shared.root_class:

@@ -108,3 +108,36 @@ def test_a_generator_that_fails_on_everything_is_a_clear_error(
         render_module.ModelFailure, match=r"t/tool\.v1\.json: t\.tool\.v1: the generator fails"
     ):
         build(specs, tmp_path / "out", "pkg")
+
+
+def test_const_tagged_unions_become_discriminated_unions(tmp_path: Path) -> None:
+    branch = {
+        "type": "object",
+        "properties": {"kind": {"const": "card"}, "last4": {"type": "string"}},
+        "required": ["kind"],
+    }
+    other = {
+        "type": "object",
+        "properties": {"kind": {"const": "iban"}, "iban": {"type": "string"}},
+        "required": ["kind", "iban"],
+    }
+    untagged = {"type": "object", "properties": {"kind": {"const": "cash"}}}  # kind optional
+    specs = tmp_path / "specs"
+    add_spec(specs, spec("t.tagged.v1", outputSchema={"oneOf": [branch, other]}))
+    add_spec(specs, spec("t.loose-tag.v1", outputSchema={"oneOf": [branch, untagged]}))
+    build(specs, tmp_path / "out", "tagged_pkg")
+    tagged = (tmp_path / "out" / "tagged_pkg" / "t" / "tagged_v1.py").read_text()
+    assert 'Field(discriminator="kind")' in tagged
+    untagged_module = (tmp_path / "out" / "tagged_pkg" / "t" / "loose_tag_v1.py").read_text()
+    assert "discriminator" not in untagged_module  # a branch may omit kind: no tag to pick by
+    sys.path.insert(0, str(tmp_path / "out"))
+    try:
+        from tagged_pkg.t import tagged_v1  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(tmp_path / "out"))
+    from pydantic import TypeAdapter, ValidationError
+
+    adapter = TypeAdapter(tagged_v1.TaggedOutput)
+    assert type(adapter.validate_python({"kind": "iban", "iban": "DE1"})).__name__.endswith("1")
+    with pytest.raises(ValidationError, match="union_tag_invalid"):
+        adapter.validate_python({"kind": "cash"})
