@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from blade_codegen import render as render_module
 from blade_codegen.build import build
-from conftest import add_spec, spec
+from conftest import add_spec, run_mypy, spec
 
 BIN = Path(sys.executable).parent
 LOOSE_INPUT = {
@@ -141,3 +141,10 @@ def test_const_tagged_unions_become_discriminated_unions(tmp_path: Path) -> None
     assert type(adapter.validate_python({"kind": "iban", "iban": "DE1"})).__name__.endswith("1")
     with pytest.raises(ValidationError, match="union_tag_invalid"):
         adapter.validate_python({"kind": "cash"})
+
+
+def test_every_mcp_corpus_module_passes_mypy_strict(mcp_package: Any) -> None:
+    out = Path(mcp_package.__file__).parent.parent
+    result = run_mypy(Path("blade_mcp"), cwd=out)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert len(list((out / "blade_mcp").rglob("*_v1.py"))) == 312
