@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from pydantic import TypeAdapter
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+from conftest import write_mcp_corpus  # noqa: E402
 from strategies import conform, oracle  # noqa: E402
 
 
@@ -92,48 +94,54 @@ def load(out: Path, package: str) -> Any:
     return __import__(package)
 
 
+@dataclass
+class Tally:
+    """How models treated schema-valid instances."""
+
+    instances: int = 0
+    rejected: int = 0
+    changed: int = 0
+
+    def add(self, adapter: TypeAdapter[Any], value: Any) -> None:
+        outcome = round_trip(adapter, value)
+        self.instances += 1
+        self.rejected += outcome == "rejected"
+        self.changed += outcome == "changed"
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "instances": self.instances,
+            "false rejections": self.rejected,
+            "round-trip failures": self.changed,
+        }
+
+
+def built(specs: Path, work: Path, package: str) -> tuple[Any, dict[str, Any]]:
+    """Build, type-check and import ``package``: the package, and what the report says of it."""
+    result = build(specs, work / "out", package)
+    modules, failing = typecheck(work / "out", package)
+    facts = {
+        "built": modules,
+        "type-check failures": failing,
+        "fallback places": sum(len(n) for n in result.looser.values()),
+    }
+    return load(work / "out", package), facts
+
+
 def mcp(root: Path, work: Path, count: int) -> dict[str, Any]:
-    source = root / "mcp-tools.jsonl"
-    lines = source.read_text("utf-8").splitlines()
-    tools, _ = read_tools(source, "mcp")
-    groups: dict[str, list[Any]] = {}
-    for line, tool in zip(lines, tools, strict=True):
-        server = json.loads(line)["server"].lower().replace(" ", "-")
-        groups.setdefault("".join(c if c.isalnum() else "-" for c in server).strip("-"), []).append(
-            tool
-        )
-    for server, group in groups.items():
-        write_imported(
-            work / "specs",
-            import_tools(group, "mcp", f"mcp.{server}", source.name, f"{server}."),
-            False,
-        )
-    result = build(work / "specs", work / "out", "fid_mcp")
-    modules, failing = typecheck(work / "out", "fid_mcp")
-    package = load(work / "out", "fid_mcp")
-    tried = rejected = changed = 0
+    schemas = write_mcp_corpus(work / "specs", root / "mcp-tools.jsonl")
+    package, facts = built(work / "specs", work, "fid_mcp")
+    tally = Tally()
     for spec in package.load_all():
         for schema, kind in (
             (spec.input_schema, spec.input_type),
             (spec.output_schema, spec.output_type),
         ):
-            if schema is None:
-                continue
-            adapter = TypeAdapter(kind)
-            for value in drawn(schema, count):
-                tried += 1
-                outcome = round_trip(adapter, value)
-                rejected += outcome == "rejected"
-                changed += outcome == "changed"
-    return {
-        "schemas": len(tools),
-        "built": modules,
-        "type-check failures": failing,
-        "instances": tried,
-        "false rejections": rejected,
-        "round-trip failures": changed,
-        "fallback places": sum(len(n) for n in result.looser.values()),
-    }
+            if schema is not None:
+                adapter = TypeAdapter(kind)
+                for value in drawn(schema, count):
+                    tally.add(adapter, value)
+    return {"schemas": schemas, **facts, **tally.report()}
 
 
 def schemastore(root: Path, work: Path) -> dict[str, Any]:
@@ -153,34 +161,30 @@ def schemastore(root: Path, work: Path) -> dict[str, Any]:
     write_imported(
         work / "specs", import_tools(tools, "anthropic", "schemastore", listing.name), False
     )
-    result = build(work / "specs", work / "out", "fid_ss")
-    modules, failing = typecheck(work / "out", "fid_ss")
-    package = load(work / "out", "fid_ss")
-    by_name = {spec.description: spec for spec in package.load_all()}
-    agree = disagree = tried = rejected = changed = 0
+    package, facts = built(work / "specs", work, "fid_ss")
+    # Compiled once per schema, not once per instance.
+    checks = {
+        spec.description: (SchemaValidator(spec.input_schema), TypeAdapter(spec.input_type))
+        for spec in package.load_all()
+    }
+    agree = disagree = 0
+    tally = Tally()
     for line in (folder / "instances.jsonl").read_text("utf-8").splitlines():
         record = json.loads(line)
-        spec = by_name[record["schema"][:-5]]
-        valid = SchemaValidator(spec.input_schema).is_valid(record["instance"])
+        validator, adapter = checks[record["schema"].removesuffix(".json")]
+        valid = validator.is_valid(record["instance"])
         if valid == (record["expected"] == "valid"):
             agree += 1
         else:
             disagree += 1
         if valid:
-            tried += 1
-            outcome = round_trip(TypeAdapter(spec.input_type), record["instance"])
-            rejected += outcome == "rejected"
-            changed += outcome == "changed"
+            tally.add(adapter, record["instance"])
     return {
         "schemas": len(records),
-        "built": modules,
-        "type-check failures": failing,
+        **facts,
         "verdicts agreeing": agree,
         "verdicts differing": disagree,
-        "instances": tried,
-        "false rejections": rejected,
-        "round-trip failures": changed,
-        "fallback places": sum(len(n) for n in result.looser.values()),
+        **tally.report(),
     }
 
 

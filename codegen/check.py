@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from blade_codegen.compat import Direction, compare
+from blade_codegen.problems import pointer
 from blade_codegen.resolve import ResolvedSpec, resolve_specs
 from blade_codegen.witness import example
 
@@ -339,7 +340,7 @@ def compare_spec(released: Released, spec: ResolvedSpec) -> Iterator[Finding]:
             found, value = example(change, before, after, broken[0])
             yield finding(
                 _part(key),
-                _instance_path(change.instance_path),
+                pointer(*change.instance_path) or "/",
                 change.rule,
                 change.old,
                 change.new,
@@ -372,10 +373,6 @@ def _part(key: str) -> str:
 
 def _channels(schemas: Mapping[str, Any]) -> set[str]:
     return {k.split(":", 1)[1] for k in schemas if k.startswith("data:")}
-
-
-def _instance_path(path: tuple[str | int, ...]) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path) or "/"
 
 
 def _show(value: Any) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import keyword
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NoReturn, cast
@@ -95,11 +94,9 @@ def build(
     except SpecError as error:
         _report(error)
     except BaselineError as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(EXIT_INVALID)
+        _fail(str(error), EXIT_INVALID)
     except ModelFailure as failure:
-        click.echo(f"error: {failure} (the model generator failed; nothing was written)", err=True)
-        sys.exit(EXIT_INVALID)
+        _fail(f"{failure} (the model generator failed; nothing was written)", EXIT_INVALID)
     except BreakingChange as refused:
         for finding in refused.report.breaking:
             click.echo(finding.message(), err=True)
@@ -168,11 +165,7 @@ def export(specs_dir: Path | None, format_: str, out: Path | None) -> None:
     if out is None:
         click.echo(text, nl=False)
         return
-    try:
-        _write_atomically(out, text)
-    except OSError as error:
-        click.echo(f"error: cannot write {out}: {error.strerror or error}", err=True)
-        sys.exit(EXIT_WRITE)
+    _write_or_exit(out, text)
 
 
 def _settings() -> Settings:
@@ -200,10 +193,18 @@ def _report(error: SpecError) -> NoReturn:
     sys.exit(EXIT_INVALID)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(text, encoding="utf-8")
-    os.replace(staging, path)
+def _write_or_exit(path: Path, text: str) -> None:
+    from blade_codegen.write import write_file
+
+    try:
+        write_file(path, text)
+    except OSError as error:
+        _fail(f"cannot write {path}: {error.strerror or error}", EXIT_WRITE)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
 
 
 def default_lock(specs: Path) -> Path:
@@ -246,8 +247,7 @@ def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_:
     except SpecError as error:
         _report(error)
     except BaselineError as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(EXIT_INVALID)
+        _fail(str(error), EXIT_INVALID)
     report = run_check(list(resolved.specs), baseline)
     if format_ == "json":
         document = {
@@ -305,8 +305,7 @@ def lock(
     except SpecError as error:
         _report(error)
     except BaselineError as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(EXIT_INVALID)
+        _fail(str(error), EXIT_INVALID)
     report = run_check(list(resolved.specs), baseline)
     waivers = undecidable_waivers(report, waive_id, reason or "") if waive_id else []
     if waive_id and not waivers:
@@ -322,11 +321,7 @@ def lock(
     if path.exists() and path.read_text("utf-8") == text:
         click.echo(f"{path} is up to date")
         return
-    try:
-        _write_atomically(path, text)
-    except OSError as error:
-        click.echo(f"error: cannot write {path}: {error.strerror or error}", err=True)
-        sys.exit(EXIT_WRITE)
+    _write_or_exit(path, text)
     click.echo(f"wrote {path}: {len(resolved.specs)} spec(s) locked")
 
 

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from blade_codegen.schemas import resolve_pointer
+
 Effect = Literal["widens", "narrows", "changes", "semantic", "undecidable", "none"]
 Direction = Literal["accepting", "emitting"]
 
@@ -93,8 +95,8 @@ class _Walk:
     def diff(
         self, old: Any, new: Any, at: tuple[str | int, ...], where: tuple[str | int, ...]
     ) -> Iterator[Change]:
-        old = _deref(old, self.old_root)
-        new = _deref(new, self.new_root)
+        old = deref(old, self.old_root)
+        new = deref(new, self.new_root)
         pair = (id(old), id(new))
         if pair in self.visiting or canonical(old) == canonical(new):
             return
@@ -373,8 +375,8 @@ class _Walk:
             after: list[Any] = new.get(keyword, [])
             if canonical(before) == canonical(after):
                 continue
-            old_keys = [canonical(_deref(b, self.old_root)) for b in before]
-            new_keys = [canonical(_deref(b, self.new_root)) for b in after]
+            old_keys = [canonical(deref(b, self.old_root)) for b in before]
+            new_keys = [canonical(deref(b, self.new_root)) for b in after]
             gone = [i for i, key in enumerate(old_keys) if key not in new_keys]
             came = [i for i, key in enumerate(new_keys) if key not in old_keys]
             # Branches that changed in place pair up in order; the rest were added or removed.
@@ -445,30 +447,18 @@ def _combined(changes: list[Change]) -> Effect:
     return "changes"  # widens and narrows
 
 
-def _deref(schema: Any, root: Any) -> Any:
+def deref(schema: Any, root: Any) -> Any:
+    """``schema`` with its local ``$ref`` followed (siblings kept), as often as it takes."""
     seen = 0
     while isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and seen < 64:
         ref: str = schema["$ref"]
-        target = _pointer(root, ref[1:]) if ref.startswith("#") else None
-        if target is None:
+        found, target = resolve_pointer(root, ref[1:]) if ref.startswith("#") else (False, None)
+        if not found:
             return schema
         siblings = {k: v for k, v in schema.items() if k != "$ref"}
         schema = {**target, **siblings} if siblings and isinstance(target, dict) else target
         seen += 1
     return schema
-
-
-def _pointer(document: Any, fragment: str) -> Any:
-    node = document
-    for raw in fragment.split("/")[1:] if fragment else []:
-        key = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            return None
-    return node
 
 
 def _stripped(schema: Any) -> Any:
@@ -554,7 +544,7 @@ def _divides(step: float, value: float) -> bool:
 def _may_overlap(first: Any, second: Any, root: Any) -> bool:
     """False only when no value can match both: disjoint types, or different consts/enums on a
     property both require."""
-    a, b = _deref(first, root), _deref(second, root)
+    a, b = deref(first, root), deref(second, root)
     if not isinstance(a, dict) or not isinstance(b, dict):
         return a is not False and b is not False
     if not _types(a) & _types(b):
@@ -564,8 +554,8 @@ def _may_overlap(first: Any, second: Any, root: Any) -> bool:
         return False
     required = set(a.get("required", [])) & set(b.get("required", []))
     for name in required:
-        prop_a = _deref(a.get("properties", {}).get(name, True), root)
-        prop_b = _deref(b.get("properties", {}).get(name, True), root)
+        prop_a = deref(a.get("properties", {}).get(name, True), root)
+        prop_b = deref(b.get("properties", {}).get(name, True), root)
         if isinstance(prop_a, dict) and isinstance(prop_b, dict):
             values_a, values_b = _allowed_values(prop_a), _allowed_values(prop_b)
             if values_a is not None and values_b is not None and not values_a & values_b:

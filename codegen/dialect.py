@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from blade_codegen.schemas import ANNOTATIONS, SCHEMA_LISTS, SCHEMA_MAPS, SCHEMA_SINGLE, subschemas
+from blade_codegen.problems import pointer
+from blade_codegen.schemas import (
+    ANNOTATIONS,
+    SCHEMA_LISTS,
+    SCHEMA_MAPS,
+    SCHEMA_SINGLE,
+    resolve_pointer,
+    subschemas,
+)
 
 DIALECTS = {
     "http://json-schema.org/draft-04/schema": "draft-04",
@@ -79,25 +87,14 @@ def _inline_root_ref(document: Any) -> Any:
     so that an object schema reached through a reference is an object schema at the root."""
     if not isinstance(document, dict) or not isinstance(document.get("$ref"), str):
         return document
-    target = _pointer(document, document["$ref"])
+    ref: str = document["$ref"]
+    found, target = resolve_pointer(document, ref[1:]) if ref.startswith("#/") else (False, None)
     if set(document) - {"$ref", "$defs", "definitions", *ANNOTATIONS}:
         return document
-    if not isinstance(target, dict) or "$ref" in target:
+    if not found or not isinstance(target, dict) or "$ref" in target:
         return document
     rest = {k: v for k, v in document.items() if k != "$ref"}
     return {**rest, **{k: v for k, v in target.items() if k not in ("$defs", "definitions")}}
-
-
-def _pointer(document: Any, ref: str) -> Any:
-    if not ref.startswith("#/"):
-        return None
-    node = document
-    for raw in ref[2:].split("/"):
-        key = raw.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
 
 
 class _Converter:
@@ -159,7 +156,7 @@ class _Converter:
         for key in (*SCHEMA_MAPS, "$defs", "dependentSchemas"):
             if isinstance(node.get(key), dict):
                 node[key] = {
-                    name: self.convert(sub, f"{at}/{key}/{_escape(name)}")
+                    name: self.convert(sub, at + pointer(key, name))
                     for name, sub in node[key].items()
                 }
         for key in (*SCHEMA_LISTS, "prefixItems"):
@@ -189,9 +186,5 @@ def _check_references(node: Any, at: str, refusals: list[Refusal]) -> None:
     for path, sub in subschemas(node):
         ref = sub.get("$ref")
         if isinstance(ref, str) and not ref.startswith("#"):
-            where = at + "".join(f"/{_escape(str(p))}" for p in path)
+            where = at + pointer(*path)
             refusals.append(Refusal(f"{where}/$ref", f"{ref!r} is not local: nothing is fetched"))
-
-
-def _escape(segment: str) -> str:
-    return segment.replace("~", "~0").replace("/", "~1")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from blade_codegen.dialect import NotConvertible, Refusal, to_2020_12
+from blade_codegen.write import write_file
 
 Source = Literal["mcp", "openai", "anthropic"]
 SOURCES: tuple[Source, ...] = ("mcp", "openai", "anthropic")
@@ -254,11 +255,10 @@ def _safe_name(name: str) -> str:
 def write_imported(specs: Path, files: list[Imported], force: bool) -> tuple[list[str], list[str]]:
     """Write ``files`` under ``specs``: (written, unchanged). Existing files with other content
     are left alone unless ``force``: ImportRefused names them and nothing is written."""
-    clashes = [
-        f.path
-        for f in files
-        if (specs / f.path).exists() and (specs / f.path).read_text("utf-8") != f.text
-    ]
+    existing = {
+        f.path: (specs / f.path).read_text("utf-8") for f in files if (specs / f.path).exists()
+    }
+    clashes = [f.path for f in files if existing.get(f.path, f.text) != f.text]
     if clashes and not force:
         raise ImportRefused(
             [
@@ -268,13 +268,9 @@ def write_imported(specs: Path, files: list[Imported], force: bool) -> tuple[lis
         )
     written, unchanged = [], []
     for file in files:
-        target = specs / file.path
-        if target.exists() and target.read_text("utf-8") == file.text:
+        if existing.get(file.path) == file.text:
             unchanged.append(file.path)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{target.name}.tmp")
-        staging.write_text(file.text, "utf-8")
-        staging.replace(target)
+        write_file(specs / file.path, file.text)
         written.append(file.path)
     return written, unchanged

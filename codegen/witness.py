@@ -13,7 +13,7 @@ from typing import Any
 
 import exrex  # type: ignore[import-untyped]
 import jsonschema_rs
-from blade_codegen.compat import Change, Direction, _deref
+from blade_codegen.compat import Change, Direction, deref
 
 _SAMPLES: list[Any] = [None, True, 0, 1.5, "x", [], {}]
 _FORMATS = {
@@ -56,8 +56,21 @@ def example(change: Change, old: Any, new: Any, direction: Direction) -> tuple[b
     return False, None
 
 
+_COMPILED: dict[int, tuple[Any, Any]] = {}
+
+
 def _validator(schema: Any) -> Any:
-    return jsonschema_rs.validator_for(schema, validate_formats=True).is_valid
+    """The schema's format-asserting validator, compiled once however many findings a part has
+    (the findings of one part share the same two schema objects)."""
+    seen = _COMPILED.get(id(schema))
+    if seen is None or seen[0] is not schema:
+        if len(_COMPILED) > 64:
+            _COMPILED.clear()
+        seen = _COMPILED[id(schema)] = (
+            schema,
+            jsonschema_rs.validator_for(schema, validate_formats=True).is_valid,
+        )
+    return seen[1]
 
 
 def _candidates(change: Change, old: Any, new: Any, semantic: bool) -> list[Any]:
@@ -102,8 +115,8 @@ def _sized(size: int, schema: Any, root: Any) -> list[Any]:
     """Strings, arrays and objects of about ``size`` elements (for length and count bounds)."""
     out: list[Any] = []
     item = (
-        _minimal(_deref(schema, root).get("items", None), root)
-        if isinstance(_deref(schema, root), dict)
+        _minimal(deref(schema, root).get("items", None), root)
+        if isinstance(deref(schema, root), dict)
         else None
     )
     for n in (size - 1, size, size + 1):
@@ -116,9 +129,9 @@ def _sized(size: int, schema: Any, root: Any) -> list[Any]:
 
 def _at(root: Any, path: tuple[str | int, ...]) -> Any:
     """The subschema that describes the instance at ``path`` (first branch of any union)."""
-    node = _deref(root, root)
+    node = deref(root, root)
     for step in path:
-        node = _deref(_branch(node, root), root)
+        node = deref(_branch(node, root), root)
         if not isinstance(node, dict):
             return True
         if isinstance(step, int):
@@ -129,20 +142,20 @@ def _at(root: Any, path: tuple[str | int, ...]) -> Any:
         else:
             props = node.get("properties", {})
             node = props[step] if step in props else node.get("additionalProperties", True)
-    return _deref(node, root)
+    return deref(node, root)
 
 
 def _branch(node: Any, root: Any) -> Any:
     if isinstance(node, dict):
         for key in ("oneOf", "anyOf"):
             if key in node and node[key] and "properties" not in node and "items" not in node:
-                return _deref(node[key][0], root)
+                return deref(node[key][0], root)
     return node
 
 
 def _minimal(schema: Any, root: Any, depth: int = 0) -> Any:
     """A small instance meant to satisfy ``schema`` (verified by the caller, never assumed)."""
-    schema = _deref(schema, root)
+    schema = deref(schema, root)
     if not isinstance(schema, dict) or depth > _MAX_DEPTH:
         return None if schema is not True else {}
     if "const" in schema:
@@ -154,7 +167,7 @@ def _minimal(schema: Any, root: Any, depth: int = 0) -> Any:
     for key in ("oneOf", "anyOf"):
         if schema.get(key):
             return _minimal(
-                {**_without(schema, key), **_deref(schema[key][0], root)}, root, depth + 1
+                {**_without(schema, key), **deref(schema[key][0], root)}, root, depth + 1
             )
     kind = schema.get("type")
     if isinstance(kind, list):

@@ -20,6 +20,14 @@ from typing import Any
 STATE_FILE = ".blade-build.json"
 
 
+def write_file(path: Path, text: str) -> None:
+    """Replace one file in one step (a staging file beside it, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text, "utf-8")
+    os.replace(staging, path)
+
+
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

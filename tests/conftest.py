@@ -101,7 +101,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def write_mcp_corpus(root: Path) -> int:
+def write_mcp_corpus(root: Path, source: Path = CORPUS / "mcp-tools.jsonl") -> int:
     """Spec files for every tool in ``tests/corpus/mcp-tools.jsonl``, through the importer (as
     ``blade-codegen import --from mcp`` per server); returns how many.
 
@@ -111,8 +111,8 @@ def write_mcp_corpus(root: Path) -> int:
     from blade_codegen.importer import Tool, import_tools, read_tools, write_imported
 
     by_server: dict[str, list[Tool]] = {}
-    lines = (CORPUS / "mcp-tools.jsonl").read_text("utf-8").splitlines()
-    tools, unreadable = read_tools(CORPUS / "mcp-tools.jsonl", "mcp")
+    lines = source.read_text("utf-8").splitlines()
+    tools, unreadable = read_tools(source, "mcp")
     assert unreadable == []
     for line, tool in zip(lines, tools, strict=True):
         by_server.setdefault(_slug(json.loads(line)["server"]), []).append(tool)

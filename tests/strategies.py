@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
+from blade_codegen.schemas import resolve_pointer
 from hypothesis import strategies as st
 
 JSON_SCALARS = (
@@ -46,8 +47,9 @@ def conform(schema: Any, root: Any, depth: int) -> st.SearchStrategy[Any]:
     if schema is False or not isinstance(schema, dict):
         return st.nothing()
     if "$ref" in schema:
-        target = _resolve(root, schema["$ref"])
-        if target is None or depth > MAX_DEPTH:
+        ref = schema["$ref"]
+        found, target = resolve_pointer(root, ref[1:]) if ref.startswith("#") else (False, None)
+        if not found or depth > MAX_DEPTH:
             return JSON
         return conform(target, root, depth + 1)
     if "const" in schema:
@@ -174,21 +176,6 @@ def _implied_type(schema: dict[str, Any]) -> str | None:
     if "minimum" in schema or "maximum" in schema:
         return "number"
     return None
-
-
-def _resolve(root: Any, ref: str) -> Any:
-    if not ref.startswith("#"):
-        return None
-    node = root
-    for raw in ref[1:].split("/")[1:]:
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
 
 
 def _mutated(value: Any) -> st.SearchStrategy[Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, TypeAlias
 
@@ -84,8 +84,6 @@ class HookVerdict:
     reason: str | None = None
     input: JsonObject | None = None
     output: JsonValue = None
-    modified: list[int] = field(default_factory=list)
-    """Positions of the callbacks whose modifications were merged."""
 
 
 class HookRaised(Exception):
@@ -122,7 +120,7 @@ def merge(outputs: Sequence[HookOutput | None], original: JsonObject) -> HookVer
     """Merge outputs in order; stop at the first ``skip`` or ``abort`` (its reason wins)."""
     verdict = HookVerdict()
     merged: dict[str, JsonValue] | None = None
-    for position, output in enumerate(outputs):
+    for output in outputs:
         if output is None:
             continue
         if output.action != "continue":
@@ -131,9 +129,7 @@ def merge(outputs: Sequence[HookOutput | None], original: JsonObject) -> HookVer
             break
         if output.modified_input is not None:
             merged = {**(original if merged is None else merged), **output.modified_input}
-            verdict.modified.append(position)
         if output.modified_output is not None:
             verdict.output = output.modified_output
-            verdict.modified.append(position)
     verdict.input = merged
     return verdict

@@ -80,10 +80,6 @@ class Registration(Generic[OutputT]):
         self.input_validator = self.input.validator
         self.output_validator = None if self.output is None else self.output.validator
 
-    @property
-    def client(self) -> bool:
-        return self.implementation is None
-
     def track(self, task: asyncio.Task[None]) -> None:
         """Refuse calls until the abandoned implementation running in ``task`` exits."""
         self.detached.add(task)

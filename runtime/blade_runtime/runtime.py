@@ -23,7 +23,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel, JsonValue
@@ -695,11 +695,20 @@ class Runtime:
             model_of(point.resume.adapter.validate_python, value),
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
+        return await self._run(registration, call, arguments, entry, lambda: self._history(call))
+
+    async def _run(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
+        history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
+    ) -> ToolResult[Any]:
+        """One entry of an admitted call (a resume, or a replay), under its own cancel scope."""
         scope = CancelScope(call, self._running, registration)
         try:
-            result = await self._enter(
-                registration, call, arguments, scope, entry, lambda: self._history(call)
-            )
+            result = await self._enter(registration, call, arguments, scope, entry, history)
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = self._stopped(call, scope, stopped)
         finally:
@@ -825,19 +834,12 @@ class Runtime:
                 if record.state == "resumable" or record.owner != self.owner:
                     self._emit(
                         self.store.begin,
-                        _replace_owner(record, self.owner),
+                        replace(record, state="running", owner=self.owner),
                         self._event(call, "resumed", {"action_id": action.action_id}),
                     )
                 resume = entry.get("resume")
                 return await self._resume(registration, call, action, resume, record.input)
-        scope = CancelScope(call, self._running, registration)
-        try:
-            result = await self._enter(registration, call, record.input, scope)
-        except (asyncio.CancelledError, Abandoned) as stopped:
-            result = self._stopped(call, scope, stopped)
-        finally:
-            scope.close()
-        return await self._finish(registration, call, record.input, scope.signal, result)
+        return await self._run(registration, call, record.input)
 
     # -- records and events ----------------------------------------------------------------
 
@@ -1061,20 +1063,3 @@ def _alive(owner: str, me: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _replace_owner(record: CallRecord, owner: str) -> CallRecord:
-    return CallRecord(
-        record.call_id,
-        record.run_id,
-        record.name,
-        record.spec_id,
-        record.side_effect,
-        record.execution,
-        record.input,
-        "running",
-        record.started_at,
-        owner,
-        record.entry,
-        record.result,
-    )
