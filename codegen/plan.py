@@ -12,6 +12,7 @@ from blade_codegen import __version__
 from blade_codegen.load import SHARED_SUFFIX, SourceFile
 from blade_codegen.problems import Problem, SpecError
 from blade_codegen.resolve import Bundler, ResolvedSet, ResolvedSpec, Slot, canonical_json
+from pydantic import BaseModel
 
 SHARED_PACKAGE = "shared"
 _WORDS = re.compile(r"[A-Za-z0-9]+", re.ASCII)
@@ -20,7 +21,11 @@ _VERSION_SUFFIX = re.compile(r"\.v[0-9]+$")
 RESERVED = frozenset(
     {"ID", "SPEC", "Final", "Literal", "Protocol", "TypeAlias", "NoReturn", "Sequence"}
     | {"BaseModel", "Field", "ConfigDict", "RootModel", "Any", "Annotated", "overload"}
+    | {"RESULT", "DATA", "Parser", "PendingActionBase", "DataItem", "JsonValue"}
+    | {"CallSuccess", "CallSkipped", "CallError", "CallPending"}
 )
+# Methods every generated Client has; a tool's method may not take them.
+CLIENT_METHODS = frozenset({"pending", "action", "runtime"})
 
 
 def pascal(text: str) -> str:
@@ -54,6 +59,19 @@ class ToolPlan:
     slot_classes: Mapping[tuple[str, str], str]  # (role, key) -> class or alias name
     local_defs: Mapping[tuple[str, str, str], str]  # (role, key, $defs key) -> class name
     cache_key: str
+    method: str  # the typed client's method: lookup_customer
+    data_fields: Mapping[str, str]  # data channel -> field of the client's data view
+
+    @property
+    def actions(self) -> tuple[tuple[str, str, str | None], ...]:
+        """(class, kind, point) of every pending action this tool can create."""
+        spec = self.spec
+        if spec.execution == "client":
+            return ((self.base + "Action", spec.id, None),)
+        return tuple(
+            (self.base + pascal(p.key) + "Action", f"{spec.id}#{p.key}", p.key)
+            for p, _ in spec.suspend
+        )
 
     @property
     def path(self) -> str:
@@ -160,6 +178,7 @@ def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
         claim_module(module, spec.source)
         base = pascal(_VERSION_SUFFIX.sub("", stem.split("/")[-1])) or "Tool"
         tools.append(_plan_tool(spec, module, base, package, options, shared_digests, problems))
+    _check_client_methods(tools, problems)
     if problems:
         raise SpecError(problems)
     return BuildPlan(package, resolved, tuple(tools), tuple(shared_plans))
@@ -175,7 +194,7 @@ def _plan_tool(
     problems: list[Problem],
 ) -> ToolPlan:
     taken: dict[str, str] = {}
-    fixed = ("Id", "Execution", "Implementation", "DataWriter", "Entry")
+    fixed = ("Id", "Execution", "Implementation", "DataWriter", "Entry", "Result", "Action", "Data")
     for suffix in fixed:
         taken[base + suffix] = "a generated interface"
     slot_classes: dict[tuple[str, str], str] = {}
@@ -192,6 +211,8 @@ def _plan_tool(
             )
         taken[name] = what
         slot_classes[(slot.role, slot.key)] = name
+        if slot.role == "suspend":
+            taken.setdefault(base + pascal(slot.key) + "Action", f"the {slot.key!r} pending action")
     # Local $defs keep their own names where they are unambiguous across the tool's slots.
     local_defs: dict[tuple[str, str, str], str] = {}
     by_name: dict[str, list[tuple[Slot, str]]] = {}
@@ -219,7 +240,41 @@ def _plan_tool(
     cache_key = _key(
         options, package, spec.source.rel, spec.source.digest, *(shared_digests[d] for d in deps)
     )
-    return ToolPlan(spec, module, base, slot_classes, local_defs, cache_key)
+    data_fields: dict[str, str] = {}
+    for channel in spec.data:
+        name = module_name(channel.key)
+        if hasattr(BaseModel, name) or name.startswith("model_"):
+            name = "channel_" + name
+        if name in data_fields.values():
+            problems.append(
+                spec.source.problem(
+                    ("dataSchemas", channel.key),
+                    f"data channel {channel.key!r} would be field {name} of {base}Data, "
+                    "as another channel is",
+                    "names that differ only in punctuation or case collide; rename one",
+                )
+            )
+        data_fields[channel.key] = name
+    return ToolPlan(
+        spec, module, base, slot_classes, local_defs, cache_key, module_name(spec.name), data_fields
+    )
+
+
+def _check_client_methods(tools: list[ToolPlan], problems: list[Problem]) -> None:
+    """Every tool gets its own method (and ``<method>_data``) on the package's typed client."""
+    methods = {name: "a method of every client" for name in CLIENT_METHODS}
+    for tool in tools:
+        names = [tool.method] + ([tool.method + "_data"] if tool.spec.data else [])
+        for name in names:
+            other = methods.setdefault(name, tool.spec.id)
+            if other != tool.spec.id:
+                problems.append(
+                    tool.spec.source.problem(
+                        ("name",),
+                        f"the typed client's method {name} would also be that of {other}",
+                        "names that differ only in punctuation or case collide; rename one",
+                    )
+                )
 
 
 def _slot_at(slot: Slot) -> tuple[str, ...]:

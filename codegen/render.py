@@ -7,6 +7,7 @@ in, a mapping of package-relative paths to text out. Nothing here touches the ou
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 import json
 import sys
@@ -666,6 +667,24 @@ def render_tool(
         runtime.add("ClientToolSpec")
         params = [f"{tool.base}Id", tool.cls(spec.input), output_type]
         spec_class = "ClientToolSpec"
+    client = own.setdefault("blade_runtime.client", {"CallError", "CallSkipped", "CallSuccess"})
+    client.add("Parser")
+    if tool.actions:
+        client.update({"CallPending", "PendingActionBase"})
+        if len(tool.actions) > 1:
+            own["typing"].add("Annotated")
+            own.setdefault("pydantic", set()).add("Field")
+    if data:
+        runtime.add("DataItem")
+        own.setdefault("pydantic", set()).update({"BaseModel", "ConfigDict"})
+        if any(tool.data_fields[ch.key] != ch.key for ch in data):
+            own["pydantic"].add("Field")
+    if backend:
+        action_inputs = [tool.cls(point) for point, _ in suspend]
+        action_payloads = [tool.cls(resume) for _, resume in suspend]
+    else:
+        assert spec.output is not None, "validate requires an output schema of client tools"
+        action_inputs, action_payloads = [tool.cls(spec.input)], [tool.cls(spec.output)]
     schemas = {f"{s.role}:{s.key}" if s.key else s.role: s.bundled for s in spec.slots}
     text = (
         environment()
@@ -685,6 +704,8 @@ def render_tool(
             spec_class=spec_class,
             spec_params=", ".join(params),
             schemas_json=canonical_json(schemas),
+            action_inputs=action_inputs,
+            action_payloads=action_payloads,
         )
     )
     return text, notes
@@ -738,9 +759,56 @@ def render(
     files["__init__.py"] = env.get_template("package_init.py.jinja").render(
         header=header("(all specs)"), tools=plan.tools, specs=plan.tools, package=prefix
     )
+    files["client.py"], keys["client.py"] = _client_module(plan, previous, on_module)
     files["py.typed"] = ""
     files["manifest.json"] = manifest(plan)
     return Rendered(files, keys, looser)
+
+
+def _client_module(
+    plan: BuildPlan, previous: Mapping[str, tuple[str, str]], on_module: Callable[[str], None]
+) -> tuple[str, str]:
+    """The package's typed client, and its cache key. It changes only when a tool's name, data
+    channels or pending actions do, so black (which formats it) runs only then."""
+    aliases: dict[str, str] = {}
+    for tool in plan.tools:
+        alias = tool.module.replace(".", "_")
+        while alias in aliases.values():
+            alias += "_"
+        aliases[tool.module] = alias
+    imports: dict[str, set[str]] = {
+        "blade_runtime.client": {"ToolClient"},
+        "typing": set(),
+    }
+    for tool in plan.tools:
+        parent, _, leaf = f"{plan.package}.{tool.module}".rpartition(".")
+        imports.setdefault(parent, set()).add(f"{leaf} as {aliases[tool.module]}")
+    actions = [
+        (aliases[tool.module], cls, kind) for tool in plan.tools for cls, kind, _ in tool.actions
+    ]
+    if actions:
+        imports["blade_runtime.client"].add("Parser")
+        imports["typing"].update({"Any", "Final", "TypeAlias"})
+        imports["collections.abc"] = {"Mapping"}
+        if len(actions) > 1:
+            imports["typing"].add("Annotated")
+            imports["pydantic"] = {"Field"}
+    raw = (
+        environment()
+        .get_template("package_client.py.jinja")
+        .render(
+            header=header("(all specs)"),
+            imports=import_block(plan.package, "client", {k: v for k, v in imports.items() if v}),
+            tools=[(aliases[tool.module], tool) for tool in plan.tools],
+            actions=actions,
+        )
+    )
+    key = hashlib.sha256(raw.encode()).hexdigest()
+    old = previous.get("client.py")
+    if old is not None and old[0] == key:
+        return old[1], key
+    on_module("client.py")
+    return raw, key
 
 
 def manifest(plan: BuildPlan) -> str:

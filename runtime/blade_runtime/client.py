@@ -1,0 +1,249 @@
+"""Typed client DTOs, and the typed client over an in-process ``Runtime``.
+
+A generated spec package builds on these: per tool a result type
+(``CallSuccess[Output] | CallSkipped | CallError | CallPending[Action]``), per suspend point and
+per client tool a pending-action class (``input`` is the typed payload, ``submit`` takes only the
+typed resume payload), per tool with data channels a data view, one discriminated union of the
+package's pending actions, and a ``Client`` with one typed method per tool.
+
+DTOs are pydantic models with a literal tag (``status`` for results, ``kind`` for actions), so a
+UI in another process parses the very JSON the client produces (``model_dump(mode="json")``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, JsonValue, PrivateAttr, TypeAdapter
+
+from blade_runtime.events import PendingAction
+from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+
+if TYPE_CHECKING:
+    from blade_runtime.runtime import Runtime
+
+T = TypeVar("T")
+OutputT = TypeVar("OutputT")
+ActionT = TypeVar("ActionT")
+InputT = TypeVar("InputT")
+
+
+class Parser(Generic[T]):
+    """Parses JSON-shaped data into ``T`` (a class or a union alias), building its pydantic
+    adapter on first use so that importing a tool module stays cheap."""
+
+    def __init__(self, form: Any) -> None:
+        self._form = form
+        self._adapter: TypeAdapter[T] | None = None
+
+    def parse(self, data: Any) -> T:
+        if self._adapter is None:
+            self._adapter = TypeAdapter(self._form)
+        return self._adapter.validate_python(data)
+
+
+_DTO = ConfigDict(frozen=True)
+# Serializes a typed payload (a model, or a list or alias of models) as the runtime's JSON values:
+# unset fields stay out, numbers stay exact (python mode), aliases are the JSON names.
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+class CallSuccess(BaseModel, Generic[OutputT]):
+    """The tool returned ``output``, valid against its output schema."""
+
+    model_config = _DTO
+    status: Literal["success"] = "success"
+    call_id: str
+    run_id: str
+    output: OutputT
+
+
+class CallSkipped(BaseModel):
+    """A ``pre_tool_use`` hook skipped the call; ``reason`` says why."""
+
+    model_config = _DTO
+    status: Literal["skipped"] = "skipped"
+    call_id: str
+    run_id: str
+    reason: str
+
+
+class CallError(BaseModel):
+    """The call produced no output: a stable ``code`` and a sentence for the model."""
+
+    model_config = _DTO
+    status: Literal["error"] = "error"
+    call_id: str
+    run_id: str
+    code: ErrorCode
+    message: str
+
+
+class CallPending(BaseModel, Generic[ActionT]):
+    """The call waits on ``action`` (a suspension, or a client tool's output)."""
+
+    model_config = _DTO
+    status: Literal["pending"] = "pending"
+    call_id: str
+    run_id: str
+    action: ActionT
+
+
+class PendingActionBase(BaseModel, Generic[InputT]):
+    """What every pending-action DTO holds. Generated subclasses fix ``kind`` to a literal
+    (``<spec id>#<point>``, or the spec id of a client tool), type ``input`` and add a ``submit``
+    that accepts only the typed resume payload (or the client tool's typed output).
+
+    An action from a client is bound to it; one parsed elsewhere is bound with
+    ``client.action(data)`` before it can be submitted."""
+
+    model_config = _DTO
+    kind: str
+    action_id: str
+    name: str  # <registration name>.<point>, or the registration name of a client tool
+    spec_id: str
+    point: str | None
+    call_id: str
+    run_id: str
+    suspended_at: str
+    input: InputT
+    _client: ToolClient | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # The same action, whichever client (if any) it is bound to.
+        if not isinstance(other, PendingActionBase):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # its input is a mutable model
+
+    def _bound(self) -> ToolClient:
+        if self._client is None:
+            raise RuntimeError(
+                f"pending action {self.action_id!r} is not bound to a client; "
+                "get it from client.pending() or client.action(data)"
+            )
+        return self._client
+
+    async def cancel(self, reason: str = "cancelled") -> CallError:
+        """Settle the call as CANCELLED (or say who resolved the action first)."""
+        return self._bound()._settled(self._bound().runtime.cancel(self.action_id, reason))
+
+    async def fail(self, error: str) -> CallError:
+        """Settle the call as TOOL_FAILED with ``error`` as the model's sentence."""
+        return self._bound()._settled(self._bound().runtime.fail(self.action_id, error))
+
+    async def _submit(self, payload: Any, result: Parser[T]) -> T:
+        client = self._bound()
+        # Whatever the payload holds is sent as it is: the resume schema decides, not a warning.
+        value = _JSON.dump_python(payload, by_alias=True, exclude_unset=True, warnings=False)
+        return client._converted(await client.runtime.submit(self.action_id, value), result)
+
+
+def action_kind(spec_id: str, point: str | None) -> str:
+    """The ``kind`` tag of a pending action: stable across registrations and processes."""
+    return spec_id if point is None else f"{spec_id}#{point}"
+
+
+class ToolClient:
+    """The base of a generated ``Client``: typed calls over an in-process ``Runtime``.
+
+    Tools are found by spec id among the runtime's registrations, so the client works whatever
+    name a tool was registered under."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._names: dict[str, str] = {}
+
+    def _name(self, spec_id: str) -> str | None:
+        if spec_id not in self._names:
+            for registration in self.runtime.registrations():
+                self._names.setdefault(registration.spec.id, registration.name)
+        return self._names.get(spec_id)
+
+    async def _call(
+        self,
+        spec_id: str,
+        input: BaseModel,
+        result: Parser[T],
+        *,
+        call_id: str | None,
+        run_id: str,
+    ) -> T:
+        name = self._name(spec_id)
+        if name is None:
+            return result.parse(
+                {
+                    "status": "error",
+                    "call_id": call_id or "",
+                    "run_id": run_id,
+                    "code": ErrorCode.TOOL_HANDLER_NOT_FOUND,
+                    "message": f"This runtime has no registration of {spec_id}.",
+                }
+            )
+        arguments = input.model_dump(by_alias=True, exclude_unset=True)
+        called = await self.runtime.call(name, arguments, call_id=call_id, run_id=run_id)
+        return self._converted(called, result)
+
+    def _converted(self, called: ToolResult[Any], result: Parser[T]) -> T:
+        """A runtime result as the tool's typed result DTO, its pending action bound here."""
+        ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
+        data: dict[str, Any]
+        if isinstance(called, ToolSuccess):
+            data = {"status": "success", **ids, "output": called.output}
+        elif isinstance(called, ToolError):
+            data = {"status": "error", **ids, "code": called.code, "message": called.message}
+        elif isinstance(called, ToolPending):
+            data = {"status": "pending", **ids, "action": _action_data(called.action)}
+        else:
+            data = {"status": "skipped", **ids, "reason": called.reason}
+        parsed = result.parse(data)
+        if isinstance(parsed, CallPending) and isinstance(parsed.action, PendingActionBase):
+            parsed.action._client = self
+        return parsed
+
+    def _settled(self, settled: ToolResult[Any]) -> CallError:
+        assert isinstance(settled, ToolError), "cancel and fail settle as errors"
+        return CallError(
+            call_id=settled.call.call_id,
+            run_id=settled.call.run_id,
+            code=settled.code,
+            message=settled.message,
+        )
+
+    def _pending(self, actions: Parser[T], kinds: Iterable[str], run_id: str | None) -> list[T]:
+        known = frozenset(kinds)
+        found = []
+        for view in self.runtime.pending(run_id=run_id):
+            if action_kind(view.origin.spec_id, view.origin.point) in known:
+                found.append(self._action(actions, _action_data(view)))
+        return found
+
+    def _action(self, actions: Parser[T], data: Any) -> T:
+        action = actions.parse(data)
+        if isinstance(action, PendingActionBase):
+            action._client = self
+        return action
+
+    def _data(self, call_id: str, view: Parser[T]) -> T:
+        channels: dict[str, list[dict[str, JsonValue]]] = {}
+        for record in self.runtime.store.data(call_id):
+            item = {"id": record.item_id, "value": record.value, "updated_at": record.updated_at}
+            channels.setdefault(record.channel, []).append(item)
+        return view.parse(channels)
+
+
+def _action_data(view: PendingAction[Any]) -> dict[str, Any]:
+    origin = view.origin
+    return {
+        "kind": action_kind(origin.spec_id, origin.point),
+        "action_id": view.action_id,
+        "name": view.name,
+        "spec_id": origin.spec_id,
+        "point": origin.point,
+        "call_id": origin.call_id,
+        "run_id": origin.run_id,
+        "suspended_at": origin.suspended_at,
+        "input": view.payload,
+    }

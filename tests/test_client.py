@@ -1,0 +1,117 @@
+"""The typed client DTOs generated into every package, and the client over a Runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blade_codegen.build import build
+from blade_codegen.problems import SpecError
+from blade_runtime import Runtime
+from blade_runtime.client import CallError, CallPending
+from conftest import ROOT, add_spec, run_mypy, spec
+
+CONSUMER = (ROOT / "tests" / "fixtures" / "consumer.py").read_text("utf-8")
+
+
+def consumer(package: str, folder: Path, name: str = "consumer.py", text: str = CONSUMER) -> Path:
+    path = folder / name
+    path.write_text(text.replace("PACKAGE", package), "utf-8")
+    return path
+
+
+def test_consumer_of_the_typed_client_type_checks_and_runs(
+    built_examples: Path, tmp_path: Path
+) -> None:
+    script = consumer("blade_specs", tmp_path)
+    checked = run_mypy(script, cwd=built_examples)
+    assert checked.returncode == 0, checked.stdout
+    env = {**os.environ, "PYTHONPATH": str(built_examples)}
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, check=False
+    )
+    assert ran.returncode == 0 and "consumer ok" in ran.stdout, ran.stderr
+
+
+def test_mypy_rejects_a_forgotten_action_and_a_wrong_payload(
+    built_examples: Path, tmp_path: Path
+) -> None:
+    case = '        case CheckPageAction():\n            return f"open {action.input.url}"\n'
+    assert case in CONSUMER
+    forgot = consumer("blade_specs", tmp_path, "forgot.py", CONSUMER.replace(case, ""))
+    wrong = consumer(
+        "blade_specs",
+        tmp_path,
+        "wrong.py",
+        CONSUMER.replace(
+            'refund.RefundPaymentApprovalResume(approved=True, approver="ann")',
+            'refund.RefundPaymentApprovalSuspend(prompt="x", amount=money)',
+        ),
+    )
+    assert wrong.read_text() != CONSUMER.replace("PACKAGE", "blade_specs")
+    checked = run_mypy(forgot, wrong, cwd=built_examples)
+    errors = sorted(line for line in checked.stdout.splitlines() if ": error:" in line)
+    assert len(errors) == 2, checked.stdout
+    assert "forgot.py" in errors[0]
+    assert '"assert_never" has incompatible type "CheckPageAction"' in errors[0]
+    assert "wrong.py" in errors[1] and 'expected "RefundPaymentApprovalResume"' in errors[1]
+
+
+def test_client_errors_are_values_and_actions_stay_pending(example_package: Any) -> None:
+    from blade_specs.client import Client
+    from blade_specs.payments import refund_payment_v1 as refund
+    from blade_specs.shared.common.money import Money
+
+    async def suspend(ctx: Any) -> Any:
+        ctx.suspend("approval", refund.RefundPaymentApprovalSuspend(prompt="?", amount=money))
+
+    money = Money(amount_minor=1, currency="USD")
+    arguments = refund.RefundPaymentInput(payment_id="p", amount=money, reason="r")
+
+    async def scenario() -> None:
+        runtime = Runtime()
+        client = Client(runtime)
+        missing = await client.refund_payment(arguments, call_id="c0")
+        assert isinstance(missing, CallError) and missing.code == "TOOL_HANDLER_NOT_FOUND"
+        runtime.register(
+            refund.SPEC, suspend, name="refund", context=lambda call: {"operator_id": "o"}
+        )
+        first = await client.refund_payment(arguments, call_id="c1")
+        assert isinstance(first, CallPending)
+        # The result DTO is the wire form: its JSON parses back into the same typed value.
+        assert refund.RESULT.parse(first.model_dump(mode="json")) == first
+        # A payload the resume schema rejects is refused, and the action stays pending.
+        bad = refund.RefundPaymentApprovalResume.model_construct(approved="yes", approver="a")
+        refused = await first.action.submit(bad)
+        assert isinstance(refused, CallError) and refused.code == "INVALID_SUBMISSION"
+        assert [a.action_id for a in client.pending()] == [first.action.action_id]
+        cancelled = await first.action.cancel("not needed")
+        assert cancelled.code == "CANCELLED" and client.pending() == []
+        # An action parsed from JSON alone is not bound to any client.
+        detached = refund.RefundPaymentApprovalAction.model_validate(first.action.model_dump())
+        with pytest.raises(RuntimeError, match="not bound to a client"):
+            await detached.cancel()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (("lookup.customer", "lookup_customer"), "method lookup_customer would also be"),
+        (("pending",), "method pending would also be that of a method of every client"),
+    ],
+)
+def test_client_method_collisions_are_refused(
+    tmp_path: Path, names: tuple[str, ...], message: str
+) -> None:
+    for i, name in enumerate(names):
+        add_spec(tmp_path / "specs", spec(f"ns.tool-{i}.v1", name=name))
+    with pytest.raises(SpecError) as refused:
+        build(tmp_path / "specs", tmp_path / "out", "pkg")
+    assert message in str(refused.value)
