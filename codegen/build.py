@@ -7,9 +7,10 @@ with the last build's record, so a no-op rebuild reads files and hashes them, no
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,11 +70,23 @@ class BuildResult:
     """For the specs generated in this build: where their models accept more than the schema."""
 
 
+_PACKAGE_REF = re.compile(rb'"blade:([a-z0-9-]+)/')
+
+
 def input_digests(specs: Path) -> dict[str, str]:
-    return {
-        p.relative_to(specs).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in spec_paths(specs)
-    }
+    """Content hashes of the spec tree, and the versions of the spec packages it references."""
+    digests: dict[str, str] = {}
+    packages: set[bytes] = set()
+    for path in spec_paths(specs):
+        raw = path.read_bytes()
+        digests[path.relative_to(specs).as_posix()] = hashlib.sha256(raw).hexdigest()
+        packages.update(_PACKAGE_REF.findall(raw))
+    for name in sorted(p.decode() for p in packages):
+        try:
+            digests[f"package:{name}"] = version(name)
+        except PackageNotFoundError:
+            digests[f"package:{name}"] = "not installed"
+    return digests
 
 
 def _up_to_date(

@@ -325,6 +325,61 @@ def lock(
     click.echo(f"wrote {path}: {len(resolved.specs)} spec(s) locked")
 
 
+@main.command()
+@click.argument("specs_dir", required=False, type=click.Path(path_type=Path, file_okay=False))
+@click.option("--name", required=True, help="Distribution name: blade-tool-<capability>.")
+@click.option("--version", "version_", required=True, help="The release's version, e.g. 1.2.0.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("dist"),
+    show_default=True,
+    help="Where the sdist and the wheel are written.",
+)
+@click.option(
+    "--lock", "lock_file", type=click.Path(path_type=Path, dir_okay=False), help=LOCK_HELP
+)
+def pack(
+    specs_dir: Path | None, name: str, version_: str, out: Path, lock_file: Path | None
+) -> None:
+    """Build SPECS_DIR as a spec package: an sdist and a wheel of the specs, their generated
+    models and client DTOs, the manifest, the lock and a README.
+
+    Refused (exit 5) when a spec breaks the lock; a pack records the release in the lock.
+    """
+    from blade_codegen.build import BreakingChange
+    from blade_codegen.check import BaselineError
+    from blade_codegen.pack import PackRefused
+    from blade_codegen.pack import pack as run_pack
+    from blade_codegen.render import ModelFailure
+
+    specs = _specs_dir(specs_dir)
+    lock = lock_file or default_lock(specs)
+    try:
+        packed = run_pack(specs, name, version_, out, lock)
+    except PackRefused as refused:
+        raise click.UsageError(str(refused)) from None
+    except SpecError as error:
+        _report(error)
+    except (BaselineError, ModelFailure) as error:
+        _fail(str(error), EXIT_INVALID)
+    except BreakingChange as refused:
+        for finding in refused.report.breaking:
+            click.echo(finding.message(), err=True)
+        click.echo(
+            f"{len(refused.report.breaking)} breaking change(s) against {lock}; nothing was "
+            "packed (publish them under new ids)",
+            err=True,
+        )
+        sys.exit(EXIT_BREAKING)
+    except OSError as error:
+        _fail(f"cannot write {out}: {error.strerror or error}", EXIT_WRITE)
+    click.echo(f"wrote {packed.sdist}")
+    click.echo(f"wrote {packed.wheel}")
+    recorded = "recorded the release in" if packed.lock_changed else "release already in"
+    click.echo(f"{packed.tools} tool(s); requires {', '.join(packed.requires)}; {recorded} {lock}")
+
+
 @main.command(name="import")
 @click.option(
     "--from",

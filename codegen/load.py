@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blade_codegen.problems import Problem, pointer
+
+if TYPE_CHECKING:
+    from blade_codegen.dependencies import Dependency, Unavailable
 
 SHARED_SUFFIX = ".schema.json"
 
@@ -64,6 +67,8 @@ class SpecTree:
     specs: tuple[SourceFile, ...]
     shared: tuple[SourceFile, ...]
     problems: tuple[Problem, ...] = field(default=())
+    # Installed spec packages the tree references (their shared files are in ``shared``).
+    dependencies: Mapping[str, Dependency | Unavailable] = field(default_factory=dict)
 
     def file(self, rel: str) -> SourceFile | None:
         return self._by_rel.get(rel)
@@ -139,6 +144,9 @@ def load(root: Path) -> SpecTree:
     problems: list[Problem] = []
     for path in spec_paths(root):
         source, problem = read_file(root, path)
+        if source is not None and source.rel.startswith("@"):
+            reserved = "paths starting with @ name installed spec packages"
+            problem = Problem(source.rel, 1, 1, "", reserved, "rename the folder")
         if problem is not None:
             problems.append(problem)
         elif source is not None:

@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from blade_codegen import __version__
+from blade_codegen.dependencies import Dependency
 from blade_codegen.load import SHARED_SUFFIX, SourceFile
 from blade_codegen.problems import Problem, SpecError
+from blade_codegen.refs import dependency_of
 from blade_codegen.resolve import Bundler, ResolvedSet, ResolvedSpec, Slot, canonical_json
 from pydantic import BaseModel
 
@@ -88,6 +90,7 @@ class SharedPlan:
     root_class: str | None  # None when the file only holds $defs
     def_classes: Mapping[str, str]  # $defs key -> class name
     cache_key: str
+    dependency: Dependency | None = None  # the spec package whose module this is; None: ours
 
     @property
     def path(self) -> str:
@@ -105,7 +108,8 @@ class BuildPlan:
     def packages(self) -> tuple[str, ...]:
         """Every folder (dotted, "" for the root) that needs an ``__init__.py``."""
         found = {""}
-        for module in (*(t.module for t in self.tools), *(s.module for s in self.shared)):
+        ours = (s.module for s in self.shared if s.dependency is None)
+        for module in (*(t.module for t in self.tools), *ours):
             parts = module.split(".")[:-1]
             for i in range(1, len(parts) + 1):
                 found.add(".".join(parts[:i]))
@@ -146,8 +150,14 @@ def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
     shared_plans = []
     for source in _dependency_order(resolved, closures):
         stem = source.rel.removesuffix(SHARED_SUFFIX)
+        owner = dependency_of(source.rel)
+        dependency = resolved.tree.dependencies.get(owner) if owner else None
+        if owner:
+            stem = stem.partition("/")[2]  # the path inside the spec package that ships it
         module = ".".join([SHARED_PACKAGE, *(module_name(p) for p in stem.split("/"))])
-        claim_module(module, source)
+        if not isinstance(dependency, Dependency):
+            claim_module(module, source)
+            dependency = None
         names: dict[str, str] = {}
         root = None if _defs_is_only(source.data) else pascal(stem.split("/")[-1]) or "Schema"
         if root:
@@ -169,7 +179,7 @@ def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
             def_classes[key] = name
         deps = sorted(closures[source.rel])
         cache_key = _key(options, package, source.rel, *(shared_digests[d] for d in deps))
-        shared_plans.append(SharedPlan(source, module, root, def_classes, cache_key))
+        shared_plans.append(SharedPlan(source, module, root, def_classes, cache_key, dependency))
 
     tools = []
     for spec in resolved.specs:

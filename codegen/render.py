@@ -13,7 +13,7 @@ import json
 import sys
 import tokenize
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -725,6 +725,12 @@ def render(
     shared_classes: dict[tuple[str, str], str] = {}
     for shared in plan.shared:
         old = previous.get(shared.path)
+        if shared.dependency is not None:
+            # A spec package's class is imported from the installed package, never copied.
+            installed = shared.dependency.folder / shared.path
+            names = split_module(installed.read_text("utf-8")).names if installed.is_file() else ()
+            _register_classes(shared_classes, shared, names, shared.dependency.package)
+            continue
         if old is not None and old[0] == shared.cache_key:
             text = old[1]
             names = split_module(text).names
@@ -734,13 +740,7 @@ def render(
             names = split.names
         files[shared.path] = text
         keys[shared.path] = shared.cache_key
-        dotted = f"{prefix}.{shared.module}"
-        if shared.root_class in names:
-            shared_classes[(shared.source.rel, "")] = f"{dotted}.{shared.root_class}"
-        for key, cls in shared.def_classes.items():
-            if cls in names:
-                fragment = "/$defs/" + key.replace("~", "~0").replace("/", "~1")
-                shared_classes[(shared.source.rel, fragment)] = f"{dotted}.{cls}"
+        _register_classes(shared_classes, shared, names, prefix)
     for tool in plan.tools:
         old = previous.get(tool.path)
         if old is not None and old[0] == tool.cache_key:
@@ -763,6 +763,23 @@ def render(
     files["py.typed"] = ""
     files["manifest.json"] = manifest(plan)
     return Rendered(files, keys, looser)
+
+
+def _register_classes(
+    shared_classes: dict[tuple[str, str], str],
+    shared: SharedPlan,
+    names: Iterable[str],
+    package: str,
+) -> None:
+    """Record the dotted path of every class a shared module holds, by (file, fragment)."""
+    dotted = f"{package}.{shared.module}"
+    present = set(names)
+    if shared.root_class in present:
+        shared_classes[(shared.source.rel, "")] = f"{dotted}.{shared.root_class}"
+    for key, cls in shared.def_classes.items():
+        if cls in present:
+            fragment = "/$defs/" + key.replace("~", "~0").replace("/", "~1")
+            shared_classes[(shared.source.rel, fragment)] = f"{dotted}.{cls}"
 
 
 def _client_module(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blade_codegen.dependencies import with_dependencies
 from blade_codegen.load import SHARED_SUFFIX, SourceFile, SpecTree, load
 from blade_codegen.problems import Problem, SpecError
 from blade_codegen.refs import RefTarget, parse_ref
@@ -218,7 +219,7 @@ def resolve(tree: SpecTree) -> ResolvedSet:
 
 def resolve_specs(specs: Path) -> ResolvedSet:
     """Load, validate and resolve the spec tree at ``specs``; SpecError lists every problem."""
-    tree = load(specs)
+    tree = with_dependencies(load(specs))
     problems = validate(tree)
     if problems:
         raise SpecError(problems)

@@ -10,9 +10,10 @@ from importlib import resources
 from typing import Any
 
 import jsonschema_rs
+from blade_codegen.dependencies import Dependency, Unavailable
 from blade_codegen.load import SourceFile, SpecTree
 from blade_codegen.problems import Problem
-from blade_codegen.refs import RefError, RefTarget, parse_ref
+from blade_codegen.refs import RefError, RefTarget, dependency_of, parse_ref
 from blade_codegen.schemas import Segments, resolve_pointer, subschemas
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -93,6 +94,17 @@ def validate(tree: SpecTree) -> list[Problem]:
                         (key,),
                         f"{key} {value!r} is already used by {sources[0].rel}",
                         f"give one of them another {key}",
+                    )
+                )
+    for dependency in tree.dependencies.values():
+        if isinstance(dependency, Dependency):
+            for spec_id in sorted(ids.keys() & dependency.tools.keys()):
+                problems.append(
+                    ids[spec_id][0].problem(
+                        ("id",),
+                        f"id {spec_id!r} is also a tool of {dependency.label}, which this "
+                        "tree references",
+                        "ids are unique across a project and its spec packages; use another id",
                     )
                 )
     problems.extend(_check_file_cycles(tree))
@@ -224,8 +236,22 @@ def _check_ref(
     if isinstance(target, RefError):
         return [source.problem(at, target.message, target.hint)]
     document: Any
+    dependency: Dependency | Unavailable | None = None
     if target.file:
         shared = tree.file(target.file)
+        owner = dependency_of(target.file)
+        dependency = tree.dependencies.get(owner) if owner else None
+        if isinstance(dependency, Unavailable):
+            return [source.problem(at, f"reference {ref!r}: {dependency.message}", dependency.hint)]
+        if shared is None and isinstance(dependency, Dependency):
+            inner = target.file.partition("/")[2]
+            return [
+                source.problem(
+                    at,
+                    f"reference {ref!r}: {dependency.label} ships no {inner}",
+                    f"install a version of {dependency.name} that has it, or change the reference",
+                )
+            ]
         if shared is None:
             return [
                 source.problem(at, f"reference {ref!r}: no file {target.file}", "check the path")
@@ -236,6 +262,8 @@ def _check_ref(
     found, _ = resolve_pointer(document, target.fragment)
     if not found:
         where = target.file or "this schema"
+        if isinstance(dependency, Dependency):
+            where = f"{target.file.partition('/')[2]} of {dependency.label}"
         return [
             source.problem(
                 at,

@@ -241,3 +241,9 @@ def _embed(value: Any, path: tuple[str | int, ...], root: Any) -> Any:
         if not last and not isinstance(container, dict | list):
             return value
     return result
+
+
+def minimal_instance(schema: Any) -> tuple[bool, Any]:
+    """A small value valid against ``schema`` (checked), for documentation examples."""
+    value = _minimal(schema, schema)
+    return bool(_validator(schema)(value)), value
