@@ -77,7 +77,8 @@ def _refs(data: Any) -> Iterator[str]:
 
 
 def with_dependencies(tree: SpecTree) -> SpecTree:
-    """The tree with the shared schemas of every spec package its references name."""
+    """The tree with the shared schemas of every spec package its references name, and the spec
+    packages that hold the child tools it names and does not define itself."""
     found: dict[str, Dependency | Unavailable] = {}
     shipped: list[SourceFile] = []
     problems = list(tree.problems)
@@ -90,11 +91,41 @@ def with_dependencies(tree: SpecTree) -> SpecTree:
                 Problem(f"{DEPENDENCY}{name}", 1, 1, "", f"{dependency.label}: {what}", "")
                 for what in unreadable
             )
+    wanted = _foreign_children(tree) - {
+        spec_id for d in found.values() if isinstance(d, Dependency) for spec_id in d.tools
+    }
+    if wanted:
+        for dependency in installed_spec_packages():
+            if dependency.name not in found and wanted & dependency.tools.keys():
+                found[dependency.name] = dependency
     if not found:
         return tree
     return replace(
         tree, shared=(*tree.shared, *shipped), problems=tuple(problems), dependencies=found
     )
+
+
+def _foreign_children(tree: SpecTree) -> set[str]:
+    """Child ids the tree names but does not define."""
+    own = {s.data.get("id") for s in tree.specs if isinstance(s.data, dict)}
+    named: set[str] = set()
+    for source in tree.specs:
+        children = source.data.get("children") if isinstance(source.data, dict) else None
+        if isinstance(children, list):
+            named.update(c for c in children if isinstance(c, str))
+    return named - own
+
+
+def installed_spec_packages() -> list[Dependency]:
+    """Every installed ``blade-tool-*`` spec package, by name (read only when a child tool is
+    not found in the tree or the packages its references name)."""
+    names = {
+        dist.metadata["Name"].lower().replace("_", "-")
+        for dist in metadata.distributions()
+        if dist.metadata["Name"]
+    }
+    located = (locate(name) for name in sorted(n for n in names if n.startswith("blade-tool-")))
+    return [d for d in located if isinstance(d, Dependency)]
 
 
 def locate(name: str) -> Dependency | Unavailable:

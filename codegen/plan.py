@@ -23,7 +23,8 @@ _VERSION_SUFFIX = re.compile(r"\.v[0-9]+$")
 RESERVED = frozenset(
     {"ID", "SPEC", "Final", "Literal", "Protocol", "TypeAlias", "NoReturn", "Sequence"}
     | {"BaseModel", "Field", "ConfigDict", "RootModel", "Any", "Annotated", "overload"}
-    | {"RESULT", "DATA", "Parser", "PendingActionBase", "DataItem", "JsonValue"}
+    | {"RESULT", "DATA", "Parser", "PendingActionBase", "DataItem", "JsonValue", "ToolSpec"}
+    | {"TypeVar"}
     | {"CallSuccess", "CallSkipped", "CallError", "CallPending"}
 )
 # Methods every generated Client has; a tool's method may not take them.
@@ -204,7 +205,17 @@ def _plan_tool(
     problems: list[Problem],
 ) -> ToolPlan:
     taken: dict[str, str] = {}
-    fixed = ("Id", "Execution", "Implementation", "DataWriter", "Entry", "Result", "Action", "Data")
+    fixed = (
+        "Id",
+        "Execution",
+        "Implementation",
+        "DataWriter",
+        "Entry",
+        "Result",
+        "Action",
+        "Data",
+        "Tools",
+    )
     for suffix in fixed:
         taken[base + suffix] = "a generated interface"
     slot_classes: dict[tuple[str, str], str] = {}

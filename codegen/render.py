@@ -22,6 +22,7 @@ from typing import Any
 
 import jinja2
 from blade_codegen import __version__
+from blade_codegen.dependencies import Dependency
 from blade_codegen.plan import BuildPlan, SharedPlan, ToolPlan, pascal
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
@@ -655,6 +656,12 @@ def render_tool(
             own["typing"].add("NoReturn")
         if len(data) > 1 or len(suspend) > 1:
             own["typing"].update({"overload", "Any"})
+        if spec.children:
+            runtime.add("ToolSpec")
+            if len(spec.children) > 1:
+                own["typing"].update({"overload", "Any"})
+            else:
+                own["typing"].add("Any")
         params = [
             f"{tool.base}Id",
             tool.cls(spec.input),
@@ -685,6 +692,12 @@ def render_tool(
     else:
         assert spec.output is not None, "validate requires an output schema of client tools"
         action_inputs, action_payloads = [tool.cls(spec.input)], [tool.cls(spec.output)]
+    children = child_tools(tool, plan)
+    for child in children:
+        parent, _, leaf = child.module.rpartition(".")
+        own.setdefault(parent, set()).add(f"{leaf} as {child.alias}")
+        if child.output == "JsonValue":
+            own.setdefault("pydantic", set()).add("JsonValue")
     schemas = {f"{s.role}:{s.key}" if s.key else s.role: s.bundled for s in spec.slots}
     text = (
         environment()
@@ -705,10 +718,42 @@ def render_tool(
             spec_params=", ".join(params),
             schemas_json=canonical_json(schemas),
             action_inputs=action_inputs,
+            children=children,
             action_payloads=action_payloads,
         )
     )
     return text, notes
+
+
+@dataclass(frozen=True)
+class ChildTool:
+    spec_id: str
+    module: str  # absolute: this package's module, or a spec package's
+    alias: str  # the name the parent module imports it as
+    input: str
+    output: str  # a class or alias of the module, or JsonValue
+
+
+def child_tools(tool: ToolPlan, plan: BuildPlan) -> list[ChildTool]:
+    """Where the typed input and output of each child of ``tool`` are (validate found them all)."""
+    ours = {t.spec.id: t for t in plan.tools}
+    packages = [d for d in plan.resolved.tree.dependencies.values() if isinstance(d, Dependency)]
+    found: list[ChildTool] = []
+    for spec_id in tool.spec.children:
+        child = ours.get(spec_id)
+        if child is not None:
+            module = f"{plan.package}.{child.module}"
+            input_cls = child.cls(child.spec.input)
+            output = child.cls(child.spec.output) if child.spec.output else None
+        else:
+            holder = next(d for d in packages if spec_id in d.tools)
+            python = holder.tools[spec_id]["python"]
+            module, input_cls, output = python["module"], python["input"], python["output"]
+        alias = "child_" + module.rpartition(".")[2]
+        while alias in (c.alias for c in found):
+            alias += "_"
+        found.append(ChildTool(spec_id, module, alias, input_cls, output or "JsonValue"))
+    return found
 
 
 def render(
@@ -829,8 +874,10 @@ def _client_module(
 
 
 def manifest(plan: BuildPlan) -> str:
-    """The serializable tool list: no context schemas, no code."""
-    tools = []
+    """The serializable tool list (no context schemas, no code), with where each tool's module
+    and typed input and output are (another spec package's build imports them)."""
+    entries = []
+    tools = {tool.spec.id: tool for tool in plan.tools}
     for spec in plan.resolved.specs:
         entry: dict[str, Any] = {
             "id": spec.id,
@@ -851,10 +898,18 @@ def manifest(plan: BuildPlan) -> str:
                 p.key: {"suspendSchema": p.bundled, "resumeSchema": r.bundled}
                 for p, r in spec.suspend
             }
+        if spec.children:
+            entry["children"] = list(spec.children)
+        tool = tools[spec.id]
+        entry["python"] = {
+            "module": f"{plan.package}.{tool.module}",
+            "input": tool.cls(spec.input),
+            "output": tool.cls(spec.output) if spec.output else None,
+        }
         entry["fingerprint"] = spec.fingerprint
-        tools.append(entry)
+        entries.append(entry)
     # One tool a line: a diff shows which tools changed, and json's C encoder (used only without
     # indent) keeps a 1,000-tool manifest cheap to write on every build.
     head = json.dumps({"format": 1, "generator": f"blade-codegen {__version__}"})[:-1]
-    lines = ",\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    lines = ",\n".join(json.dumps(tool, ensure_ascii=False) for tool in entries)
     return f'{head}, "package": {json.dumps(plan.package)}, "tools": [\n{lines}\n]}}\n'

@@ -55,6 +55,7 @@ class ResolvedSpec:
     fingerprint: str
     wire: dict[str, Any]  # what the fingerprint hashes: the contract compatibility compares
     deprecated: bool = False
+    children: tuple[str, ...] = ()  # ids of the tools it may call through ctx.tools
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -210,6 +211,7 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 fingerprint=fingerprint(wire),
                 wire=wire,
                 deprecated=bool(spec.get("deprecated", False)),
+                children=tuple(spec.get("children", ())),
             )
         )
     if problems:

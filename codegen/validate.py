@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -96,6 +96,7 @@ def validate(tree: SpecTree) -> list[Problem]:
                         f"give one of them another {key}",
                     )
                 )
+    problems.extend(_check_children(tree, {k: v[0] for k, v in ids.items()}))
     for dependency in tree.dependencies.values():
         if isinstance(dependency, Dependency):
             for spec_id in sorted(ids.keys() & dependency.tools.keys()):
@@ -156,6 +157,72 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
                 )
     for at, schema in schema_slots(spec):
         problems.extend(_check_schema(tree, source, at, schema))
+    return problems
+
+
+def _check_children(tree: SpecTree, own: Mapping[str, SourceFile]) -> list[Problem]:
+    """Each child names a tool of the tree or of an installed spec package, and is an ordinary
+    backend tool (seed 002: no client execution, suspension, ToolData or nesting)."""
+    problems = []
+    packages = [d for d in tree.dependencies.values() if isinstance(d, Dependency)]
+    for source in tree.specs:
+        spec = source.data
+        children = spec.get("children") if isinstance(spec, dict) else None
+        if not isinstance(children, list):
+            continue
+        if spec.get("execution") == "client":
+            problems.append(
+                source.problem(
+                    ("children",),
+                    "a client tool cannot have children: only backend implementations call them",
+                    'remove children or set "execution": "backend"',
+                )
+            )
+        for index, child in enumerate(children):
+            if not isinstance(child, str):
+                continue
+            at = ("children", index)
+            facts: Mapping[str, Any] | None = None
+            where = "this spec tree"
+            if child in own:
+                data = own[child].data
+                facts = data if isinstance(data, dict) else None
+            else:
+                holder = next((d for d in packages if child in d.tools), None)
+                if holder is not None:
+                    facts, where = holder.tools[child], holder.label
+            if child == spec.get("id"):
+                problems.append(source.problem(at, "a tool cannot be its own child", ""))
+            elif facts is None:
+                searched = ", ".join(d.label for d in packages) or "no installed spec package"
+                problems.append(
+                    source.problem(
+                        at,
+                        f"child {child!r} is not a tool of this spec tree or of an installed "
+                        f"spec package ({searched})",
+                        "check the id, or install the spec package that has it",
+                    )
+                )
+            else:
+                refused = [
+                    what
+                    for key, what in (
+                        ("suspend", "suspend points"),
+                        ("dataSchemas", "data channels"),
+                        ("children", "children"),
+                    )
+                    if facts.get(key)
+                ]
+                if facts.get("execution", "backend") != "backend":
+                    refused.insert(0, "client execution")
+                if refused:
+                    problems.append(
+                        source.problem(
+                            at,
+                            f"child {child!r} (in {where}) has {', '.join(refused)}",
+                            "children are ordinary backend tools; call this one from the agent",
+                        )
+                    )
     return problems
 
 

@@ -37,19 +37,45 @@ def order_spec(**overrides: object) -> dict[str, object]:
             "additionalProperties": False,
         },
         "outputSchema": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        "children": ["crm.lookup-customer.v1"],
     }
     return spec("orders.create-order.v1", **{**defaults, **overrides})
 
 
 ORDERS_CONSUMER = """
+import asyncio
+
+from blade_runtime import Runtime
+from blade_runtime.client import CallSuccess
+from blade_tool_examples.crm import lookup_customer_v1 as lookup
 from blade_tool_examples.shared.common.money import Money
 from blade_tool_orders.client import Client
-from blade_tool_orders.orders.create_order_v1 import CreateOrderInput
+from blade_tool_orders.orders import create_order_v1 as orders
 
-price: Money = Money(amount_minor=990, currency="EUR")
-order = CreateOrderInput(sku="sku-1", price=price)
-assert isinstance(order.price, Money)
-assert Client.create_order.__name__ == "create_order"
+
+async def lookup_customer(ctx: lookup.LookupCustomerExecution) -> lookup.LookupCustomerOutput:
+    return lookup.LookupCustomerOutput(found=ctx.input.customer_id == "cus_1")
+
+
+async def create_order(ctx: orders.CreateOrderExecution) -> orders.CreateOrderOutput:
+    known = await ctx.tools.call(lookup.SPEC, lookup.LookupCustomerInput(customer_id="cus_1"))
+    if not known.found:
+        ctx.fail("unknown customer")
+    return orders.CreateOrderOutput(order_id=f"ord-{ctx.input.price.amount_minor}")
+
+
+async def main() -> None:
+    runtime = Runtime()
+    context = lookup.LookupCustomerContext(tenant_id="t")
+    runtime.register(lookup.SPEC, lookup_customer, context=lambda call: context)
+    runtime.register(orders.SPEC, create_order)
+    price: Money = Money(amount_minor=990, currency="EUR")
+    result = await Client(runtime).create_order(orders.CreateOrderInput(sku="s", price=price))
+    assert isinstance(result, CallSuccess), result
+    assert result.output.order_id == "ord-990"
+
+
+asyncio.run(main())
 print("orders ok")
 """
 
@@ -226,6 +252,7 @@ def test_second_package_imports_the_first_packages_class(
         metadata = wheel.read("blade_tool_orders-0.1.0.dist-info/METADATA").decode()
         names = wheel.namelist()
     assert "from blade_tool_examples.shared.common.money import Money" in module
+    assert "from blade_tool_examples.crm import lookup_customer_v1 as child_" in module
     assert "class Money" not in module
     assert not any(name.startswith("blade_tool_orders/shared/") for name in names)
     assert "Requires-Dist: blade-tool-examples>=1.0.0" in metadata
@@ -367,3 +394,14 @@ def test_packing_the_same_specs_twice_gives_the_same_wheel(
     assert "release already in" in result.output
     again = tmp_path / "dist" / packages.first_wheel.name
     assert again.read_bytes() == packages.first_wheel.read_bytes()
+
+
+def test_a_child_from_an_installed_package_needs_no_reference(
+    installed_first: Path, tmp_path: Path
+) -> None:
+    specs = tmp_path / "specs"
+    add_spec(specs, spec("audit.review.v1", children=["crm.lookup-customer.v1"]))
+    build(specs, tmp_path / "out", "audit")
+    module = (tmp_path / "out" / "audit" / "audit" / "review_v1.py").read_text("utf-8")
+    assert "from blade_tool_examples.crm import lookup_customer_v1 as child_" in module
+    assert "input: child_lookup_customer_v1.LookupCustomerInput" in module

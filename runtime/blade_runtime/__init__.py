@@ -16,6 +16,7 @@ from blade_runtime.context import (
     SuspensionEpisode,
     ToolFailed,
 )
+from blade_runtime.execution import ChildToolError
 from blade_runtime.export import ExportedTool, ExportFormat, ToolExport, WireNames, export_tools
 from blade_runtime.hooks import HookEvent, HookInput, HookOutput
 from blade_runtime.results import ErrorCode, ToolError, ToolResult, ToolSkipped, ToolSuccess
@@ -46,6 +47,7 @@ __all__ = [
     "BackendToolSpec",
     "CallInfo",
     "CancellationSignal",
+    "ChildToolError",
     "ClientToolSpec",
     "DataChannel",
     "DataItem",

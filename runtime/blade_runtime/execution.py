@@ -8,7 +8,7 @@ suspension history, ToolData channels, ``fail``, ``suspend`` and ``display``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -27,7 +27,7 @@ from blade_runtime.context import (
 )
 from blade_runtime.jsonvalue import NotJson, lossless, model_of
 from blade_runtime.registry import Point, Typed
-from blade_runtime.spec import JsonObject
+from blade_runtime.spec import JsonObject, ToolSpec
 from blade_runtime.store import DataRecord, Event, Store
 from blade_runtime.validation import describe
 
@@ -117,6 +117,53 @@ class CallData:
             raise DataRejected(f"no ToolData channel {channel!r} (channels: {known})") from None
 
 
+class ChildToolError(Exception):
+    """A child tool's call ended without an output: its stable ``code`` and ``message``.
+
+    Raised by ``ctx.tools.call``; a tool that does not catch it fails as TOOL_ERROR (or as its
+    runtime's ``error_mapper`` says)."""
+
+    def __init__(self, spec_id: str, code: str, message: str) -> None:
+        super().__init__(f"{spec_id}: {code}: {message}")
+        self.spec_id = spec_id
+        self.code = code
+        self.message = message
+
+
+ChildCaller = Callable[[ToolSpec[Any, Any, Any], Any, CallInfo], Awaitable[Any]]
+
+
+class ChildTools:
+    """``ctx.tools``: calls of the child tools the spec declares, and of no other tool.
+
+    Each child call is a full call of its registration (hooks, validation, timeout), in the same
+    run, with a call id under the parent's; cancelling the parent cancels it."""
+
+    __slots__ = ("_allowed", "_call", "_caller", "_count")
+
+    def __init__(self, caller: ChildCaller, call: CallInfo, allowed: tuple[str, ...]) -> None:
+        self._caller = caller
+        self._call = call
+        self._allowed = allowed
+        self._count = itertools.count(1)
+
+    async def call(self, tool: ToolSpec[Any, Any, Any], input: Any, /) -> Any:
+        if tool.id not in self._allowed:
+            declared = ", ".join(self._allowed) or "none"
+            raise ChildToolError(
+                tool.id,
+                "TOOL_NOT_ALLOWED",
+                f"not a declared child of {self._call.spec_id} " f"(children: {declared})",
+            )
+        child = CallInfo(
+            f"{self._call.call_id}/{tool.name}/{next(self._count)}",
+            self._call.run_id,
+            tool.name,
+            tool.id,
+        )
+        return await self._caller(tool, input, child)
+
+
 class ToolContext:
     """The ``ctx`` an implementation receives.
 
@@ -127,6 +174,7 @@ class ToolContext:
     # Class-level defaults rather than slots: most calls set five attributes, not eleven.
     context: Any = None
     data: CallData | None = None
+    tools: ChildTools | None = None
     entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL
     _input: BaseModel | None = None
     _display: JsonValue = None

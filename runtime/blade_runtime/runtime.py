@@ -41,7 +41,7 @@ from blade_runtime.context import (
     ToolFailed,
 )
 from blade_runtime.events import EventHub, PendingAction, Subscription
-from blade_runtime.execution import INITIAL, CallData, ToolContext, now
+from blade_runtime.execution import INITIAL, CallData, ChildToolError, ChildTools, ToolContext, now
 from blade_runtime.export import ExportFormat, ToolExport, export_tools
 from blade_runtime.hooks import (
     Hook,
@@ -73,7 +73,7 @@ from blade_runtime.results import (
     pending_content,
     skipped_content,
 )
-from blade_runtime.spec import BackendToolSpec, ClientToolSpec, JsonObject
+from blade_runtime.spec import BackendToolSpec, ClientToolSpec, JsonObject, ToolSpec
 from blade_runtime.store import (
     ActionAlreadyResolved,
     ActionRecord,
@@ -357,6 +357,26 @@ class Runtime:
             return result
         return await self._finish(registration, call, parsed, scope.signal, result)
 
+    async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
+        """One ``ctx.tools.call``: a full call of the child's registration, its output or a
+        ChildToolError."""
+        registration = next((r for r in self.registrations() if r.spec.id == tool.id), None)
+        if registration is None:
+            raise ChildToolError(
+                tool.id, "TOOL_HANDLER_NOT_FOUND", "this runtime has no registration of it"
+            )
+        arguments = input.model_dump(by_alias=True, exclude_unset=True)
+        result = await self.call(
+            registration.name, arguments, call_id=call.call_id, run_id=call.run_id
+        )
+        if isinstance(result, ToolSuccess):
+            return result.output
+        if isinstance(result, ToolError):
+            raise ChildToolError(tool.id, result.code.value, result.message)
+        if isinstance(result, ToolSkipped):
+            raise ChildToolError(tool.id, "SKIPPED", result.reason)
+        raise ChildToolError(tool.id, "PENDING", "a child tool cannot wait on a pending action")
+
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
         name = call.name
@@ -427,6 +447,9 @@ class Runtime:
             ctx.entry = entry
         if history is not None:
             ctx._history = history
+        children = getattr(registration.spec, "children", ())
+        if children:
+            ctx.tools = ChildTools(self._call_child, call, children)
         try:
             output = await scope.run(registration.implementation(ctx), registration.timeout_s)
         except ToolFailed as failure:

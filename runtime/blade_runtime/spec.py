@@ -103,6 +103,7 @@ class BackendToolSpec(
     context_schema: JsonObject | None
     context_type: Any
     suspend: Mapping[str, SuspendPoint[Any, Any]] = field(default_factory=dict)
+    children: tuple[str, ...] = ()  # ids of the tools it may call through ``ctx.tools``
 
     @property
     def execution(self) -> ExecutionMode:

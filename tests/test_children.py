@@ -1,0 +1,162 @@
+"""Child tools: a spec names the tools it may call by id; ``ctx.tools.call`` is typed and
+allowlisted."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blade_codegen.build import build
+from blade_codegen.problems import SpecError
+from blade_runtime import ChildToolError, Runtime, ToolError, ToolSuccess
+from conftest import _import_package, add_spec, run_mypy, spec
+
+NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+def family(root: Path) -> Path:
+    specs = root / "specs"
+    add_spec(
+        specs,
+        spec(
+            "kin.child.v1",
+            name="child",
+            sideEffect="pure",
+            inputSchema=NUMBER,
+            outputSchema={
+                "type": "object",
+                "properties": {"double": {"type": "integer"}},
+                "required": ["double"],
+            },
+        ),
+    )
+    add_spec(specs, spec("kin.other.v1", name="other"))
+    add_spec(
+        specs,
+        spec(
+            "kin.parent.v1",
+            name="parent",
+            inputSchema=NUMBER,
+            outputSchema={"type": "object", "properties": {"sum": {"type": "integer"}}},
+            children=["kin.child.v1", "kin.other.v1"],
+        ),
+    )
+    return specs
+
+
+USER = """
+from kin_pkg.kin import child_v1, other_v1, parent_v1
+
+
+async def parent(ctx: parent_v1.ParentExecution) -> parent_v1.ParentOutput:
+    out = await ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=ctx.input.n))
+    other = await ctx.tools.call(other_v1.SPEC, other_v1.OtherInput(q="x"))
+    assert other is None or isinstance(other, (dict, list, str, int, float, bool))
+    return parent_v1.ParentOutput(sum=out.double + 1)
+"""
+WRONG = """
+from kin_pkg.kin import child_v1, parent_v1
+
+
+async def parent(ctx: parent_v1.ParentExecution) -> parent_v1.ParentOutput:
+    out = await ctx.tools.call(child_v1.SPEC, parent_v1.ParentInput(n=1))
+    return parent_v1.ParentOutput(sum=out.double)
+
+
+async def lonely(ctx: child_v1.ChildExecution) -> child_v1.ChildOutput:
+    await ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=1))
+    return child_v1.ChildOutput(double=1)
+"""
+
+
+@pytest.fixture(scope="module")
+def kin(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    root = tmp_path_factory.mktemp("kin")
+    build(family(root), root / "out", "kin_pkg")
+    return root / "out", _import_package(root / "out", "kin_pkg")
+
+
+def test_child_calls_are_typed_and_only_declared_children_type_check(
+    kin: tuple[Path, Any], tmp_path: Path
+) -> None:
+    out, _ = kin
+    (tmp_path / "user.py").write_text(USER, "utf-8")
+    (tmp_path / "wrong.py").write_text(WRONG, "utf-8")
+    good = run_mypy(tmp_path / "user.py", cwd=out)
+    assert good.returncode == 0, good.stdout
+    bad = run_mypy(tmp_path / "wrong.py", cwd=out)
+    errors = [line for line in bad.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, bad.stdout
+    assert 'No overload variant of "call"' in errors[0] and '"ParentInput"' in errors[0]
+    assert '"ChildExecution" has no attribute "tools"' in errors[1]
+
+
+def test_runtime_calls_children_in_the_same_run_and_refuses_others(kin: tuple[Path, Any]) -> None:
+    from kin_pkg.kin import child_v1, other_v1, parent_v1
+
+    seen: list[tuple[str, str]] = []
+
+    async def child(ctx: Any) -> Any:
+        seen.append((ctx.call.call_id, ctx.call.run_id))
+        if ctx.input.n < 0:
+            ctx.fail("n must not be negative")
+        return child_v1.ChildOutput(double=ctx.input.n * 2)
+
+    async def parent(ctx: Any) -> Any:
+        if ctx.input.n == 99:  # not a declared child: refused whatever the typing says
+            await ctx.tools.call(parent_v1.SPEC, parent_v1.ParentInput(n=1))
+        try:
+            out = await ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=ctx.input.n))
+        except ChildToolError as failed:
+            ctx.fail(f"{failed.code}: {failed.message}")
+        return parent_v1.ParentOutput(sum=out.double + 1)
+
+    async def scenario() -> None:
+        runtime = Runtime()
+        runtime.register(parent_v1.SPEC, parent)
+        unregistered = await runtime.call("parent", {"n": 1}, call_id="p0")
+        assert (
+            isinstance(unregistered, ToolError) and "TOOL_HANDLER_NOT_FOUND" in unregistered.message
+        )
+        runtime.register(child_v1.SPEC, child)
+        runtime.register(other_v1.SPEC, lambda ctx: _none())
+        done = await runtime.call("parent", {"n": 4}, call_id="p1", run_id="r1")
+        assert isinstance(done, ToolSuccess) and done.output.sum == 9
+        assert seen == [("p1/child/1", "r1")]
+        failed = await runtime.call("parent", {"n": -1}, call_id="p2")
+        assert isinstance(failed, ToolError)
+        assert failed.message == "TOOL_FAILED: n must not be negative"
+        refused = await runtime.call("parent", {"n": 99}, call_id="p3")
+        assert isinstance(refused, ToolError) and refused.code == "TOOL_ERROR"
+
+    asyncio.run(scenario())
+
+
+async def _none() -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("child", "message"),
+    [
+        ("kin.nowhere.v1", "child 'kin.nowhere.v1' is not a tool of this spec tree"),
+        ("kin.waiter.v1", "child 'kin.waiter.v1' (in this spec tree) has suspend points"),
+        ("kin.browser.v1", "child 'kin.browser.v1' (in this spec tree) has client execution"),
+        ("kin.boss.v1", "a tool cannot be its own child"),
+    ],
+)
+def test_children_must_be_ordinary_backend_tools(tmp_path: Path, child: str, message: str) -> None:
+    specs = tmp_path / "specs"
+    pair = {"type": "object"}
+    add_spec(
+        specs, spec("kin.waiter.v1", suspend={"ok": {"suspendSchema": pair, "resumeSchema": pair}})
+    )
+    add_spec(specs, spec("kin.browser.v1", execution="client", outputSchema=pair))
+    add_spec(specs, spec("kin.boss.v1", children=[child]))
+    with pytest.raises(SpecError) as refused:
+        build(specs, tmp_path / "out", "kin_pkg")
+    lines = [line for line in str(refused.value).splitlines() if "/children/0" in line]
+    assert len(lines) == 1 and message in lines[0], str(refused.value)
+    assert lines[0].startswith("kin/boss.v1.json:")
