@@ -1,7 +1,8 @@
 """The ``blade-codegen`` command: a thin shell over functions the tests call directly.
 
-Exit codes: 0 success; 1 output stale (``build --check``); 2 usage; 3 invalid specs;
-4 the output could not be written.
+Exit codes: 0 success; 1 output stale (``build --check``) or breaking changes (``check``,
+``lock``); 2 usage; 3 invalid specs; 4 the output could not be written; 5 ``build`` or ``pack``
+refused because the specs break the lock.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def main() -> None:
     """Compile tool spec files into typed Python: models, interfaces and a manifest.
 
     Exit codes: 0 success, 1 stale output (build --check) or breaking changes (check, lock),
-    2 usage, 3 invalid specs or unreadable baseline, 4 output not writable, 5 build refused:
-    the specs break the lock.
+    2 usage, 3 invalid specs or unreadable baseline, 4 output not writable, 5 build or pack
+    refused: the specs break the lock.
     """
 
 

@@ -115,3 +115,13 @@ def test_client_method_collisions_are_refused(
     with pytest.raises(SpecError) as refused:
         build(tmp_path / "specs", tmp_path / "out", "pkg")
     assert message in str(refused.value)
+
+
+def test_readme_client_example_type_checks(built_examples: Path) -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    marker = "mypy checks a `match` for exhaustiveness:\n\n```python\n"
+    example = readme.split(marker, 1)[1].split("```", 1)[0]
+    path = built_examples / "readme_client.py"
+    path.write_text(example, "utf-8")
+    result = run_mypy(path, cwd=built_examples)
+    assert result.returncode == 0, result.stdout
