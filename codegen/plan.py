@@ -17,6 +17,7 @@ from blade_codegen.resolve import Bundler, ResolvedSet, ResolvedSpec, Slot, cano
 from pydantic import BaseModel
 
 SHARED_PACKAGE = "shared"
+CLIENT_MODULE = "client"
 _WORDS = re.compile(r"[A-Za-z0-9]+", re.ASCII)
 _VERSION_SUFFIX = re.compile(r"\.v[0-9]+$")
 # Names generated modules use for their own purposes; a spec-derived class may not take them.
@@ -133,7 +134,7 @@ def _defs_is_only(data: object) -> bool:
 def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
     """Names for the whole set; every collision is reported, with both sides named."""
     problems: list[Problem] = []
-    modules: dict[str, str] = {}
+    modules: dict[str, str] = {CLIENT_MODULE: "the package's typed client"}
 
     def claim_module(module: str, source: SourceFile) -> None:
         other = modules.setdefault(module, source.rel)

@@ -23,7 +23,7 @@ from typing import Any
 import jinja2
 from blade_codegen import __version__
 from blade_codegen.dependencies import Dependency
-from blade_codegen.plan import BuildPlan, SharedPlan, ToolPlan, pascal
+from blade_codegen.plan import CLIENT_MODULE, BuildPlan, SharedPlan, ToolPlan, pascal
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
@@ -804,7 +804,8 @@ def render(
     files["__init__.py"] = env.get_template("package_init.py.jinja").render(
         header=header("(all specs)"), tools=plan.tools, specs=plan.tools, package=prefix
     )
-    files["client.py"], keys["client.py"] = _client_module(plan, previous, on_module)
+    path = CLIENT_MODULE + ".py"
+    files[path], keys[path] = _client_module(plan, previous, on_module)
     files["py.typed"] = ""
     files["manifest.json"] = manifest(plan)
     return Rendered(files, keys, looser)
@@ -866,10 +867,10 @@ def _client_module(
         )
     )
     key = hashlib.sha256(raw.encode()).hexdigest()
-    old = previous.get("client.py")
+    old = previous.get(CLIENT_MODULE + ".py")
     if old is not None and old[0] == key:
         return old[1], key
-    on_module("client.py")
+    on_module(CLIENT_MODULE + ".py")
     return raw, key
 
 

@@ -14,7 +14,7 @@ from blade_codegen.build import build
 from blade_codegen.problems import SpecError
 from blade_runtime import Runtime
 from blade_runtime.client import CallError, CallPending
-from conftest import ROOT, add_spec, run_mypy, spec
+from conftest import ROOT, add_spec, run_mypy, spec, write_json
 
 CONSUMER = (ROOT / "tests" / "fixtures" / "consumer.py").read_text("utf-8")
 
@@ -125,3 +125,12 @@ def test_readme_client_example_type_checks(built_examples: Path) -> None:
     path.write_text(example, "utf-8")
     result = run_mypy(path, cwd=built_examples)
     assert result.returncode == 0, result.stdout
+
+
+def test_a_spec_cannot_take_the_client_module(tmp_path: Path) -> None:
+    write_json(tmp_path / "specs" / "client.json", {**spec("a.b.v1"), "id": "client"})
+    with pytest.raises(SpecError) as refused:
+        build(tmp_path / "specs", tmp_path / "out", "pkg")
+    assert "its module pkg.client is also the module of the package's typed client" in str(
+        refused.value
+    )
