@@ -40,7 +40,8 @@ def toolchain() -> str:
     """Everything the generated text depends on besides the specs."""
     return (
         f"blade-codegen {__version__}; datamodel-code-generator "
-        f"{version('datamodel-code-generator')}; black {version('black')}; {OPTIONS_SIGNATURE}"
+        f"{version('datamodel-code-generator')}; black {version('black')}; ruff {version('ruff')}; "
+        f"{OPTIONS_SIGNATURE}"
     )
 
 

@@ -40,18 +40,30 @@ DMCG_OPTIONS: Mapping[str, Any] = {
     "use_schema_description": True,
     "enum_field_as_literal": "all",
     "skip_root_model": True,
+    # Dotted property names stay in one module (its default infers a package from the dots).
+    "treat_dot_as_module": False,
 }
 # Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
 # is revision 2, keep_integers 3, model_default 4, root models left closed 5): cached modules
 # of another revision are generated again (6: discriminated unions).
-POSTPROCESS_REVISION = 6
+# 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values.
+POSTPROCESS_REVISION = 7
 OPTIONS_SIGNATURE = canonical_json(
     {**{k: str(v) for k, v in DMCG_OPTIONS.items()}, "postprocess": POSTPROCESS_REVISION}
 )
 # Keywords the models do not carry. ``format`` is an annotation in 2020-12 (the runtime's JSON
 # Schema validation is the single truth); as pydantic types (EmailStr, AwareDatetime) it would
 # reject strings the schema accepts and change values on the way through.
-MODEL_DROPPED = ("format", "$schema", "$id", "$comment")
+MODEL_DROPPED = ("format", "$schema", "$id", "$comment", "deprecated")
+# Keywords that make a schema without "type" describe objects (while still accepting non-objects).
+OBJECT_KEYWORDS = frozenset(
+    {"properties", "patternProperties", "additionalProperties", "required", "propertyNames"}
+    | {"minProperties", "maxProperties"}
+)
+NON_OBJECT = {"type": ["array", "boolean", "number", "string", "null"]}
+# Where a subschema stands for a value (not a constraint combined with others, as in allOf).
+_VALUE_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_VALUE_SINGLES = ("items", "additionalProperties")
 BOX_PREFIX = "BladeBox"
 
 
@@ -221,7 +233,9 @@ def tool_document(
         def local(file: str, names: Mapping[str, str] = names, where: str = where) -> Any:
             return lambda fragment: _defs_pointer(fragment, names, where)
 
-        rewritten = doc.rewrite(with_discriminators(slot.schema), spec.source.rel, local)
+        shaped = with_discriminators(model_shapes(slot.schema, slot.role != "input"))
+        rewritten = doc.rewrite(shaped, spec.source.rel, local)
+        rewritten = hoist_pattern_values(rewritten, cls, doc.defs)
         if isinstance(rewritten, dict):
             for key, name in names.items():
                 doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
@@ -236,6 +250,70 @@ def tool_document(
             }
     # Every slot is a definition: with skip_root_model the document root itself yields no model.
     return {"$defs": dict(sorted(doc.defs.items()))}, boxes
+
+
+def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
+    """``schema`` reshaped (for the model document only) where the generator's reading of it
+    would reject values the schema accepts:
+
+    - a subschema with object keywords but no ``type`` (``{"properties": ...}``) accepts any
+      non-object value too: it becomes ``anyOf`` of the object and the other JSON types;
+    - ``additionalProperties: false`` beside ``patternProperties`` allows the pattern-matching
+      names, which a closed model would refuse: it is dropped (the schema still validates them).
+    """
+
+    def widen(node: Any) -> Any:
+        if (
+            isinstance(node, dict)
+            and "type" not in node
+            and not node.keys() & {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "not"}
+            and node.keys() & OBJECT_KEYWORDS
+        ):
+            notes = {k: node[k] for k in ("title", "description", "default") if k in node}
+            shape = {k: v for k, v in node.items() if k not in notes}
+            return {**notes, "anyOf": [{**shape, "type": "object"}, NON_OBJECT]}
+        return node
+
+    def edit(node: dict[str, Any]) -> dict[str, Any]:
+        changes: dict[str, Any] = {}
+        for key in _VALUE_MAPS:
+            value = node.get(key)
+            if isinstance(value, dict):
+                widened = {name: widen(sub) for name, sub in value.items()}
+                if any(widened[name] is not sub for name, sub in value.items()):
+                    changes[key] = widened
+        for key in _VALUE_SINGLES:
+            if isinstance(node.get(key), dict) and widen(node[key]) is not node[key]:
+                changes[key] = widen(node[key])
+        if node.get("additionalProperties") is False and node.get("patternProperties"):
+            changes["additionalProperties"] = True
+        return {**node, **changes} if changes else node
+
+    shaped = transform(schema, edit)
+    return widen(shaped) if root_is_value else shaped
+
+
+def hoist_pattern_values(schema: Any, stem: str, defs: dict[str, Any]) -> Any:
+    """Inline object schemas under ``patternProperties`` moved to named definitions
+    (``<stem>Value``...): the generator would otherwise give the value's class the name of the
+    object that holds the map, and the map a numbered name."""
+
+    def edit(node: dict[str, Any]) -> dict[str, Any]:
+        patterns = node.get("patternProperties")
+        if not isinstance(patterns, dict):
+            return node
+        moved = {}
+        for pattern, sub in patterns.items():
+            if isinstance(sub, dict) and "properties" in sub:
+                name, n = stem + "Value", 1
+                while name in defs:
+                    n += 1
+                    name = f"{stem}Value{n}"
+                defs[name] = sub
+                moved[pattern] = {"$ref": f"#/$defs/{name}"}
+        return {**node, "patternProperties": {**patterns, **moved}} if moved else node
+
+    return transform(schema, edit)
 
 
 def with_discriminators(schema: Any) -> Any:
@@ -288,7 +366,8 @@ def shared_document(
         root = f"#/$defs/{shared.root_class}"
         return lambda fragment: _defs_pointer(fragment, names, root)
 
-    rewritten = doc.rewrite(with_discriminators(shared.source.data), file, local)
+    shaped = with_discriminators(model_shapes(shared.source.data))
+    rewritten = doc.rewrite(shaped, file, local)
     for key, name in names.items():
         doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
     if shared.root_class:
@@ -314,8 +393,177 @@ def generate_models(document: dict[str, Any]) -> str:
             output_model_type=DataModelType.PydanticV2BaseModel,
             **options,
         )
-    assert isinstance(code, str)
-    return keep_integers(keep_unknown_properties(code))
+    if not isinstance(code, str):
+        raise ModelFailure("the generator wrote several modules for one document")
+    code = with_key_types(code)
+    return keep_integers(keep_unknown_properties(typed_annotations(flatten_conflicts(code))))
+
+
+def with_key_types(code: str) -> str:
+    """``dict[, X]`` (which datamodel-code-generator writes for some ``propertyNames`` maps, and
+    which does not parse) as ``dict[str, X]``: JSON object keys are strings. Found with the
+    tokenizer, so text inside strings is left alone."""
+    if "[," not in code:
+        return code
+    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    found = [
+        tokens[i + 1].end
+        for i in range(len(tokens) - 2)
+        if tokens[i].string == "dict"
+        and tokens[i + 1].string == "["
+        and tokens[i + 2].string == ","
+    ]
+    lines = code.splitlines(keepends=True)
+    for row, column in reversed(found):
+        lines[row - 1] = lines[row - 1][:column] + "str" + lines[row - 1][column:]
+    return "".join(lines)
+
+
+Edit = tuple[int, int, int, str]  # (line, start column, end column, replacement)
+
+
+def _apply(code: str, edits: list[Edit], imports: str = "") -> str:
+    """Apply same-line edits (latest first, so positions hold) and add import lines (at the end:
+    ``from __future__`` must stay first); split_module merges imports and keeps the used ones."""
+    lines = code.splitlines(keepends=True)
+    for row, start, end, text in sorted(edits, reverse=True):
+        line = lines[row - 1]
+        lines[row - 1] = line[:start] + text + line[end:]
+    if not edits:
+        return code
+    text = "".join(lines)
+    return text + ("" if text.endswith("\n") else "\n") + imports
+
+
+def typed_annotations(code: str) -> str:
+    """Annotations mypy --strict accepts where datamodel-code-generator writes others.
+
+    A bare ``list``/``dict`` gets its type arguments; ``constr(...)``, which it writes for a
+    constrained string inside a union, becomes ``Annotated[str, StringConstraints(...)]`` (the
+    same constraints, in a form mypy takes); and a field defaulting to None that is typed
+    without None (an optional property whose schema excludes null) is typed ``X | None``."""
+    edits: list[Edit] = []
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.AnnAssign):
+            continue
+        subscripted = {
+            id(sub.value) for sub in ast.walk(node.annotation) if isinstance(sub, ast.Subscript)
+        }
+        for sub in ast.walk(node.annotation):
+            if (
+                isinstance(sub, ast.Name)
+                and sub.id in ("list", "dict")
+                and id(sub) not in subscripted
+            ):
+                arguments = "[Any]" if sub.id == "list" else "[str, Any]"
+                edits.append(
+                    (
+                        sub.end_lineno or 0,
+                        sub.end_col_offset or 0,
+                        sub.end_col_offset or 0,
+                        arguments,
+                    )
+                )
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Name)
+                and sub.func.id == "constr"
+            ):
+                func = sub.func
+                edits.append(
+                    (
+                        func.lineno,
+                        func.col_offset,
+                        func.end_col_offset or 0,
+                        "Annotated[str, StringConstraints",
+                    )
+                )
+                edits.append(
+                    (sub.end_lineno or 0, sub.end_col_offset or 0, sub.end_col_offset or 0, "]")
+                )
+        if isinstance(node.value, ast.Constant) and node.value.value is None:
+            typed = node.annotation
+            if isinstance(typed, ast.Subscript) and ast.unparse(typed.value) == "Annotated":
+                first = typed.slice.elts[0] if isinstance(typed.slice, ast.Tuple) else typed.slice
+                typed = first
+            if not _admits_none(typed):
+                edits.append(
+                    (
+                        typed.end_lineno or 0,
+                        typed.end_col_offset or 0,
+                        typed.end_col_offset or 0,
+                        " | None",
+                    )
+                )
+    imports = "from typing import Annotated, Any\nfrom pydantic import StringConstraints\n"
+    return _apply(code, edits, imports)
+
+
+def _admits_none(annotation: ast.expr) -> bool:
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _admits_none(annotation.left) or _admits_none(annotation.right)
+    return (isinstance(annotation, ast.Constant) and annotation.value is None) or (
+        isinstance(annotation, ast.Name) and annotation.id in ("Any", "JsonValue")
+    )
+
+
+def flatten_conflicts(code: str) -> str:
+    """Models of an ``allOf`` whose parts type one property differently, without inheritance.
+
+    datamodel-code-generator maps ``allOf`` to subclasses; where a subclass (or two of its bases)
+    types an inherited field differently, mypy rejects the override. Such a class is rewritten
+    as a plain model holding every field it would inherit, each with the annotation Python's
+    method resolution would pick: a value valid against the ``allOf`` is valid against every
+    part, so that annotation accepts it (the runtime validates the whole schema first)."""
+    tree = ast.parse(code)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    lines = code.splitlines(keepends=True)
+
+    def own(cls: ast.ClassDef) -> dict[str, tuple[str, str]]:
+        """field -> (annotation, statement lines)"""
+        found = {}
+        for statement in cls.body:
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                text = "".join(lines[statement.lineno - 1 : statement.end_lineno])
+                found[statement.target.id] = (ast.unparse(statement.annotation), text)
+        return found
+
+    def fields(name: str, seen: frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
+        cls = classes[name]
+        merged: dict[str, tuple[str, str]] = {}
+        for base in reversed(cls.bases):  # the leftmost base wins, as in the MRO
+            if isinstance(base, ast.Name) and base.id in classes and base.id not in seen:
+                merged.update(fields(base.id, seen | {name}))
+        merged.update(own(cls))
+        return merged
+
+    edits: list[tuple[int, int, str]] = []  # (first line, last line, replacement lines)
+    for cls in classes.values():
+        bases = [b.id for b in cls.bases if isinstance(b, ast.Name) and b.id in classes]
+        if not bases or len(bases) != len(cls.bases):
+            continue
+        inherited: dict[str, set[str]] = {}
+        for base in bases:
+            for field_name, (annotation, _) in fields(base).items():
+                inherited.setdefault(field_name, set()).add(annotation)
+        mine = own(cls)
+        conflict = any(len(a) > 1 for a in inherited.values()) or any(
+            name in inherited and inherited[name] != {annotation}
+            for name, (annotation, _) in mine.items()
+        )
+        if not conflict:
+            continue
+        body = cls.body
+        header_end = body[0].lineno - 1
+        kept = [s for s in body if not isinstance(s, ast.AnnAssign)]
+        text = [f"class {cls.name}(BaseModel):\n"]
+        for statement in kept:
+            text.extend(lines[statement.lineno - 1 : statement.end_lineno])
+        text.extend(statement for _, statement in fields(cls.name).values())
+        edits.append((cls.lineno, cls.end_lineno or header_end, "".join(text)))
+    for first, last, replacement in sorted(edits, reverse=True):
+        lines[first - 1 : last] = [replacement]
+    return "".join(lines)
 
 
 def keep_unknown_properties(code: str) -> str:
@@ -357,15 +605,45 @@ def keep_integers(code: str) -> str:
     a description that mentions floats is left alone.
     """
     lines = code.splitlines(keepends=True)
+    # A float in a union that already holds int stays as it is: int | float keeps ints already.
+    tree = ast.parse(code)
+    imports = {
+        row
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for row in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
+    beside_int = {
+        (member.lineno, member.col_offset)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
+        for members in [_union_members(node)]
+        if any(isinstance(m, ast.Name) and m.id == "int" for m in members)
+        for member in members
+    }
     found = [
-        token.start
+        (*token.start, token.string)
         for token in tokenize.generate_tokens(io.StringIO(code).readline)
-        if token.type == tokenize.NAME and token.string == "float"
+        if token.type == tokenize.NAME
+        and token.string in _RENAMED
+        and token.start[0] not in imports
+        and not (token.string == "float" and token.start in beside_int)
     ]
-    for row, column in reversed(found):
+    for row, column, name in reversed(found):
         line = lines[row - 1]
-        lines[row - 1] = line[:column] + "float | int" + line[column + len("float") :]
+        lines[row - 1] = line[:column] + _RENAMED[name] + line[column + len(name) :]
     return "".join(lines)
+
+
+def _union_members(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union_members(node.left) + _union_members(node.right)
+    return [node]
+
+
+# Besides float: the e-mail types it writes where a ``format`` sits where no keyword is expected
+# (so the model document kept it) would need email-validator and reject what the schema accepts.
+_RENAMED = {"float": "float | int", "EmailStr": "str", "NameEmail": "str"}
 
 
 class ModelFailure(Exception):
@@ -549,7 +827,8 @@ def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModu
                 s for s in node.body if isinstance(s, ast.AnnAssign) and _target(s) == "value"
             )
             annotation = ast.get_source_segment(code, value.annotation)
-            aliases.append(f"{box_to_alias[node.name]}: TypeAlias = {annotation}")
+            if annotation != box_to_alias[node.name]:  # else the slot's class is the type
+                aliases.append(f"{box_to_alias[node.name]}: TypeAlias = {annotation}")
             names.add(box_to_alias[node.name])
             continue
         if any(box in segment for box in box_to_alias) and isinstance(node, ast.Expr):
@@ -562,6 +841,12 @@ def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModu
     if aliases:
         imports.setdefault("typing", set()).add("TypeAlias")
     body = "\n\n\n".join(keep + aliases)
+    used = {n.id for n in ast.walk(ast.parse(body)) if isinstance(n, ast.Name)}
+    imports = {
+        module: kept
+        for module, listed in imports.items()
+        if (kept := {name for name in listed if name.split(" as ")[-1] in used})
+    }
     return SplitModule(imports, body, frozenset(names))
 
 
@@ -595,8 +880,12 @@ def import_block(package: str, module: str, *groups: Mapping[str, set[str]]) -> 
     for name in sorted(merged, key=lambda m: (-(len(m) - len(m.lstrip("."))), m.lstrip("."))):
         top = name.split(".")[0]
         section = 2 if name.startswith(".") else 0 if top in sys.stdlib_module_names else 1
-        listed = ", ".join(sorted(merged[name], key=_name_order))
-        sections[section].append(f"from {name} import {listed}")
+        # isort's default: aliased names each get their own statement, ordered by first name.
+        plain = sorted((n for n in merged[name] if " as " not in n), key=_name_order)
+        statements = [plain] if plain else []
+        statements += [[n] for n in merged[name] if " as " in n]
+        for listed in sorted(statements, key=lambda g: _name_order(g[0])):
+            sections[section].append(f"from {name} import {', '.join(listed)}")
     return "\n\n".join("\n".join(lines) for lines in sections if lines)
 
 

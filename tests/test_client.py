@@ -14,7 +14,7 @@ from blade_codegen.build import build
 from blade_codegen.problems import SpecError
 from blade_runtime import Runtime
 from blade_runtime.client import CallError, CallPending
-from conftest import ROOT, add_spec, run_mypy, spec, write_json
+from conftest import ROOT, add_spec, run_mypy, run_ruff, spec, write_json
 
 CONSUMER = (ROOT / "tests" / "fixtures" / "consumer.py").read_text("utf-8")
 
@@ -134,3 +134,17 @@ def test_a_spec_cannot_take_the_client_module(tmp_path: Path) -> None:
     assert "its module pkg.client is also the module of the package's typed client" in str(
         refused.value
     )
+
+
+def test_client_of_many_tools_in_one_folder_passes_ruff_and_mypy(tmp_path: Path) -> None:
+    pair = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    for index in range(3):
+        suspend = {"wait": {"suspendSchema": pair, "resumeSchema": pair}}
+        add_spec(tmp_path / "specs", spec(f"ns.tool-{index}.v1", suspend=suspend))
+    build(tmp_path / "specs", tmp_path / "out", "many")
+    client = (tmp_path / "out" / "many" / "client.py").read_text("utf-8")
+    assert client.count("from .ns import tool_") == 3
+    ruff = run_ruff(tmp_path / "out" / "many")
+    assert ruff.returncode == 0, ruff.stdout
+    checked = run_mypy(tmp_path / "out" / "many", cwd=tmp_path / "out")
+    assert checked.returncode == 0, checked.stdout

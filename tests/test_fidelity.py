@@ -148,3 +148,68 @@ def test_every_mcp_corpus_module_passes_mypy_strict(mcp_package: Any) -> None:
     result = run_mypy(Path("blade_mcp"), cwd=out)
     assert result.returncode == 0, result.stdout[-3000:]
     assert len(list((out / "blade_mcp").rglob("*_v1.py"))) == 312
+
+
+AWKWARD = {
+    "type": "object",
+    "$defs": {
+        "Base": {
+            "type": "object",
+            "properties": {"x": {"type": "string"}, "y": {"type": "integer"}},
+        },
+        "Tpl": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/Tpl"}]},
+        },
+    },
+    "properties": {
+        # A constrained string inside a union: the generator writes constr(...).
+        "lang": {"type": ["string", "number"], "pattern": "^[a-z]{2}$"},
+        # An optional property whose schema excludes null, with a None default.
+        "apps": {"type": "array", "const": []},
+        # allOf parts typing one property differently: a subclass overriding its base.
+        "merged": {"allOf": [{"$ref": "#/$defs/Base"}, {"properties": {"x": {"type": "boolean"}}}]},
+        # A recursive array: the generator writes a bare list.
+        "template": {"$ref": "#/$defs/Tpl"},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"lang": "en"},
+        {"lang": 2.5},
+        {"lang": 7},
+        {"apps": []},
+        {"merged": {"y": 1}},
+        {"merged": {"y": 2, "extra": [1]}},
+        {"template": ["a", ["b", ["c"]]]},
+    ],
+)
+def test_schemas_the_generator_types_awkwardly_type_check_and_keep_values(
+    awkward: Any, value: dict[str, Any]
+) -> None:
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(awkward.SPEC.input_type)
+    parsed = adapter.validate_python(value)
+    assert adapter.dump_python(parsed, mode="json", by_alias=True, exclude_unset=True) == value
+
+
+@pytest.fixture(scope="module")
+def awkward(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("awkward")
+    add_spec(root / "specs", spec("t.awkward.v1", inputSchema=AWKWARD))
+    build(root / "specs", root / "out", "awkward_pkg")
+    checked = run_mypy(root / "out" / "awkward_pkg", cwd=root / "out")
+    assert checked.returncode == 0, checked.stdout
+    module = (root / "out" / "awkward_pkg" / "t" / "awkward_v1.py").read_text("utf-8")
+    assert "StringConstraints(pattern=" in module and "constr(" not in module
+    sys.path.insert(0, str(root / "out"))
+    try:
+        from awkward_pkg.t import awkward_v1  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(root / "out"))
+    return awkward_v1
