@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from blade_codegen.build import build
-from blade_codegen.importer import import_tools, read_tools, write_imported
 from blade_runtime.jsonvalue import model_of
 from blade_runtime.validation import SchemaValidator
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +34,7 @@ from pydantic import TypeAdapter
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import write_mcp_corpus  # noqa: E402
+from conftest import write_mcp_corpus, write_schemastore_corpus  # noqa: E402
 from strategies import conform, oracle  # noqa: E402
 
 
@@ -146,21 +145,7 @@ def mcp(root: Path, work: Path, count: int) -> dict[str, Any]:
 
 def schemastore(root: Path, work: Path) -> dict[str, Any]:
     folder = root / "schemastore"
-    records = [
-        {
-            "name": "ss_" + path.stem.replace(".", "_"),
-            "description": path.stem,
-            "input_schema": json.loads(path.read_text("utf-8")),
-        }
-        for path in sorted((folder / "schemas").glob("*.json"))
-    ]
-    work.mkdir(parents=True, exist_ok=True)
-    listing = work / "tools.json"
-    listing.write_text(json.dumps(records))
-    tools, _ = read_tools(listing, "anthropic")
-    write_imported(
-        work / "specs", import_tools(tools, "anthropic", "schemastore", listing.name), False
-    )
+    schemas = write_schemastore_corpus(work / "specs", folder)
     package, facts = built(work / "specs", work, "fid_ss")
     # Compiled once per schema, not once per instance.
     checks = {
@@ -180,7 +165,7 @@ def schemastore(root: Path, work: Path) -> dict[str, Any]:
         if valid:
             tally.add(adapter, record["instance"])
     return {
-        "schemas": len(records),
+        "schemas": schemas,
         **facts,
         "verdicts agreeing": agree,
         "verdicts differing": disagree,

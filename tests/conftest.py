@@ -124,6 +124,31 @@ def write_mcp_corpus(root: Path, source: Path = CORPUS / "mcp-tools.jsonl") -> i
     return count
 
 
+def write_schemastore_corpus(root: Path, source: Path = CORPUS / "schemastore") -> int:
+    """Spec files for every SchemaStore schema of ``source/schemas`` as a tool's input schema,
+    through the importer (as an Anthropic tools array); returns how many.
+
+    Each tool is ``schemastore.ss-<file stem>.v1`` and its description is the file's stem, which
+    ``instances.jsonl`` names."""
+    from blade_codegen.importer import import_tools, read_tools, write_imported
+
+    records = [
+        {
+            "name": "ss_" + path.stem.replace(".", "_"),
+            "description": path.stem,
+            "input_schema": json.loads(path.read_text("utf-8")),
+        }
+        for path in sorted((source / "schemas").glob("*.json"))
+    ]
+    root.mkdir(parents=True, exist_ok=True)
+    listing = root.parent / "schemastore-tools.json"
+    listing.write_text(json.dumps(records), "utf-8")
+    tools, unreadable = read_tools(listing, "anthropic")
+    assert unreadable == []
+    write_imported(root, import_tools(tools, "anthropic", "schemastore", listing.name), False)
+    return len(records)
+
+
 def _import_package(out: Path, package: str) -> Any:
     if str(out) not in sys.path:
         sys.path.insert(0, str(out))
