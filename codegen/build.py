@@ -19,8 +19,9 @@ from blade_codegen.check import Report, read_lock
 from blade_codegen.check import check as check_specs
 from blade_codegen.format import format_files
 from blade_codegen.load import spec_paths
+from blade_codegen.models import OPTIONS_SIGNATURE
 from blade_codegen.plan import plan
-from blade_codegen.render import OPTIONS_SIGNATURE, render
+from blade_codegen.render import render
 from blade_codegen.resolve import resolve_specs
 from blade_codegen.write import (
     STATE_FILE,

@@ -72,7 +72,7 @@ def build(
     from blade_codegen.build import BreakingChange
     from blade_codegen.build import build as run_build
     from blade_codegen.check import BaselineError
-    from blade_codegen.render import ModelFailure
+    from blade_codegen.models import ModelFailure
 
     specs = _specs_dir(specs_dir)
     defaults = _settings()
@@ -350,9 +350,9 @@ def pack(
     """
     from blade_codegen.build import BreakingChange
     from blade_codegen.check import BaselineError
+    from blade_codegen.models import ModelFailure
     from blade_codegen.pack import PackRefused
     from blade_codegen.pack import pack as run_pack
-    from blade_codegen.render import ModelFailure
 
     specs = _specs_dir(specs_dir)
     lock = lock_file or default_lock(specs)

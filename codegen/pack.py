@@ -23,8 +23,9 @@ from blade_codegen.build import BreakingChange, compile_specs
 from blade_codegen.check import check, lock_text, locked, read_lock
 from blade_codegen.dependencies import Dependency, import_name
 from blade_codegen.load import spec_paths
+from blade_codegen.models import OPTIONS_SIGNATURE
 from blade_codegen.plan import plan
-from blade_codegen.render import OPTIONS_SIGNATURE, environment
+from blade_codegen.render import environment
 from blade_codegen.resolve import ResolvedSet, resolve_specs
 from blade_codegen.witness import minimal_instance
 from blade_codegen.write import write_file

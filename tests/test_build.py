@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from blade_codegen import render as render_module
+from blade_codegen import models as models_module
 from blade_codegen import write as write_module
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
@@ -212,8 +212,8 @@ def test_failed_build_leaves_previous_output_byte_identical(
         def explode(document: object) -> str:
             raise RuntimeError("generator crashed")
 
-        monkeypatch.setattr(render_module, "generate_models", explode)
-        expected = render_module.ModelFailure  # even with every slot typed loosely
+        monkeypatch.setattr(models_module, "generate_models", explode)
+        expected = models_module.ModelFailure  # even with every slot typed loosely
     else:
         real = Path.write_text
         calls = {"n": 0}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from blade_codegen import render as render_module
+from blade_codegen import models as models_module
 from blade_codegen.build import build
 from conftest import add_spec, run_mypy, spec
 
@@ -65,14 +65,14 @@ def test_the_build_reports_where_models_accept_more_than_the_schema(tmp_path: Pa
 def test_a_slot_the_generator_fails_on_is_typed_loosely_and_only_that_slot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = render_module.generate_models
+    real = models_module.generate_models
 
     def fails_on_marker(document: dict[str, Any]) -> str:
         if "generator-breaker" in json.dumps(document):
             raise RecursionError("maximum recursion depth exceeded")
         return real(document)
 
-    monkeypatch.setattr(render_module, "generate_models", fails_on_marker)
+    monkeypatch.setattr(models_module, "generate_models", fails_on_marker)
     specs = tmp_path / "specs"
     output = {
         "type": "object",
@@ -101,11 +101,11 @@ def test_a_generator_that_fails_on_everything_is_a_clear_error(
     def always(document: dict[str, Any]) -> str:
         raise ValueError("unsupported")
 
-    monkeypatch.setattr(render_module, "generate_models", always)
+    monkeypatch.setattr(models_module, "generate_models", always)
     specs = tmp_path / "specs"
     add_spec(specs, spec("t.tool.v1"))
     with pytest.raises(
-        render_module.ModelFailure, match=r"t/tool\.v1\.json: t\.tool\.v1: the generator fails"
+        models_module.ModelFailure, match=r"t/tool\.v1\.json: t\.tool\.v1: the generator fails"
     ):
         build(specs, tmp_path / "out", "pkg")
 

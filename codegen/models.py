@@ -1,0 +1,557 @@
+"""What datamodel-code-generator sees and what comes back: faithful, mypy-clean models.
+
+The schema side reshapes a model document where the generator's reading would reject values the
+schema accepts (typeless object schemas, closed maps beside patternProperties) or name classes
+badly (patternProperties values), and tags const-discriminated unions. The code side repairs and
+tightens what the generator writes (flattened allOf conflicts, typed bare containers, open models
+that keep unknown properties, numbers that stay integers) and lists where a model stays looser
+than its schema. The runtime validates the JSON Schema first: it is the single truth.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import tokenize
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from blade_codegen.resolve import Slot, canonical_json
+from blade_codegen.schemas import resolve_pointer, subschemas, transform
+
+# datamodel-code-generator options, pinned with its version: the dated preset is frozen upstream and
+# gives mypy --strict clean models. parent-prefixed naming keeps one tool's class names independent
+# of every other tool's; skip_root_model inlines scalar definitions instead of wrapping them.
+DMCG_PRESET = "standard-py311-20261027"
+
+
+DMCG_OPTIONS: Mapping[str, Any] = {
+    "preset": DMCG_PRESET,
+    "disable_timestamp": True,
+    "formatters": [],
+    "naming_strategy": "parent-prefixed",
+    "use_schema_description": True,
+    "enum_field_as_literal": "all",
+    "skip_root_model": True,
+    # Dotted property names stay in one module (its default infers a package from the dots).
+    "treat_dot_as_module": False,
+}
+
+
+# Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
+# is revision 2, keep_integers 3, model_default 4, root models left closed 5): cached modules
+# of another revision are generated again (6: discriminated unions).
+# 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values.
+POSTPROCESS_REVISION = 7
+
+
+OPTIONS_SIGNATURE = canonical_json(
+    {**{k: str(v) for k, v in DMCG_OPTIONS.items()}, "postprocess": POSTPROCESS_REVISION}
+)
+
+
+# Keywords that make a schema without "type" describe objects (while still accepting non-objects).
+OBJECT_KEYWORDS = frozenset(
+    {"properties", "patternProperties", "additionalProperties", "required", "propertyNames"}
+    | {"minProperties", "maxProperties"}
+)
+
+
+NON_OBJECT = {"type": ["array", "boolean", "number", "string", "null"]}
+
+
+# Where a subschema stands for a value (not a constraint combined with others, as in allOf).
+_VALUE_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+
+
+_VALUE_SINGLES = ("items", "additionalProperties")
+
+
+def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
+    """``schema`` reshaped (for the model document only) where the generator's reading of it
+    would reject values the schema accepts:
+
+    - a subschema with object keywords but no ``type`` (``{"properties": ...}``) accepts any
+      non-object value too: it becomes ``anyOf`` of the object and the other JSON types;
+    - ``additionalProperties: false`` beside ``patternProperties`` allows the pattern-matching
+      names, which a closed model would refuse: it is dropped (the schema still validates them).
+    """
+
+    def widen(node: Any) -> Any:
+        if (
+            isinstance(node, dict)
+            and "type" not in node
+            and not node.keys() & {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "not"}
+            and node.keys() & OBJECT_KEYWORDS
+        ):
+            notes = {k: node[k] for k in ("title", "description", "default") if k in node}
+            shape = {k: v for k, v in node.items() if k not in notes}
+            return {**notes, "anyOf": [{**shape, "type": "object"}, NON_OBJECT]}
+        return node
+
+    def edit(node: dict[str, Any]) -> dict[str, Any]:
+        changes: dict[str, Any] = {}
+        for key in _VALUE_MAPS:
+            value = node.get(key)
+            if isinstance(value, dict):
+                widened = {name: widen(sub) for name, sub in value.items()}
+                if any(widened[name] is not sub for name, sub in value.items()):
+                    changes[key] = widened
+        for key in _VALUE_SINGLES:
+            if isinstance(node.get(key), dict) and widen(node[key]) is not node[key]:
+                changes[key] = widen(node[key])
+        if node.get("additionalProperties") is False and node.get("patternProperties"):
+            changes["additionalProperties"] = True
+        return {**node, **changes} if changes else node
+
+    shaped = transform(schema, edit)
+    return widen(shaped) if root_is_value else shaped
+
+
+def hoist_pattern_values(schema: Any, stem: str, defs: dict[str, Any]) -> Any:
+    """Inline object schemas under ``patternProperties`` moved to named definitions
+    (``<stem>Value``...): the generator would otherwise give the value's class the name of the
+    object that holds the map, and the map a numbered name."""
+
+    def edit(node: dict[str, Any]) -> dict[str, Any]:
+        patterns = node.get("patternProperties")
+        if not isinstance(patterns, dict):
+            return node
+        moved = {}
+        for pattern, sub in patterns.items():
+            if isinstance(sub, dict) and "properties" in sub:
+                name, n = stem + "Value", 1
+                while name in defs:
+                    n += 1
+                    name = f"{stem}Value{n}"
+                defs[name] = sub
+                moved[pattern] = {"$ref": f"#/$defs/{name}"}
+        return {**node, "patternProperties": {**patterns, **moved}} if moved else node
+
+    return transform(schema, edit)
+
+
+def with_discriminators(schema: Any) -> Any:
+    """``schema`` with a ``discriminator`` on each union whose branches are told apart by a
+    constant: every branch an object that requires the same property, each with its own ``const``
+    string. datamodel-code-generator then writes a pydantic discriminated union, which picks the
+    branch by that property instead of trying each. Only the model document gets the keyword."""
+
+    def branch(node: Any) -> Any:
+        ref = node.get("$ref") if isinstance(node, dict) else None
+        if isinstance(ref, str) and ref.startswith("#/"):
+            found, target = resolve_pointer(schema, ref[1:].replace("%25", "%"))
+            return target if found else None
+        return node
+
+    def tag(node: dict[str, Any]) -> dict[str, Any]:
+        for key in ("oneOf", "anyOf"):
+            branches = node.get(key)
+            if key not in node or "discriminator" in node or not isinstance(branches, list):
+                continue
+            resolved = [branch(b) for b in branches]
+            if len(resolved) < 2 or not all(isinstance(b, dict) for b in resolved):
+                return node
+            for name in sorted(set.intersection(*(set(b.get("required", [])) for b in resolved))):
+                values = [b.get("properties", {}).get(name, {}).get("const") for b in resolved]
+                if all(isinstance(v, str) for v in values) and len(set(values)) == len(values):
+                    return {**node, "discriminator": {"propertyName": name}}
+        return node
+
+    return transform(schema, tag)
+
+
+def generate_models(document: dict[str, Any]) -> str:
+    """Models for one document, in-process (the import costs once per process, not per schema)."""
+    from datamodel_code_generator import generate
+    from datamodel_code_generator.enums import DataModelType, InputFileType
+
+    options = dict(DMCG_OPTIONS)
+    with warnings.catch_warnings():
+        # Its warnings (inexact dict maps...) are what looser_than_schema reports, per place.
+        warnings.simplefilter("ignore")
+        code = generate(
+            json.dumps(document),
+            input_file_type=InputFileType.JsonSchema,
+            output_model_type=DataModelType.PydanticV2BaseModel,
+            **options,
+        )
+    if not isinstance(code, str):
+        raise ModelFailure("the generator wrote several modules for one document")
+    code = with_key_types(code)
+    return keep_integers(keep_unknown_properties(typed_annotations(flatten_conflicts(code))))
+
+
+def with_key_types(code: str) -> str:
+    """``dict[, X]`` (which datamodel-code-generator writes for some ``propertyNames`` maps, and
+    which does not parse) as ``dict[str, X]``: JSON object keys are strings. Found with the
+    tokenizer, so text inside strings is left alone."""
+    if "[," not in code:
+        return code
+    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    found = [
+        tokens[i + 1].end
+        for i in range(len(tokens) - 2)
+        if tokens[i].string == "dict"
+        and tokens[i + 1].string == "["
+        and tokens[i + 2].string == ","
+    ]
+    lines = code.splitlines(keepends=True)
+    for row, column in reversed(found):
+        lines[row - 1] = lines[row - 1][:column] + "str" + lines[row - 1][column:]
+    return "".join(lines)
+
+
+Edit = tuple[int, int, int, str]  # (line, start column, end column, replacement)
+
+
+def _apply(code: str, edits: list[Edit], imports: str = "") -> str:
+    """Apply same-line edits (latest first, so positions hold) and add import lines (at the end:
+    ``from __future__`` must stay first); split_module merges imports and keeps the used ones."""
+    lines = code.splitlines(keepends=True)
+    for row, start, end, text in sorted(edits, reverse=True):
+        line = lines[row - 1]
+        lines[row - 1] = line[:start] + text + line[end:]
+    if not edits:
+        return code
+    text = "".join(lines)
+    return text + ("" if text.endswith("\n") else "\n") + imports
+
+
+def typed_annotations(code: str) -> str:
+    """Annotations mypy --strict accepts where datamodel-code-generator writes others.
+
+    A bare ``list``/``dict`` gets its type arguments; ``constr(...)``, which it writes for a
+    constrained string inside a union, becomes ``Annotated[str, StringConstraints(...)]`` (the
+    same constraints, in a form mypy takes); and a field defaulting to None that is typed
+    without None (an optional property whose schema excludes null) is typed ``X | None``."""
+    edits: list[Edit] = []
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.AnnAssign):
+            continue
+        subscripted = {
+            id(sub.value) for sub in ast.walk(node.annotation) if isinstance(sub, ast.Subscript)
+        }
+        for sub in ast.walk(node.annotation):
+            if (
+                isinstance(sub, ast.Name)
+                and sub.id in ("list", "dict")
+                and id(sub) not in subscripted
+            ):
+                arguments = "[Any]" if sub.id == "list" else "[str, Any]"
+                edits.append(
+                    (
+                        sub.end_lineno or 0,
+                        sub.end_col_offset or 0,
+                        sub.end_col_offset or 0,
+                        arguments,
+                    )
+                )
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Name)
+                and sub.func.id == "constr"
+            ):
+                func = sub.func
+                edits.append(
+                    (
+                        func.lineno,
+                        func.col_offset,
+                        func.end_col_offset or 0,
+                        "Annotated[str, StringConstraints",
+                    )
+                )
+                edits.append(
+                    (sub.end_lineno or 0, sub.end_col_offset or 0, sub.end_col_offset or 0, "]")
+                )
+        if isinstance(node.value, ast.Constant) and node.value.value is None:
+            typed = node.annotation
+            if isinstance(typed, ast.Subscript) and ast.unparse(typed.value) == "Annotated":
+                first = typed.slice.elts[0] if isinstance(typed.slice, ast.Tuple) else typed.slice
+                typed = first
+            if not _admits_none(typed):
+                edits.append(
+                    (
+                        typed.end_lineno or 0,
+                        typed.end_col_offset or 0,
+                        typed.end_col_offset or 0,
+                        " | None",
+                    )
+                )
+    imports = "from typing import Annotated, Any\nfrom pydantic import StringConstraints\n"
+    return _apply(code, edits, imports)
+
+
+def _admits_none(annotation: ast.expr) -> bool:
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _admits_none(annotation.left) or _admits_none(annotation.right)
+    return (isinstance(annotation, ast.Constant) and annotation.value is None) or (
+        isinstance(annotation, ast.Name) and annotation.id in ("Any", "JsonValue")
+    )
+
+
+def flatten_conflicts(code: str) -> str:
+    """Models of an ``allOf`` whose parts type one property differently, without inheritance.
+
+    datamodel-code-generator maps ``allOf`` to subclasses; where a subclass (or two of its bases)
+    types an inherited field differently, mypy rejects the override. Such a class is rewritten
+    as a plain model holding every field it would inherit, each with the annotation Python's
+    method resolution would pick: a value valid against the ``allOf`` is valid against every
+    part, so that annotation accepts it (the runtime validates the whole schema first)."""
+    tree = ast.parse(code)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    lines = code.splitlines(keepends=True)
+
+    def own(cls: ast.ClassDef) -> dict[str, tuple[str, str]]:
+        """field -> (annotation, statement lines)"""
+        found = {}
+        for statement in cls.body:
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                text = "".join(lines[statement.lineno - 1 : statement.end_lineno])
+                found[statement.target.id] = (ast.unparse(statement.annotation), text)
+        return found
+
+    def fields(name: str, seen: frozenset[str] = frozenset()) -> dict[str, tuple[str, str]]:
+        cls = classes[name]
+        merged: dict[str, tuple[str, str]] = {}
+        for base in reversed(cls.bases):  # the leftmost base wins, as in the MRO
+            if isinstance(base, ast.Name) and base.id in classes and base.id not in seen:
+                merged.update(fields(base.id, seen | {name}))
+        merged.update(own(cls))
+        return merged
+
+    edits: list[tuple[int, int, str]] = []  # (first line, last line, replacement lines)
+    for cls in classes.values():
+        bases = [b.id for b in cls.bases if isinstance(b, ast.Name) and b.id in classes]
+        if not bases or len(bases) != len(cls.bases):
+            continue
+        inherited: dict[str, set[str]] = {}
+        for base in bases:
+            for field_name, (annotation, _) in fields(base).items():
+                inherited.setdefault(field_name, set()).add(annotation)
+        mine = own(cls)
+        conflict = any(len(a) > 1 for a in inherited.values()) or any(
+            name in inherited and inherited[name] != {annotation}
+            for name, (annotation, _) in mine.items()
+        )
+        if not conflict:
+            continue
+        body = cls.body
+        header_end = body[0].lineno - 1
+        kept = [s for s in body if not isinstance(s, ast.AnnAssign)]
+        text = [f"class {cls.name}(BaseModel):\n"]
+        for statement in kept:
+            text.extend(lines[statement.lineno - 1 : statement.end_lineno])
+        text.extend(statement for _, statement in fields(cls.name).values())
+        edits.append((cls.lineno, cls.end_lineno or header_end, "".join(text)))
+    for first, last, replacement in sorted(edits, reverse=True):
+        lines[first - 1 : last] = [replacement]
+    return "".join(lines)
+
+
+def keep_unknown_properties(code: str) -> str:
+    """Models of open objects keep the properties they do not declare (``extra='allow'``).
+
+    datamodel-code-generator writes ``extra='forbid'`` for ``additionalProperties: false`` and
+    nothing otherwise, so pydantic would *drop* undeclared properties the schema allows and the
+    value would not round-trip. Its global ``extra_fields`` option would open closed objects too.
+    Root models (which pydantic forbids an ``extra`` setting) are left as they are.
+    """
+    lines = code.splitlines(keepends=True)
+    inserts: list[tuple[int, int]] = []
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.ClassDef) or any(
+            "RootModel" in ast.unparse(b) for b in node.bases
+        ):
+            continue
+        for statement in node.body:
+            value = statement.value if isinstance(statement, ast.Assign) else None
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "ConfigDict"
+                and not any(k.arg == "extra" for k in value.keywords)
+            ):
+                inserts.append((value.func.end_lineno or 0, value.func.end_col_offset or 0))
+    for row, column in sorted(inserts, reverse=True):
+        line = lines[row - 1]
+        lines[row - 1] = line[: column + 1] + "extra='allow', " + line[column + 1 :]
+    return "".join(lines)
+
+
+def keep_integers(code: str) -> str:
+    """JSON Schema ``number`` as ``float | int``, not ``float``.
+
+    A ``float`` field turns the JSON integer 9007199254740993 into 9007199254740992.0: the value
+    would not round-trip. With ``float | int`` pydantic keeps an int an int (and mypy already
+    treats an int as a float). Only ``float`` *names* are rewritten, found with the tokenizer, so
+    a description that mentions floats is left alone.
+    """
+    lines = code.splitlines(keepends=True)
+    # A float in a union that already holds int stays as it is: int | float keeps ints already.
+    tree = ast.parse(code)
+    imports = {
+        row
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for row in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
+    beside_int = {
+        (member.lineno, member.col_offset)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
+        for members in [_union_members(node)]
+        if any(isinstance(m, ast.Name) and m.id == "int" for m in members)
+        for member in members
+    }
+    found = [
+        (*token.start, token.string)
+        for token in tokenize.generate_tokens(io.StringIO(code).readline)
+        if token.type == tokenize.NAME
+        and token.string in _RENAMED
+        and token.start[0] not in imports
+        and not (token.string == "float" and token.start in beside_int)
+    ]
+    for row, column, name in reversed(found):
+        line = lines[row - 1]
+        lines[row - 1] = line[:column] + _RENAMED[name] + line[column + len(name) :]
+    return "".join(lines)
+
+
+def _union_members(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _union_members(node.left) + _union_members(node.right)
+    return [node]
+
+
+# Besides float: the e-mail types it writes where a ``format`` sits where no keyword is expected
+# (so the model document kept it) would need email-validator and reject what the schema accepts.
+_RENAMED = {"float": "float | int", "EmailStr": "str", "NameEmail": "str"}
+
+
+class ModelFailure(Exception):
+    """datamodel-code-generator failed on a document, or wrote code that does not parse."""
+
+
+def checked_models(document: dict[str, Any]) -> str:
+    try:
+        code = generate_models(document)
+        ast.parse(code)
+    except Exception as error:  # its failures have no common base class
+        raise ModelFailure(f"{type(error).__name__}: {error}") from error
+    return code
+
+
+def models_with_fallbacks(
+    document: dict[str, Any], slots: list[tuple[str, list[str], Slot]]
+) -> tuple[str, list[str]]:
+    """The models of ``document``; where the generator fails, slots are typed loosely (any JSON
+    object, or any JSON value), one at a time in order, until it succeeds. Slots loosened on the
+    way that turn out not to be the cause are restored. Returns the code and the loosened slots.
+
+    The JSON Schema still validates every loosened slot: only typed access is lost.
+    """
+    try:
+        return checked_models(document), []
+    except ModelFailure:
+        pass
+    defs = dict(document["$defs"])
+    loosened: list[tuple[str, list[str], Slot]] = []
+    code = None
+    for entry in slots:
+        loosened.append(entry)
+        try:
+            code = checked_models({"$defs": _loosen(defs, loosened)})
+            break
+        except ModelFailure:
+            continue
+    if code is None:
+        raise ModelFailure("the generator fails even with every slot typed loosely")
+    for entry in list(loosened[:-1]):
+        trial = [e for e in loosened if e is not entry]
+        try:
+            code = checked_models({"$defs": _loosen(defs, trial)})
+            loosened = trial
+        except ModelFailure:
+            continue
+    return code, [_slot_label(slot) for _, _, slot in loosened]
+
+
+def is_object_slot(slot: Slot) -> bool:
+    """A slot whose root is a plain object schema (the others get a one-field box class)."""
+    schema = slot.schema
+    return isinstance(schema, dict) and schema.get("type") == "object" and "$ref" not in schema
+
+
+def _loosen(defs: dict[str, Any], slots: list[tuple[str, list[str], Slot]]) -> dict[str, Any]:
+    out = dict(defs)
+    for cls, local, slot in slots:
+        for name in local:
+            out.pop(name, None)
+        out[cls] = {"type": "object"} if is_object_slot(slot) else {}
+    return dict(sorted(out.items()))
+
+
+def _slot_label(slot: Slot) -> str:
+    return f"{slot.role} {slot.key}".strip()
+
+
+# Keywords a pydantic model cannot hold to: where they appear, the model accepts more than the
+# schema (the runtime's JSON Schema validation still enforces them).
+LOOSER_KEYWORDS = {
+    "not": "'not' is enforced by the JSON Schema only",
+    "if": "'if'/'then'/'else' is enforced by the JSON Schema only",
+    "dependentRequired": "'dependentRequired' is enforced by the JSON Schema only",
+    "dependentSchemas": "'dependentSchemas' is enforced by the JSON Schema only",
+    "contains": "'contains' is enforced by the JSON Schema only",
+    "uniqueItems": "'uniqueItems' is enforced by the JSON Schema only",
+    "propertyNames": "'propertyNames' is enforced by the JSON Schema only",
+    "patternProperties": "'patternProperties' maps only approximately to a dict",
+    "minProperties": "'minProperties' is enforced by the JSON Schema only",
+    "maxProperties": "'maxProperties' is enforced by the JSON Schema only",
+    "unevaluatedProperties": "'unevaluatedProperties' is enforced by the JSON Schema only",
+    "unevaluatedItems": "'unevaluatedItems' is enforced by the JSON Schema only",
+    "format": "'format' is an annotation: strings are not parsed into dates, emails, URIs",
+}
+
+
+_SCALARS: Mapping[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
+
+
+def model_default(node: dict[str, Any]) -> bool:
+    """Whether a model can carry this node's ``default``: a scalar of the declared type.
+
+    An object or array default would become a dict or list where a model or typed list is
+    declared, and a default of another type than the field's is a schema authoring slip; both
+    stay in the JSON Schema (an annotation there) and out of the model.
+    """
+    value = node["default"]
+    declared = node.get("type")
+    if isinstance(value, dict | list) or value is None or not isinstance(declared, str):
+        return False
+    kinds = _SCALARS.get(declared)
+    if kinds is None or (isinstance(value, bool) and declared != "boolean"):
+        return False
+    return isinstance(value, kinds)
+
+
+def looser_than_schema(slots: tuple[Slot, ...]) -> list[tuple[str, str]]:
+    """Where each slot's models accept more than its JSON Schema, as (place, why)."""
+    found = []
+    for slot in slots:
+        for path, node in subschemas(slot.bundled):
+            where = f"{_slot_label(slot)} {''.join(f'/{p}' for p in path) or '/'}"
+            for keyword in sorted(set(node) & set(LOOSER_KEYWORDS)):
+                if keyword == "uniqueItems" and node[keyword] is not True:
+                    continue
+                found.append((where, LOOSER_KEYWORDS[keyword]))
+            if "default" in node and not model_default(node):
+                found.append((where, "this 'default' is not carried into the model"))
+    return found
