@@ -29,13 +29,12 @@ from typing import Any
 from blade_codegen.build import build
 from blade_runtime.jsonvalue import model_of
 from blade_runtime.validation import SchemaValidator
-from hypothesis import HealthCheck, given, settings
 from pydantic import TypeAdapter
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import write_mcp_corpus, write_schemastore_corpus  # noqa: E402
-from strategies import conform, oracle  # noqa: E402
+from strategies import valid_instances  # noqa: E402
 
 
 def corpus() -> Path:
@@ -67,25 +66,6 @@ def round_trip(adapter: TypeAdapter[Any], value: Any) -> str | None:
         return "rejected"
     back = adapter.dump_python(model, mode="json", by_alias=True, exclude_unset=True)
     return None if back == value else "changed"
-
-
-def drawn(schema: Any, count: int) -> list[Any]:
-    found: list[Any] = []
-
-    @settings(
-        max_examples=count * 3,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(value=conform(schema, schema, 0))
-    def collect(value: Any) -> None:
-        if len(found) < count and oracle(schema).is_valid(value):
-            found.append(value)
-
-    collect()
-    return found
 
 
 def load(out: Path, package: str) -> Any:
@@ -138,7 +118,7 @@ def mcp(root: Path, work: Path, count: int) -> dict[str, Any]:
         ):
             if schema is not None:
                 adapter = TypeAdapter(kind)
-                for value in drawn(schema, count):
+                for value in valid_instances(schema, count):
                     tally.add(adapter, value)
     return {"schemas": schemas, **facts, **tally.report()}
 

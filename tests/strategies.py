@@ -262,3 +262,26 @@ def ecma_to_python(regex: str) -> str:
             continue
         out.append(char)
     return "".join(out)
+
+
+def valid_instances(schema: Any, count: int) -> list[Any]:
+    """Up to ``count`` values drawn from ``schema`` that the oracle accepts (derandomized, so a
+    run is repeatable): the instances the fidelity checks feed to models."""
+    from hypothesis import HealthCheck, given, settings
+
+    found: list[Any] = []
+
+    @settings(
+        max_examples=count * 3,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(value=conform(schema, schema, 0))
+    def collect(value: Any) -> None:
+        if len(found) < count and oracle(schema).is_valid(value):
+            found.append(value)
+
+    collect()
+    return found

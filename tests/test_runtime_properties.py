@@ -17,7 +17,7 @@ from blade_runtime.results import ErrorCode, ToolError, ToolSuccess
 from blade_runtime.runtime import Runtime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import conform, instances, oracle
+from strategies import conform, instances, oracle, valid_instances
 
 # Derandomized: the same examples on every run, so CI cannot fail on a draw nobody reproduced
 # here. To explore further, raise max_examples or drop derandomize locally.
@@ -124,33 +124,28 @@ def test_every_mcp_corpus_tool_accepts_exactly_what_its_schema_accepts(mcp_packa
     assert sum(drawn) > len(drawn) // 4 and not all(drawn), "both verdicts, mostly valid"
 
 
-def test_models_keep_every_valid_instance_of_every_mcp_tool_as_it_was(mcp_package: Any) -> None:
-    """No false rejection, and a round trip that changes nothing: unknown properties of open
-    objects are kept, nothing is added (unset fields stay out), no key is renamed."""
+def test_models_keep_fifty_valid_instances_of_every_mcp_schema_as_they_were(
+    mcp_package: Any,
+) -> None:
+    """For every input and output schema of the 312 tools, 50 instances drawn from the schema and
+    valid by the oracle: no false rejection, and a round trip that changes nothing (unknown
+    properties of open objects kept, nothing added, no key renamed, numbers unchanged)."""
     from pydantic import TypeAdapter
 
-    slots = [
-        (spec.id, slot, schema, TypeAdapter(kind))
-        for spec in mcp_package.load_all()
+    schemas = 0
+    for spec in mcp_package.load_all():
         for slot, schema, kind in (
             ("input", spec.input_schema, spec.input_type),
             ("output", spec.output_schema, spec.output_type),
-        )
-        if schema is not None
-    ]
-    tried: list[str] = []
-
-    @settings(PROPERTY_SETTINGS, max_examples=2000)
-    @given(data=st.data())
-    def check(data: st.DataObject) -> None:
-        spec_id, slot, schema, adapter = data.draw(st.sampled_from(slots), label="slot")
-        value = data.draw(conform(schema, schema, 0), label="value")
-        if not oracle(schema).is_valid(value):
-            return
-        tried.append(spec_id)
-        model = model_of(adapter.validate_python, value)  # a false rejection raises here
-        back = adapter.dump_python(model, mode="json", by_alias=True, exclude_unset=True)
-        assert back == value, (spec_id, slot, value, back)
-
-    check()
-    assert len(set(tried)) > 200, "most tools must have been tried"
+        ):
+            if schema is None:
+                continue
+            schemas += 1
+            adapter = TypeAdapter(kind)
+            values = valid_instances(schema, 50)
+            assert len(values) == 50, (spec.id, slot)
+            for value in values:
+                model = model_of(adapter.validate_python, value)  # a false rejection raises
+                back = adapter.dump_python(model, mode="json", by_alias=True, exclude_unset=True)
+                assert back == value, (spec.id, slot, value, back)
+    assert schemas == 339
