@@ -43,8 +43,8 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
 # is revision 2, keep_integers 3, model_default 4, root models left closed 5): cached modules
 # of another revision are generated again (6: discriminated unions).
-# 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values.
-POSTPROCESS_REVISION = 7
+# 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values; 8: union_bases.
+POSTPROCESS_REVISION = 8
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -181,7 +181,8 @@ def generate_models(document: dict[str, Any]) -> str:
     if not isinstance(code, str):
         raise ModelFailure("the generator wrote several modules for one document")
     code = with_key_types(code)
-    return keep_integers(keep_unknown_properties(typed_annotations(flatten_conflicts(code))))
+    code = union_bases(typed_annotations(flatten_conflicts(code)))
+    return keep_integers(keep_unknown_properties(code))
 
 
 def with_key_types(code: str) -> str:
@@ -290,6 +291,31 @@ def _admits_none(annotation: ast.expr) -> bool:
     return (isinstance(annotation, ast.Constant) and annotation.value is None) or (
         isinstance(annotation, ast.Name) and annotation.id in ("Any", "JsonValue")
     )
+
+
+def union_bases(code: str) -> str:
+    """``RootModel[Union[A, B]]`` in a class's bases as ``RootModel[A | B]``.
+
+    Bases are evaluated at import, so linters leave ``Union`` there (``A | "B"`` would fail);
+    this rewrites only unions without a bare string member, for which ``|`` works."""
+    edits: list[Edit] = []
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for base in node.bases:
+            for sub in ast.walk(base):
+                if (
+                    isinstance(sub, ast.Subscript)
+                    and isinstance(sub.value, ast.Name)
+                    and sub.value.id == "Union"
+                    and sub.lineno == sub.end_lineno
+                ):
+                    members = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+                    if any(isinstance(m, ast.Constant) for m in members):
+                        continue
+                    text = " | ".join(ast.get_source_segment(code, m) or "" for m in members)
+                    edits.append((sub.lineno, sub.col_offset, sub.end_col_offset or 0, text))
+    return _apply(code, edits)
 
 
 def flatten_conflicts(code: str) -> str:

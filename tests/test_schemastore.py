@@ -16,7 +16,7 @@ import pytest
 from blade_codegen.build import build
 from blade_runtime.jsonvalue import model_of
 from blade_runtime.validation import SchemaValidator
-from conftest import CORPUS, _import_package, run_mypy, write_schemastore_corpus
+from conftest import CORPUS, _import_package, run_mypy, run_ruff, write_schemastore_corpus
 from pydantic import TypeAdapter
 
 # Where a model cannot be faithful, and why. Each entry must still fail (the test says so when
@@ -44,13 +44,15 @@ def instances() -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-def test_every_schemastore_schema_builds_and_passes_mypy_strict(
+def test_every_schemastore_schema_builds_and_passes_mypy_strict_and_ruff(
     schemastore: tuple[Path, Any],
 ) -> None:
     out, package = schemastore
     assert len(package.SPEC_IDS) == 150
     checked = run_mypy(out / "ss_pkg", cwd=out)
     assert checked.returncode == 0, checked.stdout[-3000:]
+    linted = run_ruff(out / "ss_pkg")
+    assert linted.returncode == 0, linted.stdout[-3000:]
 
 
 def test_runtime_verdicts_and_models_are_faithful_on_every_instance(
