@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -94,7 +95,16 @@ def built_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 BuildFn = Callable[..., Any]
 
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+def _corpus() -> Path:
+    """The shared corpus (``$BLADE_CORPUS``, else ``../shared/corpus`` beside the checkout) when
+    it is there, else the copy in tests/corpus, so that every checkout runs the corpus tests."""
+    for candidate in (os.environ.get("BLADE_CORPUS"), str(ROOT.parent / "shared" / "corpus")):
+        if candidate and (Path(candidate) / "schemastore").is_dir():
+            return Path(candidate)
+    return Path(__file__).resolve().parent / "corpus"
+
+
+CORPUS = _corpus()
 
 
 def _slug(text: str) -> str:
@@ -170,3 +180,7 @@ def mcp_package(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert write_mcp_corpus(root / "specs") == 312
     build(root / "specs", root / "out", "blade_mcp")
     return _import_package(root / "out", "blade_mcp")
+
+
+def pytest_report_header() -> str:
+    return f"blade corpus: {CORPUS}"
