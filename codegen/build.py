@@ -7,22 +7,21 @@ with the last build's record, so a no-op rebuild reads files and hashes them, no
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
 from blade_codegen import __version__
-from blade_codegen.check import Report, read_lock
+from blade_codegen.check import Baseline, Report, read_lock
 from blade_codegen.check import check as check_specs
 from blade_codegen.format import format_files
 from blade_codegen.load import spec_paths
 from blade_codegen.models import OPTIONS_SIGNATURE
-from blade_codegen.plan import plan
+from blade_codegen.plan import BuildPlan, plan
 from blade_codegen.render import render
-from blade_codegen.resolve import resolve_specs
+from blade_codegen.resolve import ResolvedSet, resolve_specs
 from blade_codegen.write import (
     STATE_FILE,
     digest,
@@ -60,6 +59,7 @@ class Compiled:
     keys: dict[str, str]
     fresh: tuple[str, ...]  # modules the generator ran for
     looser: dict[str, list[str]]  # spec id -> where its models accept more than its schema
+    plan: BuildPlan
 
 
 @dataclass(frozen=True)
@@ -72,23 +72,25 @@ class BuildResult:
     """For the specs generated in this build: where their models accept more than the schema."""
 
 
-_PACKAGE_REF = re.compile(rb'"blade:([a-z0-9-]+)/')
-
-
 def input_digests(specs: Path) -> dict[str, str]:
-    """Content hashes of the spec tree, and the versions of the spec packages it references."""
-    digests: dict[str, str] = {}
-    packages: set[bytes] = set()
-    for path in spec_paths(specs):
-        raw = path.read_bytes()
-        digests[path.relative_to(specs).as_posix()] = hashlib.sha256(raw).hexdigest()
-        packages.update(_PACKAGE_REF.findall(raw))
-    for name in sorted(p.decode() for p in packages):
+    return {
+        p.relative_to(specs).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in spec_paths(specs)
+    }
+
+
+_PACKAGE = "package:"  # the state's inputs also record each spec package a build used
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    """The installed version of each spec package (for its references and child tools)."""
+    versions = {}
+    for name in sorted(names):
         try:
-            digests[f"package:{name}"] = version(name)
+            versions[_PACKAGE + name] = version(name)
         except PackageNotFoundError:
-            digests[f"package:{name}"] = "not installed"
-    return digests
+            versions[_PACKAGE + name] = "not installed"
+    return versions
 
 
 def _up_to_date(
@@ -104,19 +106,18 @@ def _up_to_date(
 
 
 def compile_specs(
-    specs: Path,
+    resolved: ResolvedSet,
     package: str,
     previous: dict[str, tuple[str, str]],
     progress: Callable[[str], None],
-    lock: Path | None = None,
+    baseline: Baseline | None = None,
 ) -> Compiled:
-    """Stages load to format: the package's files in memory, or SpecError with every problem.
+    """Stages plan to format: the package's files in memory.
 
-    With a ``lock``, a spec that breaks its locked contract raises BreakingChange before any
-    code is generated."""
-    resolved = resolve_specs(specs)
-    if lock is not None:
-        report = check_specs(list(resolved.specs), read_lock(lock))
+    With a ``baseline`` (the lock), a spec that breaks its locked contract raises BreakingChange
+    before any code is generated."""
+    if baseline is not None:
+        report = check_specs(list(resolved.specs), baseline)
         if report.breaking:
             raise BreakingChange(report)
     build_plan = plan(resolved, package, OPTIONS_SIGNATURE)
@@ -130,7 +131,7 @@ def compile_specs(
     # Generated modules go through black; the package files come from templates written in black's
     # style already (a test holds them to it), so a large __init__.py costs nothing to rebuild.
     files = format_files(rendered.files, set(fresh))
-    return Compiled(files, dict(rendered.keys), tuple(fresh), dict(rendered.looser))
+    return Compiled(files, dict(rendered.keys), tuple(fresh), dict(rendered.looser), build_plan)
 
 
 def build(
@@ -150,16 +151,23 @@ def build(
     if not check:
         recover(target)
     tools = toolchain()
+    disk = on_disk(target)  # read once: the fast path, reuse of modules and the diff all need it
+    state = read_state(disk)
     inputs = input_digests(specs)
     if lock is not None and lock.is_file():
         inputs[f"lock:{lock.name}"] = digest(lock.read_text("utf-8"))  # a new lock re-checks
     else:
         lock = None
-    disk = on_disk(target)  # read once: the fast path, reuse of modules and the diff all need it
-    state = read_state(disk)
-    if _up_to_date(state, disk, inputs, tools):
+    # An upgraded spec package (one the last build used) makes the build run again.
+    recorded = (state or {}).get("inputs", {})
+    used = [k.removeprefix(_PACKAGE) for k in recorded if k.startswith(_PACKAGE)]
+    if _up_to_date(state, disk, {**inputs, **package_versions(used)}, tools):
         return BuildResult(target, "unchanged")
-    compiled = compile_specs(specs, package, previous_modules(state, disk), progress, lock)
+    baseline = None if lock is None else read_lock(lock)
+    compiled = compile_specs(
+        resolve_specs(specs), package, previous_modules(state, disk), progress, baseline
+    )
+    inputs.update(package_versions(compiled.plan.resolved.tree.dependencies))
     files, fresh, looser = compiled.files, compiled.fresh, compiled.looser
     files[STATE_FILE] = state_text(files, compiled.keys, inputs, tools)
     differing = tuple(sorted(p for p in set(files) | set(disk) if files.get(p) != disk.get(p)))

@@ -17,6 +17,7 @@ import click
 from blade_codegen import __version__
 
 if TYPE_CHECKING:
+    from blade_codegen.check import Finding
     from blade_runtime.export import ExportFormat
 from blade_codegen.config import ConfigError, Settings, settings
 from blade_codegen.problems import SpecError
@@ -99,14 +100,12 @@ def build(
     except ModelFailure as failure:
         _fail(f"{failure} (the model generator failed; nothing was written)", EXIT_INVALID)
     except BreakingChange as refused:
-        for finding in refused.report.breaking:
-            click.echo(finding.message(), err=True)
-        click.echo(
-            f"{len(refused.report.breaking)} breaking change(s) against the lock; nothing was "
-            "generated (publish them under new ids, or pass --allow-breaking)",
-            err=True,
+        _refuse_breaking(
+            refused.report.breaking,
+            " against the lock; nothing was generated (publish them under new ids, or pass "
+            "--allow-breaking)",
+            EXIT_BREAKING,
         )
-        sys.exit(EXIT_BREAKING)
     except OSError as error:
         click.echo(f"error: cannot write {out}: {error.strerror or error}", err=True)
         sys.exit(EXIT_WRITE)
@@ -201,6 +200,14 @@ def _write_or_exit(path: Path, text: str) -> None:
         write_file(path, text)
     except OSError as error:
         _fail(f"cannot write {path}: {error.strerror or error}", EXIT_WRITE)
+
+
+def _refuse_breaking(findings: list[Finding], outcome: str, code: int) -> NoReturn:
+    """Each breaking finding on its own line, then how many and what was refused."""
+    for finding in findings:
+        click.echo(finding.message(), err=True)
+    click.echo(f"{len(findings)} breaking change(s){outcome}", err=True)
+    sys.exit(code)
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -314,10 +321,7 @@ def lock(
     waived = {(w.id, w.rule, w.path) for w in waivers}
     breaking = [f for f in report.breaking if (f.id, f.rule, f.path) not in waived]
     if breaking:
-        for finding in breaking:
-            click.echo(finding.message(), err=True)
-        click.echo(f"{len(breaking)} breaking change(s); {path} was not changed", err=True)
-        sys.exit(EXIT_STALE)
+        _refuse_breaking(breaking, f"; {path} was not changed", EXIT_STALE)
     text = lock_text(locked(list(resolved.specs), baseline, waivers))
     if path.exists() and path.read_text("utf-8") == text:
         click.echo(f"{path} is up to date")
@@ -365,14 +369,11 @@ def pack(
     except (BaselineError, ModelFailure) as error:
         _fail(str(error), EXIT_INVALID)
     except BreakingChange as refused:
-        for finding in refused.report.breaking:
-            click.echo(finding.message(), err=True)
-        click.echo(
-            f"{len(refused.report.breaking)} breaking change(s) against {lock}; nothing was "
-            "packed (publish them under new ids)",
-            err=True,
+        _refuse_breaking(
+            refused.report.breaking,
+            f" against {lock}; nothing was packed (publish them under new ids)",
+            EXIT_BREAKING,
         )
-        sys.exit(EXIT_BREAKING)
     except OSError as error:
         _fail(f"cannot write {out}: {error.strerror or error}", EXIT_WRITE)
     click.echo(f"wrote {packed.sdist}")

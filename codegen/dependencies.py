@@ -105,6 +105,16 @@ def with_dependencies(tree: SpecTree) -> SpecTree:
     )
 
 
+def installed(tree: SpecTree) -> list[Dependency]:
+    """The spec packages the tree uses that are installed and readable."""
+    return [d for d in tree.dependencies.values() if isinstance(d, Dependency)]
+
+
+def holder(tree: SpecTree, spec_id: str) -> Dependency | None:
+    """The spec package of the tree that holds the tool ``spec_id``, if one does."""
+    return next((d for d in installed(tree) if spec_id in d.tools), None)
+
+
 def _foreign_children(tree: SpecTree) -> set[str]:
     """Child ids the tree names but does not define."""
     own = {s.data.get("id") for s in tree.specs if isinstance(s.data, dict)}

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Literal
 
 from blade_codegen import __version__
-from blade_codegen.build import BreakingChange, compile_specs
-from blade_codegen.check import check, lock_text, locked, read_lock
-from blade_codegen.dependencies import Dependency, import_name
+from blade_codegen.build import compile_specs
+from blade_codegen.check import lock_text, locked, read_lock
+from blade_codegen.dependencies import import_name, installed
 from blade_codegen.load import spec_paths
-from blade_codegen.models import OPTIONS_SIGNATURE
-from blade_codegen.plan import plan
+from blade_codegen.plan import BuildPlan
 from blade_codegen.render import environment
-from blade_codegen.resolve import ResolvedSet, resolve_specs
+from blade_codegen.resolve import resolve_specs
 from blade_codegen.witness import minimal_instance
 from blade_codegen.write import write_file
 from packaging.version import InvalidVersion, Version
@@ -81,12 +80,9 @@ def pack(specs: Path, name: str, version: str, out: Path, lock: Path) -> Packed:
     package = import_name(name)
     resolved = resolve_specs(specs)
     baseline = read_lock(lock)
-    report = check(list(resolved.specs), baseline)
-    if report.breaking:
-        raise BreakingChange(report)
+    compiled = compile_specs(resolved, package, {}, lambda path: None, baseline)
     released = lock_text(locked(list(resolved.specs), baseline, []))
-    compiled = compile_specs(specs, package, {}, lambda path: None)
-    dependencies = [d for d in resolved.tree.dependencies.values() if isinstance(d, Dependency)]
+    dependencies = installed(resolved.tree)
     requires = (
         f"blade-runtime>={installed_version('blade-runtime')}",
         "pydantic>=2.10,<3",
@@ -96,7 +92,7 @@ def pack(specs: Path, name: str, version: str, out: Path, lock: Path) -> Packed:
     for path in spec_paths(specs):
         files[f"{package}/specs/{path.relative_to(specs).as_posix()}"] = path.read_text("utf-8")
     files[f"{package}/blade.lock.json"] = released
-    files["README.md"] = readme(resolved, name, package, [d.label for d in dependencies])
+    files["README.md"] = readme(compiled.plan, name, [d.label for d in dependencies])
     files["pyproject.toml"] = pyproject(name, version, package, requires, len(resolved.specs))
 
     with tempfile.TemporaryDirectory(prefix="blade-pack-") as scratch:
@@ -154,8 +150,8 @@ def pyproject(name: str, version: str, package: str, requires: tuple[str, ...], 
     )
 
 
-def readme(resolved: ResolvedSet, name: str, package: str, dependencies: list[str]) -> str:
-    tools = plan(resolved, package, OPTIONS_SIGNATURE).tools
+def readme(build_plan: BuildPlan, name: str, dependencies: list[str]) -> str:
+    tools = build_plan.tools
     examples = []
     for tool in tools:
         valid, value = minimal_instance(tool.spec.input.bundled)
@@ -165,7 +161,7 @@ def readme(resolved: ResolvedSet, name: str, package: str, dependencies: list[st
         .get_template("package_readme.md.jinja")
         .render(
             name=name,
-            package=package,
+            package=build_plan.package,
             tools=tools,
             examples=examples,
             dependencies=dependencies,

@@ -21,7 +21,7 @@ from typing import Any
 
 import jinja2
 from blade_codegen import __version__
-from blade_codegen.dependencies import Dependency
+from blade_codegen.dependencies import holder
 from blade_codegen.models import (
     ModelFailure,
     generate_models,
@@ -517,7 +517,6 @@ class ChildTool:
 def child_tools(tool: ToolPlan, plan: BuildPlan) -> list[ChildTool]:
     """Where the typed input and output of each child of ``tool`` are (validate found them all)."""
     ours = {t.spec.id: t for t in plan.tools}
-    packages = [d for d in plan.resolved.tree.dependencies.values() if isinstance(d, Dependency)]
     found: list[ChildTool] = []
     for spec_id in tool.spec.children:
         child = ours.get(spec_id)
@@ -526,8 +525,9 @@ def child_tools(tool: ToolPlan, plan: BuildPlan) -> list[ChildTool]:
             input_cls = child.cls(child.spec.input)
             output = child.cls(child.spec.output) if child.spec.output else None
         else:
-            holder = next(d for d in packages if spec_id in d.tools)
-            python = holder.tools[spec_id]["python"]
+            package = holder(plan.resolved.tree, spec_id)
+            assert package is not None, "validate found every child"
+            python = package.tools[spec_id]["python"]
             module, input_cls, output = python["module"], python["input"], python["output"]
         alias = "child_" + module.rpartition(".")[2]
         while alias in (c.alias for c in found):

@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 
 import jsonschema_rs
-from blade_codegen.dependencies import Dependency, Unavailable
+from blade_codegen.dependencies import Dependency, Unavailable, holder, installed
 from blade_codegen.load import SourceFile, SpecTree
 from blade_codegen.problems import Problem
 from blade_codegen.refs import RefError, RefTarget, dependency_of, parse_ref
@@ -97,17 +97,16 @@ def validate(tree: SpecTree) -> list[Problem]:
                     )
                 )
     problems.extend(_check_children(tree, {k: v[0] for k, v in ids.items()}))
-    for dependency in tree.dependencies.values():
-        if isinstance(dependency, Dependency):
-            for spec_id in sorted(ids.keys() & dependency.tools.keys()):
-                problems.append(
-                    ids[spec_id][0].problem(
-                        ("id",),
-                        f"id {spec_id!r} is also a tool of {dependency.label}, which this "
-                        "tree references",
-                        "ids are unique across a project and its spec packages; use another id",
-                    )
+    for dependency in installed(tree):
+        for spec_id in sorted(ids.keys() & dependency.tools.keys()):
+            problems.append(
+                ids[spec_id][0].problem(
+                    ("id",),
+                    f"id {spec_id!r} is also a tool of {dependency.label}, which this "
+                    "tree references",
+                    "ids are unique across a project and its spec packages; use another id",
                 )
+            )
     problems.extend(_check_file_cycles(tree))
     return problems
 
@@ -164,7 +163,6 @@ def _check_children(tree: SpecTree, own: Mapping[str, SourceFile]) -> list[Probl
     """Each child names a tool of the tree or of an installed spec package, and is an ordinary
     backend tool (seed 002: no client execution, suspension, ToolData or nesting)."""
     problems = []
-    packages = [d for d in tree.dependencies.values() if isinstance(d, Dependency)]
     for source in tree.specs:
         spec = source.data
         children = spec.get("children") if isinstance(spec, dict) else None
@@ -179,51 +177,38 @@ def _check_children(tree: SpecTree, own: Mapping[str, SourceFile]) -> list[Probl
                 )
             )
         for index, child in enumerate(children):
-            if not isinstance(child, str):
-                continue
-            at = ("children", index)
-            facts: Mapping[str, Any] | None = None
-            where = "this spec tree"
-            if child in own:
-                data = own[child].data
-                facts = data if isinstance(data, dict) else None
-            else:
-                holder = next((d for d in packages if child in d.tools), None)
-                if holder is not None:
-                    facts, where = holder.tools[child], holder.label
-            if child == spec.get("id"):
-                problems.append(source.problem(at, "a tool cannot be its own child", ""))
-            elif facts is None:
-                searched = ", ".join(d.label for d in packages) or "no installed spec package"
-                problems.append(
-                    source.problem(
-                        at,
-                        f"child {child!r} is not a tool of this spec tree or of an installed "
-                        f"spec package ({searched})",
-                        "check the id, or install the spec package that has it",
-                    )
-                )
-            else:
-                refused = [
-                    what
-                    for key, what in (
-                        ("suspend", "suspend points"),
-                        ("dataSchemas", "data channels"),
-                        ("children", "children"),
-                    )
-                    if facts.get(key)
-                ]
-                if facts.get("execution", "backend") != "backend":
-                    refused.insert(0, "client execution")
-                if refused:
-                    problems.append(
-                        source.problem(
-                            at,
-                            f"child {child!r} (in {where}) has {', '.join(refused)}",
-                            "children are ordinary backend tools; call this one from the agent",
-                        )
-                    )
+            found = _child_problem(tree, own, spec, child) if isinstance(child, str) else None
+            if found is not None:
+                problems.append(source.problem(("children", index), *found))
     return problems
+
+
+def _child_problem(
+    tree: SpecTree, own: Mapping[str, SourceFile], spec: Mapping[str, Any], child: str
+) -> tuple[str, str] | None:
+    """Why ``child`` cannot be a child of ``spec`` (message and hint), or None."""
+    if child == spec.get("id"):
+        return "a tool cannot be its own child", ""
+    package = None if child in own else holder(tree, child)
+    facts = own[child].data if child in own else package.tools[child] if package else None
+    if not isinstance(facts, Mapping):
+        searched = ", ".join(d.label for d in installed(tree)) or "no installed spec package"
+        return (
+            f"child {child!r} is not a tool of this spec tree or of an installed spec package "
+            f"({searched})",
+            "check the id, or install the spec package that has it",
+        )
+    kinds = (("suspend", "suspend points"), ("dataSchemas", "data channels"), ("children",) * 2)
+    refused = [what for key, what in kinds if facts.get(key)]
+    if facts.get("execution", "backend") != "backend":
+        refused.insert(0, "client execution")
+    if not refused:
+        return None
+    where = package.label if package else "this spec tree"
+    return (
+        f"child {child!r} (in {where}) has {', '.join(refused)}",
+        "children are ordinary backend tools; call this one from the agent",
+    )
 
 
 def _check_id(source: SourceFile, spec_id: Any) -> list[Problem]:

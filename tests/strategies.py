@@ -285,3 +285,16 @@ def valid_instances(schema: Any, count: int) -> list[Any]:
 
     collect()
     return found
+
+
+def round_trip(adapter: Any, value: Any) -> str | None:
+    """How a generated model treats a schema-valid ``value``: None if it accepts it (as the
+    runtime parses JSON) and dumps it back unchanged, else "rejected: ..." or "changed: ..."."""
+    from blade_runtime.jsonvalue import model_of
+
+    try:
+        model = model_of(adapter.validate_python, value)
+    except Exception as error:  # any failure on a valid value is a rejection (pydantic bugs too)
+        return f"rejected: {type(error).__name__}: {error}"
+    back = adapter.dump_python(model, mode="json", by_alias=True, exclude_unset=True)
+    return None if back == value else f"changed: {back!r}"

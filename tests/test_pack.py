@@ -18,7 +18,7 @@ from blade_codegen.build import build
 from blade_codegen.cli import main
 from blade_codegen.pack import _build
 from blade_codegen.problems import SpecError
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from conftest import EXAMPLE_SPECS, ROOT, add_spec, spec, write_json
 from packaging.requirements import Requirement
 
@@ -89,6 +89,12 @@ class Packages:
     python: Path  # a fresh virtual environment with the two wheels and the runtime only
 
 
+def pack_cli(specs: Path, name: str, version: str, out: Path) -> Result:
+    """``blade-codegen pack`` through click's runner."""
+    arguments = ["pack", str(specs), "--name", name, "--version", version, "--out", str(out)]
+    return CliRunner().invoke(main, arguments)
+
+
 def _pip(*args: str) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
@@ -104,20 +110,7 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> Packages:
     fresh virtual environment, with the runtime and nothing of the toolchain."""
     root = tmp_path_factory.mktemp("pack")
     shutil.copytree(EXAMPLE_SPECS, root / "first" / "specs")
-    runner = CliRunner()
-    packed = runner.invoke(
-        main,
-        [
-            "pack",
-            str(root / "first" / "specs"),
-            "--name",
-            "blade-tool-examples",
-            "--version",
-            "1.0.0",
-            "--out",
-            str(root / "dist"),
-        ],
-    )
+    packed = pack_cli(root / "first" / "specs", "blade-tool-examples", "1.0.0", root / "dist")
     assert packed.exit_code == 0, packed.output
     first_wheel = root / "dist" / "blade_tool_examples-1.0.0-py3-none-any.whl"
 
@@ -331,10 +324,7 @@ def test_a_missing_definition_and_a_missing_package_are_clear(
     ],
 )
 def test_names_outside_the_convention_are_refused_with_the_rule(name: str, tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        main,
-        ["pack", str(EXAMPLE_SPECS), "--name", name, "--version", "1.0.0", "--out", str(tmp_path)],
-    )
+    result = pack_cli(EXAMPLE_SPECS, name, "1.0.0", tmp_path)
     assert result.exit_code == 2
     assert "blade-tool-<capability or target system>" in result.output
     assert "Traceback" not in result.output
@@ -352,19 +342,7 @@ def test_pack_refuses_a_breaking_change_and_keeps_the_lock(
     data = json.loads(path.read_text("utf-8"))
     data["inputSchema"]["properties"]["environment"]["enum"] = ["staging"]
     write_json(path, data)
-    result = CliRunner().invoke(
-        main,
-        [
-            "pack",
-            str(specs),
-            "--name",
-            "blade-tool-examples",
-            "--version",
-            "1.1.0",
-            "--out",
-            str(tmp_path / "dist"),
-        ],
-    )
+    result = pack_cli(specs, "blade-tool-examples", "1.1.0", tmp_path / "dist")
     assert result.exit_code == 5, result.output
     assert "ENUM_VALUE_REMOVED" in result.output and "nothing was packed" in result.output
     assert not (tmp_path / "dist").exists()
@@ -377,19 +355,7 @@ def test_packing_the_same_specs_twice_gives_the_same_wheel(
     specs = tmp_path / "specs"
     shutil.copytree(packages.root / "first" / "specs", specs)
     shutil.copyfile(packages.first_lock, tmp_path / "blade.lock.json")
-    result = CliRunner().invoke(
-        main,
-        [
-            "pack",
-            str(specs),
-            "--name",
-            "blade-tool-examples",
-            "--version",
-            "1.0.0",
-            "--out",
-            str(tmp_path / "dist"),
-        ],
-    )
+    result = pack_cli(specs, "blade-tool-examples", "1.0.0", tmp_path / "dist")
     assert result.exit_code == 0, result.output
     assert "release already in" in result.output
     again = tmp_path / "dist" / packages.first_wheel.name
@@ -405,3 +371,14 @@ def test_a_child_from_an_installed_package_needs_no_reference(
     module = (tmp_path / "out" / "audit" / "audit" / "review_v1.py").read_text("utf-8")
     assert "from blade_tool_examples.crm import lookup_customer_v1 as child_" in module
     assert "input: child_lookup_customer_v1.LookupCustomerInput" in module
+
+
+def test_a_rebuild_notices_an_upgraded_spec_package(installed_first: Path, tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    add_spec(specs, spec("audit.review.v1", children=["crm.lookup-customer.v1"]))
+    assert build(specs, tmp_path / "out", "audit").status == "written"
+    assert build(specs, tmp_path / "out", "audit").status == "unchanged"
+    metadata = installed_first / "blade_tool_examples-1.0.0.dist-info" / "METADATA"
+    metadata.write_text(metadata.read_text("utf-8").replace("Version: 1.0.0", "Version: 1.0.1"))
+    assert build(specs, tmp_path / "out", "audit").status == "written"
+    assert build(specs, tmp_path / "out", "audit").status == "unchanged"

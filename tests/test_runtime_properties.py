@@ -12,12 +12,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from blade_runtime.jsonvalue import model_of
 from blade_runtime.results import ErrorCode, ToolError, ToolSuccess
 from blade_runtime.runtime import Runtime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import conform, instances, oracle, valid_instances
+from strategies import conform, instances, oracle, round_trip, valid_instances
 
 # Derandomized: the same examples on every run, so CI cannot fail on a draw nobody reproduced
 # here. To explore further, raise max_examples or drop derandomize locally.
@@ -145,7 +144,6 @@ def test_models_keep_fifty_valid_instances_of_every_mcp_schema_as_they_were(
             values = valid_instances(schema, 50)
             assert len(values) == 50, (spec.id, slot)
             for value in values:
-                model = model_of(adapter.validate_python, value)  # a false rejection raises
-                back = adapter.dump_python(model, mode="json", by_alias=True, exclude_unset=True)
-                assert back == value, (spec.id, slot, value, back)
+                problem = round_trip(adapter, value)
+                assert problem is None, (spec.id, slot, value, problem)
     assert schemas == 339

@@ -49,44 +49,40 @@ _DTO = ConfigDict(frozen=True)
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 
-class CallSuccess(BaseModel, Generic[OutputT]):
-    """The tool returned ``output``, valid against its output schema."""
+class _Call(BaseModel):
+    """What every result DTO holds; each subclass adds its literal ``status`` tag."""
 
     model_config = _DTO
-    status: Literal["success"] = "success"
     call_id: str
     run_id: str
+
+
+class CallSuccess(_Call, Generic[OutputT]):
+    """The tool returned ``output``, valid against its output schema."""
+
+    status: Literal["success"] = "success"
     output: OutputT
 
 
-class CallSkipped(BaseModel):
+class CallSkipped(_Call):
     """A ``pre_tool_use`` hook skipped the call; ``reason`` says why."""
 
-    model_config = _DTO
     status: Literal["skipped"] = "skipped"
-    call_id: str
-    run_id: str
     reason: str
 
 
-class CallError(BaseModel):
+class CallError(_Call):
     """The call produced no output: a stable ``code`` and a sentence for the model."""
 
-    model_config = _DTO
     status: Literal["error"] = "error"
-    call_id: str
-    run_id: str
     code: ErrorCode
     message: str
 
 
-class CallPending(BaseModel, Generic[ActionT]):
+class CallPending(_Call, Generic[ActionT]):
     """The call waits on ``action`` (a suspension, or a client tool's output)."""
 
-    model_config = _DTO
     status: Literal["pending"] = "pending"
-    call_id: str
-    run_id: str
     action: ActionT
 
 
@@ -128,11 +124,13 @@ class PendingActionBase(BaseModel, Generic[InputT]):
 
     async def cancel(self, reason: str = "cancelled") -> CallError:
         """Settle the call as CANCELLED (or say who resolved the action first)."""
-        return self._bound()._settled(self._bound().runtime.cancel(self.action_id, reason))
+        client = self._bound()
+        return client._settled(client.runtime.cancel(self.action_id, reason))
 
     async def fail(self, error: str) -> CallError:
         """Settle the call as TOOL_FAILED with ``error`` as the model's sentence."""
-        return self._bound()._settled(self._bound().runtime.fail(self.action_id, error))
+        client = self._bound()
+        return client._settled(client.runtime.fail(self.action_id, error))
 
     async def _submit(self, payload: Any, result: Parser[T]) -> T:
         client = self._bound()
@@ -154,13 +152,6 @@ class ToolClient:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self._names: dict[str, str] = {}
-
-    def _name(self, spec_id: str) -> str | None:
-        if spec_id not in self._names:
-            for registration in self.runtime.registrations():
-                self._names.setdefault(registration.spec.id, registration.name)
-        return self._names.get(spec_id)
 
     async def _call(
         self,
@@ -171,8 +162,8 @@ class ToolClient:
         call_id: str | None,
         run_id: str,
     ) -> T:
-        name = self._name(spec_id)
-        if name is None:
+        registration = self.runtime.registration_of(spec_id)
+        if registration is None:
             return result.parse(
                 {
                     "status": "error",
@@ -183,7 +174,9 @@ class ToolClient:
                 }
             )
         arguments = input.model_dump(by_alias=True, exclude_unset=True)
-        called = await self.runtime.call(name, arguments, call_id=call_id, run_id=run_id)
+        called = await self.runtime.call(
+            registration.name, arguments, call_id=call_id, run_id=run_id
+        )
         return self._converted(called, result)
 
     def _converted(self, called: ToolResult[Any], result: Parser[T]) -> T:
@@ -214,11 +207,11 @@ class ToolClient:
 
     def _pending(self, actions: Parser[T], kinds: Iterable[str], run_id: str | None) -> list[T]:
         known = frozenset(kinds)
-        found = []
-        for view in self.runtime.pending(run_id=run_id):
-            if action_kind(view.origin.spec_id, view.origin.point) in known:
-                found.append(self._action(actions, _action_data(view)))
-        return found
+        return [
+            self._action(actions, _action_data(PendingAction.of(record, record.payload)))
+            for record in self.runtime.store.actions(run_id=run_id)
+            if action_kind(record.spec_id, record.point) in known
+        ]
 
     def _action(self, actions: Parser[T], data: Any) -> T:
         action = actions.parse(data)

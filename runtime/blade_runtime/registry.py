@@ -72,6 +72,7 @@ class Registration(Generic[OutputT]):
     # Flattened from input and output: read on every call.
     input_validator: SchemaValidator = field(init=False)
     output_validator: SchemaValidator | None = field(init=False)
+    children: tuple[str, ...] = field(init=False)  # ids ctx.tools may call (backend specs)
     detached: set[asyncio.Task[None]] = field(default_factory=set)
     """Implementations abandoned after ignoring cancellation and still running."""
 
@@ -79,6 +80,7 @@ class Registration(Generic[OutputT]):
         self.timeout_s = self.timeout_ms / 1000
         self.input_validator = self.input.validator
         self.output_validator = None if self.output is None else self.output.validator
+        self.children = getattr(self.spec, "children", ())
 
     def track(self, task: asyncio.Task[None]) -> None:
         """Refuse calls until the abandoned implementation running in ``task`` exits."""

@@ -180,6 +180,7 @@ class Runtime:
         self.fallback = fallback
         self.cleanup_grace_s = cleanup_grace_s
         self._registrations: dict[str, Registration[Any]] = {}
+        self._by_spec: dict[str, Registration[Any]] = {}  # the first registration of each id
         self._hooks: dict[HookEvent, list[Hook]] = {event: [] for event in HookEvent}
         self._pre_any = self._post_any = False
         self._running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
@@ -256,10 +257,16 @@ class Runtime:
         limit = timeout_ms or self.timeout_ms or spec.timeout_ms or DEFAULT_TIMEOUT_MS
         added = registration(spec, name, implementation, context, limit)
         self._registrations[name] = added
+        self._by_spec.setdefault(spec.id, added)
         return added
 
     def registrations(self) -> Iterator[Registration[Any]]:
         return iter(self._registrations.values())
+
+    def registration_of(self, spec_id: str) -> Registration[Any] | None:
+        """The first registration of the spec ``spec_id`` (typed clients and child calls find
+        tools by id, whatever name they were registered under)."""
+        return self._by_spec.get(spec_id)
 
     def is_allowed(self, name: str) -> bool:
         if name in self.disallowed:
@@ -360,7 +367,7 @@ class Runtime:
     async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
         """One ``ctx.tools.call``: a full call of the child's registration, its output or a
         ChildToolError."""
-        registration = next((r for r in self.registrations() if r.spec.id == tool.id), None)
+        registration = self.registration_of(tool.id)
         if registration is None:
             raise ChildToolError(
                 tool.id, "TOOL_HANDLER_NOT_FOUND", "this runtime has no registration of it"
@@ -447,9 +454,8 @@ class Runtime:
             ctx.entry = entry
         if history is not None:
             ctx._history = history
-        children = getattr(registration.spec, "children", ())
-        if children:
-            ctx.tools = ChildTools(self._call_child, call, children)
+        if registration.children:
+            ctx.tools = ChildTools(self._call_child, call, registration.children)
         try:
             output = await scope.run(registration.implementation(ctx), registration.timeout_s)
         except ToolFailed as failure:
