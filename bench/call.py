@@ -28,6 +28,7 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import jsonschema_rs
+
 from blade_codegen.build import build
 from blade_runtime.runtime import Runtime
 

@@ -19,9 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from build import BIN, timed, write_tree
+
 from blade_codegen.check import compare_spec, read_lock
 from blade_codegen.resolve import resolve_specs
-from build import BIN, timed, write_tree
 
 
 def change_specs(specs: Path, count: int) -> None:

@@ -13,8 +13,9 @@ import re
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
-from blade_codegen.schemas import resolve_pointer
 from hypothesis import strategies as st
+
+from blade_codegen.schemas import resolve_pointer
 
 JSON_SCALARS = (
     st.none()

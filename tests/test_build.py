@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import EXAMPLE_SPECS, add_spec, run_mypy, run_ruff, spec, tree_bytes, write_json
+
 from blade_codegen import models as models_module
 from blade_codegen import write as write_module
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
 from blade_codegen.write import STATE_FILE
-from conftest import EXAMPLE_SPECS, add_spec, run_mypy, run_ruff, spec, tree_bytes, write_json
 
 
 def test_example_package_passes_mypy_strict_and_ruff(built_examples: Path) -> None:

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import EXAMPLE_SPECS, add_spec, spec, write_json
+
 from blade_codegen.check import Baseline, check, read_lock, released_from
 from blade_codegen.resolve import resolve_specs
-from conftest import EXAMPLE_SPECS, add_spec, spec, write_json
 
 BIN = Path(sys.executable).parent
 

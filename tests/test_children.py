@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import _import_package, add_spec, run_mypy, spec
+
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
 from blade_runtime import ChildToolError, Runtime, ToolError, ToolSuccess
-from conftest import _import_package, add_spec, run_mypy, spec
 
 NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 

@@ -7,10 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from blade_codegen import __version__
-from blade_codegen.cli import main
 from click.testing import CliRunner
 from conftest import EXAMPLE_SPECS, add_spec, spec
+
+from blade_codegen import __version__
+from blade_codegen.cli import main
 
 
 @pytest.fixture

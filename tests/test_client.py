@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ROOT, add_spec, run_mypy, run_ruff, spec, write_json
+
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
 from blade_runtime import Runtime
 from blade_runtime.client import CallError, CallPending
-from conftest import ROOT, add_spec, run_mypy, run_ruff, spec, write_json
 
 CONSUMER = (ROOT / "tests" / "fixtures" / "consumer.py").read_text("utf-8")
 

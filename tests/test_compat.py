@@ -9,12 +9,13 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
-from blade_codegen.compat import Change, compare
-from blade_codegen.witness import example
 from conftest import ROOT
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import conform
+
+from blade_codegen.compat import Change, compare
+from blade_codegen.witness import example
 
 # Our own hand-checked vectors (copied from shared/compat-vectors so every checkout runs them).
 VECTORS = sorted((ROOT / "tests" / "compat-vectors").glob("*.json"))

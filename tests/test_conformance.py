@@ -12,8 +12,9 @@ import json
 from typing import Any
 
 import pytest
-from blade_runtime.validation import SchemaValidator
 from conftest import CORPUS
+
+from blade_runtime.validation import SchemaValidator
 
 # The required draft 2020-12 tests and the remote documents they use, copied (MIT, see its
 # LICENSE) from the official suite, so that every checkout runs them.

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from blade_runtime.export import NAME_RULES, ExportedTool, export_tools, wire_names
-from blade_runtime.runtime import Runtime
 from conftest import EXAMPLE_SPECS, add_spec, spec
 from hypothesis import given
 from hypothesis import strategies as st
+
+from blade_runtime.export import NAME_RULES, ExportedTool, export_tools, wire_names
+from blade_runtime.runtime import Runtime
 
 BIN = Path(sys.executable).parent
 

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import add_spec, run_mypy, spec
+
 from blade_codegen import models as models_module
 from blade_codegen.build import build
-from conftest import add_spec, run_mypy, spec
 
 BIN = Path(sys.executable).parent
 LOOSE_INPUT = {

@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from blade_codegen.build import build
-from blade_codegen.problems import SpecError
-from blade_codegen.render import docstring_text, pyrepr
 from conftest import add_spec, run_mypy, run_ruff, spec
 from hypothesis import given
 from hypothesis import strategies as st
+
+from blade_codegen.build import build
+from blade_codegen.problems import SpecError
+from blade_codegen.render import docstring_text, pyrepr
 
 HOSTILE_TEXT = (
     'He said """hi""" \\ and \'\'\' then\n\timport os; os.system("x") # é ✓ \x00\x1b end"'

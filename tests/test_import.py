@@ -10,11 +10,12 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
-from blade_codegen.dialect import NotConvertible, to_2020_12
 from conftest import CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import instances
+
+from blade_codegen.dialect import NotConvertible, to_2020_12
 
 BIN = Path(sys.executable).parent
 

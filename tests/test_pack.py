@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
+from conftest import EXAMPLE_SPECS, ROOT, add_spec, spec, write_json
+from packaging.requirements import Requirement
+
 from blade_codegen.build import build
 from blade_codegen.cli import main
 from blade_codegen.pack import _build
 from blade_codegen.problems import SpecError
-from click.testing import CliRunner, Result
-from conftest import EXAMPLE_SPECS, ROOT, add_spec, spec, write_json
-from packaging.requirements import Requirement
 
 CONSUMER = (ROOT / "tests" / "fixtures" / "consumer.py").read_text("utf-8")
 MONEY_REF = "blade:blade-tool-examples/common/money.schema.json#/$defs/Money"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from blade_runtime import ResumeEntry
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime

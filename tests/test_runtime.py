@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+
 from blade_runtime import ToolFailed
 from blade_runtime.results import ErrorCode, ToolError, ToolResult, ToolSkipped, ToolSuccess
 from blade_runtime.runtime import PermissionRequest, RegistrationError, Runtime

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from blade_codegen.build import build
-from blade_runtime.validation import SchemaValidator
 from conftest import CORPUS, _import_package, run_mypy, run_ruff, write_schemastore_corpus
 from pydantic import TypeAdapter
 from strategies import round_trip
+
+from blade_codegen.build import build
+from blade_runtime.validation import SchemaValidator
 
 # Where a model cannot be faithful, and why. Each entry must still fail (the test says so when
 # one starts to pass, so the list stays true).

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import add_spec, spec, write_json
+
 from blade_codegen.load import load
 from blade_codegen.problems import SpecError
 from blade_codegen.resolve import resolve
 from blade_codegen.validate import validate
-from conftest import add_spec, spec, write_json
 
 LINE = re.compile(r"^[^:\n]+:\d+:\d+: /[^ ]*: .+$")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NoReturn, cast
 
 import click
+
 from blade_codegen import __version__
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+
 from blade_codegen import __version__
 from blade_codegen.dependencies import holder
 from blade_codegen.models import (
@@ -62,7 +63,7 @@ def _templates_dir() -> Path:
     packaged = resources.files("blade_codegen").joinpath("templates")
     if packaged.is_dir():
         return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent / "templates"  # a source checkout
+    return Path(__file__).resolve().parents[2] / "templates"  # a checkout, or editable
 
 
 def pyrepr(value: object) -> str:

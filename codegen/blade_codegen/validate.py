@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 import jsonschema_rs
+
 from blade_codegen.dependencies import Dependency, Unavailable, holder, installed
 from blade_codegen.load import SourceFile, SpecTree
 from blade_codegen.problems import Problem

@@ -18,6 +18,8 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Literal
 
+from packaging.version import InvalidVersion, Version
+
 from blade_codegen import __version__
 from blade_codegen.build import compile_specs
 from blade_codegen.check import lock_text, locked, read_lock
@@ -28,7 +30,6 @@ from blade_codegen.render import environment
 from blade_codegen.resolve import resolve_specs
 from blade_codegen.witness import minimal_instance
 from blade_codegen.write import write_file
-from packaging.version import InvalidVersion, Version
 
 NAME_RULE = (
     "spec packages are named in lowercase kebab-case as blade-tool-<capability or target "

@@ -8,13 +8,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from blade_codegen import __version__
 from blade_codegen.dependencies import Dependency
 from blade_codegen.load import SHARED_SUFFIX, SourceFile
 from blade_codegen.problems import Problem, SpecError
 from blade_codegen.refs import dependency_of
 from blade_codegen.resolve import Bundler, ResolvedSet, ResolvedSpec, Slot, canonical_json
-from pydantic import BaseModel
 
 SHARED_PACKAGE = "shared"
 CLIENT_MODULE = "client"

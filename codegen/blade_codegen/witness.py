@@ -13,6 +13,7 @@ from typing import Any
 
 import exrex  # type: ignore[import-untyped]
 import jsonschema_rs
+
 from blade_codegen.compat import Change, Direction, deref
 
 _SAMPLES: list[Any] = [None, True, 0, 1.5, "x", [], {}]
