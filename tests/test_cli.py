@@ -89,3 +89,21 @@ def test_example_specs_validate_against_the_printed_meta_schema() -> None:
     for path in EXAMPLE_SPECS.rglob("*.json"):
         if not path.name.endswith(".schema.json"):
             jsonschema.Draft202012Validator(meta).validate(json.loads(path.read_text("utf-8")))
+
+
+def test_blade_runtime_version_and_plain_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from blade_runtime import __version__ as runtime_version
+    from blade_runtime.cli import main as runtime_main
+
+    with pytest.raises(SystemExit) as version:
+        runtime_main(["--version"])
+    assert version.value.code == 0
+    assert capsys.readouterr().out.strip() == f"blade-runtime {runtime_version}"
+    with pytest.raises(SystemExit):
+        runtime_main(["--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text  # no raw reST
+    assert "blade-runtime pending submit ACTION_ID" in text  # the usage lines keep their lines
+    with pytest.raises(SystemExit):
+        runtime_main(["pending", "cancel", "--help"])
+    assert "(default: cancelled by an operator)" in " ".join(capsys.readouterr().out.split())

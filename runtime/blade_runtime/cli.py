@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from blade_runtime import actions
+from blade_runtime import __version__, actions
 from blade_runtime.jsonvalue import NotJson, checked
 from blade_runtime.sqlite import SQLiteStore
 from blade_runtime.store import ActionAlreadyResolved, ActionRecord, StoreError, UnknownAction
@@ -34,12 +34,17 @@ EXIT_STORE = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="blade-runtime", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="blade-runtime", description=_plain(__doc__))
+    parser.add_argument("--version", action="version", version=f"blade-runtime {__version__}")
     commands = parser.add_subparsers(dest="group", required=True)
-    pending = commands.add_parser("pending", help="list, show, submit or cancel pending actions")
+    pending = commands.add_parser(
+        "pending",
+        help="list, show, submit or cancel pending actions",
+        description="List, show, submit or cancel the pending actions in a store.",
+    )
     verbs = pending.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="pending actions, oldest first")
-    listing.add_argument("--run")
+    listing.add_argument("--run", help="only this run id")
     listing.add_argument("--tool", help="registration name")
     listing.add_argument("--json", action="store_true", help="one JSON document")
     show = verbs.add_parser("show", help="one action, as JSON")
@@ -49,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     submit.add_argument("payload", nargs="?", default="-", help="JSON text, or - for stdin")
     cancel = verbs.add_parser("cancel", help="settle the action's call as cancelled")
     cancel.add_argument("action_id")
-    cancel.add_argument("--reason", default="cancelled by an operator")
+    cancel.add_argument(
+        "--reason", default="cancelled by an operator", help="recorded with the action"
+    )
     for sub in (listing, show, submit, cancel):
         sub.add_argument("--store", required=True, type=Path, help="the SQLite store file")
     args = parser.parse_args(argv)
@@ -72,6 +79,29 @@ def main(argv: list[str] | None = None) -> int:
         return _cancel(store, args.action_id, args.reason)
     finally:
         store.close()
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help as written (the usage lines and exit codes keep their lines), with each real default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings:
+            text += f" (default: {action.default})"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command's help in one style: subparsers inherit this class."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(**kwargs)
+
+
+def _plain(doc: str | None) -> str:
+    """The module docstring as help text: reST literals (``x``) shown as plain x."""
+    return (doc or "").replace("``", "").strip()
 
 
 def _view(action: ActionRecord) -> dict[str, Any]:
