@@ -37,14 +37,16 @@ DMCG_OPTIONS: Mapping[str, Any] = {
     "skip_root_model": True,
     # Dotted property names stay in one module (its default infers a package from the dots).
     "treat_dot_as_module": False,
+    "use_missing_sentinel": True,
 }
 
 
 # Bumped whenever what is done to datamodel-code-generator's output changes (keep_unknown_properties
 # is revision 2, keep_integers 3, model_default 4, root models left closed 5): cached modules
 # of another revision are generated again (6: discriminated unions).
-# 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values; 8: union_bases.
-POSTPROCESS_REVISION = 8
+# 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values; 8: union_bases;
+# 9: optional non-nullable properties default to pydantic.MISSING.
+POSTPROCESS_REVISION = 9
 
 
 OPTIONS_SIGNATURE = canonical_json(

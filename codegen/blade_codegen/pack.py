@@ -86,7 +86,7 @@ def pack(specs: Path, name: str, version: str, out: Path, lock: Path) -> Packed:
     dependencies = installed(resolved.tree)
     requires = (
         f"blade-runtime>={installed_version('blade-runtime')}",
-        "pydantic>=2.10,<3",
+        "pydantic>=2.14,<3",
         *(f"{d.name}>={d.version}" for d in sorted(dependencies, key=lambda d: d.name)),
     )
     files = {f"{package}/{path}": text for path, text in compiled.files.items()}

@@ -286,6 +286,11 @@ def escape_controls(code: str) -> str:
     return "".join(pieces) + code[last:]
 
 
+# Where the generator imports a name from a deprecated place: MISSING left pydantic.experimental
+# in pydantic 2.14 (the old path warns on import).
+_MOVED_MODULES = {"pydantic.experimental.missing_sentinel": "pydantic"}
+
+
 @dataclass(frozen=True)
 class SplitModule:
     imports: dict[str, set[str]]  # module -> names ("" for plain `import x`)
@@ -305,7 +310,8 @@ def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModu
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module != "__future__":
-            entry = imports.setdefault(node.module or "", set())
+            module = _MOVED_MODULES.get(node.module or "", node.module or "")
+            entry = imports.setdefault(module, set())
             entry.update(
                 a.name if a.asname is None else f"{a.name} as {a.asname}" for a in node.names
             )

@@ -1,0 +1,120 @@
+"""Optional properties are typed exactly: left out is ``MISSING``, ``None`` only where null is valid.
+
+Every slot (input, output, context, data, suspend, resume) gets the same two properties, one
+optional and non-nullable, one optional and nullable; mypy must refuse ``None`` for the first and
+accept it for the second, and values round-trip through the models unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import add_spec, run_mypy, spec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+SLOTS = ("Input", "Output", "Context", "NoteData", "AskSuspend", "AskResume")
+
+
+def _object() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "plain": {"type": "string"},
+            "maybe": {"type": ["string", "null"]},
+            "count": {"type": "integer", "minimum": 0},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def exact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from blade_codegen.build import build
+
+    root = tmp_path_factory.mktemp("exact")
+    specs, out = root / "specs", root / "out"
+    add_spec(
+        specs,
+        spec(
+            "t.every-slot.v1",
+            inputSchema=_object(),
+            outputSchema=_object(),
+            contextSchema=_object(),
+            dataSchemas={"note": _object()},
+            suspend={"ask": {"suspendSchema": _object(), "resumeSchema": _object()}},
+        ),
+    )
+    build(specs, out, "exact_pkg")
+    return out
+
+
+def _snippet(slot: str, value: str) -> str:
+    return (
+        f"from exact_pkg.t.every_slot_v1 import EverySlot{slot}\n"
+        f"EverySlot{slot}(plain={value})\n"
+    )
+
+
+@pytest.mark.parametrize("slot", SLOTS)
+def test_none_is_refused_where_the_schema_refuses_null(exact: Path, slot: str) -> None:
+    (exact / "bad.py").write_text(_snippet(slot, "None"), "utf-8")
+    result = run_mypy(exact / "bad.py", cwd=exact)
+    assert result.returncode == 1, result.stdout
+    assert 'incompatible type "None"' in result.stdout
+
+
+def test_none_is_accepted_where_the_schema_allows_null(exact: Path) -> None:
+    lines = [f"from exact_pkg.t.every_slot_v1 import EverySlot{s}\n" for s in SLOTS]
+    lines += [f"EverySlot{s}(maybe=None, plain='x')\nEverySlot{s}()\n" for s in SLOTS]
+    lines.append(
+        "from pydantic import MISSING\n"
+        "v = EverySlotInput().plain\n"
+        "if v is not MISSING:\n"
+        "    s: str = v\n"
+    )
+    (exact / "good.py").write_text("".join(lines), "utf-8")
+    result = run_mypy(exact / "good.py", cwd=exact)
+    assert result.returncode == 0, result.stdout
+
+
+def _models(exact: Path) -> Any:
+    sys.path.insert(0, str(exact))
+    try:
+        return importlib.import_module("exact_pkg.t.every_slot_v1")
+    finally:
+        sys.path.remove(str(exact))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    value=st.fixed_dictionaries(
+        {},
+        optional={
+            "plain": st.text(max_size=5),
+            "maybe": st.none() | st.text(max_size=5),
+            "count": st.integers(min_value=0),
+        },
+    )
+)
+def test_values_round_trip_unchanged_in_every_slot(exact: Path, value: dict[str, Any]) -> None:
+    module = _models(exact)
+    for slot in SLOTS:
+        model = getattr(module, f"EverySlot{slot}")
+        parsed = model.model_validate(value)
+        assert parsed.model_dump(mode="json", by_alias=True, exclude_unset=True) == value
+        # The sentinel never reaches JSON, even without exclude_unset.
+        assert parsed.model_dump(mode="json", by_alias=True) == value
+
+
+def test_a_property_left_out_is_missing_not_none(exact: Path) -> None:
+    from pydantic import MISSING
+
+    module = _models(exact)
+    empty = module.EverySlotOutput()
+    assert empty.plain is MISSING
+    assert empty.maybe is MISSING
+    assert module.EverySlotOutput(maybe=None).model_dump(mode="json") == {"maybe": None}
