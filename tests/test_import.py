@@ -333,3 +333,136 @@ def test_the_corpus_drafts_import(tmp_path: Path) -> None:
         "d.",
     )
     assert done.returncode == 0, done.stderr
+
+
+def run_import(*args: str) -> Any:
+    """``blade-codegen import`` in this process (click's runner: stdout and stderr apart)."""
+    from click.testing import CliRunner
+
+    from blade_codegen.cli import main
+
+    return CliRunner().invoke(main, ["import", *args])
+
+
+def test_a_pretty_printed_tools_list_imports_our_own_export_included(
+    tmp_path: Path, example_specs: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from blade_codegen.cli import main
+
+    exported = CliRunner().invoke(
+        main, ["export", str(example_specs), "--format", "mcp", "--out", str(tmp_path / "t.json")]
+    )
+    assert exported.exit_code == 0, exported.output
+    assert (tmp_path / "t.json").read_text().startswith("{\n  ")  # pretty-printed
+    done = run_import(
+        "--from",
+        "mcp",
+        str(tmp_path / "t.json"),
+        "--namespace",
+        "again",
+        "--out",
+        str(tmp_path / "in"),
+    )
+    assert done.exit_code == 0, done.output
+    assert "imported 4 tool(s)" in done.stdout
+    one = tmp_path / "one.jsonl"  # JSON Lines of a single record is one document too
+    one.write_text(json.dumps({"name": "solo", "inputSchema": SEARCH}) + "\n")
+    single = run_import("--from", "mcp", str(one), "--namespace", "x", "--out", str(tmp_path / "s"))
+    assert single.exit_code == 0, single.output
+    assert (tmp_path / "s" / "x" / "solo.v1.json").is_file()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({"name": "a", "inputSchema": SEARCH}) + '\n{"name": \n')
+    refused = run_import("--from", "mcp", str(broken), "--namespace", "x")
+    assert refused.exit_code == 3
+    assert refused.stderr.startswith("broken.jsonl:2:")  # the line JSON Lines cannot read
+
+
+UNDECLARED = {
+    "type": "object",
+    "definitions": {"when": {"type": "string"}},
+    "properties": {
+        "n": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+        "m": {"type": "number", "maximum": 9, "exclusiveMaximum": False},
+        "pair": {"type": "array", "items": [{"type": "string"}], "additionalItems": False},
+        "pasted": {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"at": {"$ref": "#/definitions/when", "minLength": 3}},
+            "dependencies": {"at": ["zone"]},
+        },
+    },
+}
+
+
+def test_draft_04_forms_without_schema_and_nested_schema_declarations_convert() -> None:
+    from blade_codegen.dialect import convert
+
+    converted = convert(UNDECLARED)
+    properties = converted.schema["properties"]
+    assert properties["n"] == {"type": "number", "exclusiveMinimum": 0}
+    assert properties["m"] == {"type": "number", "maximum": 9}
+    assert properties["pair"] == {
+        "type": "array",
+        "prefixItems": [{"type": "string"}],
+        "items": False,
+    }
+    # The pasted draft-07 schema: its $ref sibling dropped, dependencies split, $schema gone;
+    # "#" stays the document's root, whose (2020-12) definitions keep their name.
+    assert properties["pasted"] == {
+        "type": "object",
+        "properties": {"at": {"$ref": "#/definitions/when"}},
+        "dependentRequired": {"at": ["zone"]},
+    }
+    assert [note.pointer for note in converted.notes] == [
+        "/properties/n/exclusiveMinimum",
+        "/properties/m/exclusiveMaximum",
+        "/properties/pair/items",
+    ]
+    with pytest.raises(NotConvertible, match=r"/properties/x/\$schema: unknown dialect"):
+        convert({"properties": {"x": {"$schema": "http://example.com/mine"}}})
+    with pytest.raises(NotConvertible, match="/properties/x/required: not valid in JSON Schema"):
+        convert({"type": "object", "properties": {"x": {"required": True}}})  # draft-03
+
+
+def test_import_writes_only_valid_specs_and_nothing_when_one_is_refused(tmp_path: Path) -> None:
+    tools = {
+        "tools": [
+            {"name": "old", "inputSchema": UNDECLARED},
+            {
+                "name": "draft3",
+                "inputSchema": {"type": "object", "properties": {"x": {"required": True}}},
+            },
+        ]
+    }
+    source = write(tmp_path / "tools.json", tools)
+    specs = tmp_path / "specs"
+    refused = run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs))
+    assert refused.exit_code == 3 and "Traceback" not in refused.output
+    assert "tools.json: tools[1]: draft3: /inputSchema/properties/x/required:" in refused.stderr
+    assert not specs.exists()
+    # A clash with a spec already in the tree is found before writing, too.
+    write_spec = specs / "x" / "taken.v1.json"
+    write_spec.parent.mkdir(parents=True)
+    write_spec.write_text(
+        json.dumps({"id": "x.taken.v1", "name": "old", "description": "d", "inputSchema": SEARCH})
+    )
+    tools["tools"] = tools["tools"][:1]
+    write(source, tools)
+    clash = run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs))
+    assert clash.exit_code == 3
+    assert (
+        f"{specs / 'x' / 'old.v1.json'}:" in clash.stderr
+        and "'old' is already used" in clash.stderr
+    )
+    assert not (specs / "x" / "old.v1.json").exists()
+    write_spec.unlink()
+    done = run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs))
+    assert done.exit_code == 0, done.output
+    assert "note: tools.json: tools[0]: old: /inputSchema/properties/n/exclusiveMinimum:" in (
+        done.stderr
+    )
+    from blade_codegen.build import build
+
+    build(specs, tmp_path / "out", "imported")  # what it wrote builds

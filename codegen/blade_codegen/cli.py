@@ -407,20 +407,30 @@ def import_(
     written; --force replaces), 2 usage, 3 a tool cannot be imported (nothing written), 4 the
     folder cannot be written.
     """
-    from blade_codegen.importer import ImportRefused, import_tools, read_tools, write_imported
-    from blade_codegen.load import load
-    from blade_codegen.validate import validate
+    from blade_codegen.importer import (
+        ImportRefused,
+        check_imported,
+        import_tools,
+        read_tools,
+        write_imported,
+    )
 
     specs = out or _settings().specs
     kind = cast("Literal['mcp', 'openai', 'anthropic']", source)
     try:
         tools, unreadable = read_tools(file, kind)
         files = import_tools(tools, kind, namespace, file.name, name_prefix, unreadable)
+        invalid = check_imported(specs, files)
+        if invalid:
+            raise ImportRefused(invalid)
     except ImportRefused as refused:
         for problem in refused.problems:
             click.echo(problem, err=True)
         click.echo("nothing was written", err=True)
         sys.exit(EXIT_INVALID)
+    for file_ in files:
+        for note in file_.notes:
+            click.echo(f"note: {note}", err=True)
     try:
         written, unchanged = write_imported(specs, files, force)
     except ImportRefused as clash:
@@ -430,16 +440,10 @@ def import_(
     except OSError as error:
         click.echo(f"error: cannot write {specs}: {error.strerror or error}", err=True)
         sys.exit(EXIT_WRITE)
-    imported = {f.path for f in files}
-    invalid = [p for p in validate(load(specs)) if p.path in imported]
-    for found in invalid:
-        click.echo(str(found), err=True)
     click.echo(
         f"imported {len(files)} tool(s) into {specs}: {len(written)} written, "
         f"{len(unchanged)} unchanged"
     )
-    if invalid:
-        sys.exit(EXIT_INVALID)
 
 
 @main.command()

@@ -1,7 +1,9 @@
 """Bring a JSON Schema of an older dialect to 2020-12, where the meaning survives the trip.
 
-A schema without ``$schema`` is read as 2020-12, as is. Drafts 04, 06, 07 and 2019-09 are
-converted keyword by keyword:
+A schema without ``$schema`` is read as 2020-12, except for the forms 2020-12 does not allow
+and older drafts give one meaning (each converted with a note): a boolean
+``exclusiveMinimum``/``exclusiveMaximum`` (draft-04) and an array-form ``items`` (drafts 04 to
+2019-09). Drafts 04, 06, 07 and 2019-09 are converted keyword by keyword:
 
 - ``definitions`` -> ``$defs`` (and the ``$ref`` pointers into them);
 - array-form ``items`` -> ``prefixItems``, and ``additionalItems`` -> ``items``;
@@ -11,8 +13,10 @@ converted keyword by keyword:
 - a root ``$id``/``id`` is dropped when every reference is local, and so are pointer-shaped ones
   below it (``"$id": "#/properties/x"``, which generators write and no ``$ref`` depends on).
 
+A subschema that declares its own ``$schema`` is converted from that dialect, like a root.
 Refused, with the JSON pointer and the reason: remote references, embedded resources (any other
-``$id`` below the root), ``$recursiveRef``, and unknown dialects.
+``$id`` below the root), ``$recursiveRef``, unknown dialects, and whatever is still not a valid
+2020-12 schema after conversion.
 """
 
 from __future__ import annotations
@@ -47,13 +51,29 @@ class Refusal:
     reason: str
 
 
+@dataclass(frozen=True)
+class Note:
+    """A place converted on a guess the schema did not declare (no ``$schema``)."""
+
+    pointer: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A schema in 2020-12 and the notes on how it was read."""
+
+    schema: Any
+    notes: tuple[Note, ...]
+
+
 class NotConvertible(Exception):
     def __init__(self, refusals: list[Refusal]) -> None:
         super().__init__("; ".join(f"{r.pointer or '/'}: {r.reason}" for r in refusals))
         self.refusals = refusals
 
 
-def dialect_of(schema: Any) -> str:
+def dialect_of(schema: Any, at: str = "") -> str:
     """The dialect a schema declares ("2020-12" when it declares none)."""
     declared = schema.get("$schema") if isinstance(schema, dict) else None
     if declared is None:
@@ -64,22 +84,45 @@ def dialect_of(schema: Any) -> str:
         .replace("https://json-schema.org/draft-0", "http://json-schema.org/draft-0")
     )
     if key not in DIALECTS:
-        raise NotConvertible([Refusal("/$schema", f"unknown dialect {declared!r}")])
+        raise NotConvertible([Refusal(f"{at}/$schema", f"unknown dialect {declared!r}")])
     return DIALECTS[key]
 
 
 def to_2020_12(schema: Any) -> Any:
     """``schema`` in draft 2020-12, without ``$schema``; NotConvertible lists what cannot be."""
+    return convert(schema).schema
+
+
+def convert(schema: Any) -> Converted:
+    """``schema`` in draft 2020-12 without ``$schema``, and a note for each place read on a
+    guess; NotConvertible lists every place whose meaning cannot be kept."""
     dialect = dialect_of(schema)
+    declared = isinstance(schema, dict) and "$schema" in schema
     refusals: list[Refusal] = []
+    notes: list[Note] = []
     document = schema
     if isinstance(schema, dict):
         document = {k: v for k, v in schema.items() if k != "$schema"}
-    document = _Converter(dialect, refusals).convert(document, "", root=True)
+    document = _Converter(dialect, declared, refusals, notes).convert(document, "", root=True)
     _check_references(document, "", refusals)
+    if not refusals:
+        document = _inline_root_ref(document)
+        refusals.extend(_invalid_2020_12(document))
     if refusals:
         raise NotConvertible(refusals)
-    return _inline_root_ref(document)
+    return Converted(document, tuple(notes))
+
+
+def _invalid_2020_12(document: Any) -> list[Refusal]:
+    """Where the converted schema is still not a valid 2020-12 schema (the spec would not
+    build), one refusal per place."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    validator = jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA)
+    return [
+        Refusal(pointer(*error.absolute_path), f"not valid in JSON Schema 2020-12: {error.message}")
+        for error in sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    ]
 
 
 def _inline_root_ref(document: Any) -> Any:
@@ -98,30 +141,41 @@ def _inline_root_ref(document: Any) -> Any:
 
 
 class _Converter:
-    def __init__(self, dialect: str, refusals: list[Refusal]) -> None:
+    def __init__(
+        self, dialect: str, declared: bool, refusals: list[Refusal], notes: list[Note]
+    ) -> None:
         self.dialect = dialect
+        self.declared = declared  # False: no $schema said which dialect this is
+        self.rename_definitions = dialect != "2020-12"  # the root's dialect, for every node
         self.refusals = refusals
+        self.notes = notes
 
     def convert(self, node: Any, at: str, root: bool = False) -> Any:
         if not isinstance(node, dict):
             return node
+        if not root and "$schema" in node:
+            return self._nested_dialect(node, at)
         node = dict(node)
         self._identifiers(node, at, root)
         if "deprecated" in node and not isinstance(node["deprecated"], bool):
             node["deprecated"] = True  # an annotation; a message there is not 2020-12
+        if self.rename_definitions:
+            # A $ref's "#" is the document's root, so pointers follow the root's dialect.
+            if isinstance(node.get("$ref"), str):
+                node["$ref"] = _definitions_to_defs(node["$ref"])
+            if isinstance(node.get("definitions"), dict):
+                node["$defs"] = {**node.pop("definitions"), **node.get("$defs", {})}
         if self.dialect == "2020-12":
+            if not self.declared:
+                self._older_forms(node, at)
             return self._children(node, at)
         if "$recursiveRef" in node or "$recursiveAnchor" in node:
             self.refusals.append(Refusal(at, "$recursiveRef has no 2020-12 equivalent here"))
-        if isinstance(node.get("$ref"), str):
-            node["$ref"] = _definitions_to_defs(node["$ref"])
-            if self.dialect != "2019-09":
-                # Those drafts ignore assertions beside a $ref: keep annotations, and
-                # definitions (still reachable by pointer).
-                kept = ("$ref", "definitions", "$defs", *ANNOTATIONS)
-                node = {k: v for k, v in node.items() if k in kept}
-        if isinstance(node.get("definitions"), dict):
-            node["$defs"] = {**node.pop("definitions"), **node.get("$defs", {})}
+        if isinstance(node.get("$ref"), str) and self.dialect != "2019-09":
+            # Those drafts ignore assertions beside a $ref: keep annotations, and
+            # definitions (still reachable by pointer).
+            kept = ("$ref", "definitions", "$defs", *ANNOTATIONS)
+            node = {k: v for k, v in node.items() if k in kept}
         if isinstance(node.get("items"), list):
             node["prefixItems"] = node.pop("items")
             if "additionalItems" in node:
@@ -139,6 +193,46 @@ class _Converter:
                 target = "dependentRequired" if isinstance(value, list) else "dependentSchemas"
                 node.setdefault(target, {})[name] = value
         return self._children(node, at)
+
+    def _nested_dialect(self, node: dict[str, Any], at: str) -> Any:
+        """A subschema declaring its own dialect (SchemaStore schemas do) is converted from it,
+        as a root would be; the declaration itself goes (2020-12 allows it only on a resource)."""
+        try:
+            dialect = dialect_of(node, at)
+        except NotConvertible as refused:
+            self.refusals.extend(refused.refusals)
+            return node
+        rest = {k: v for k, v in node.items() if k != "$schema"}
+        nested = _Converter(dialect, True, self.refusals, self.notes)
+        nested.rename_definitions = self.rename_definitions
+        return nested.convert(rest, at)
+
+    def _older_forms(self, node: dict[str, Any], at: str) -> None:
+        """Forms 2020-12 forbids in a schema that declares no dialect, where the older drafts
+        give them one meaning: converted as those drafts read them, with a note."""
+        for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if isinstance(node.get(flag), bool):
+                exclusive = node.pop(flag)
+                if exclusive and bound in node:
+                    node[flag] = node.pop(bound)
+                self.notes.append(
+                    Note(
+                        f"{at}/{flag}",
+                        f"boolean {flag} read as draft-04 (the schema declares no $schema): "
+                        + (f"now {flag}: {node[flag]}" if flag in node else "dropped"),
+                    )
+                )
+        if isinstance(node.get("items"), list):
+            node["prefixItems"] = node.pop("items")
+            if "additionalItems" in node:
+                node["items"] = node.pop("additionalItems")
+            self.notes.append(
+                Note(
+                    f"{at}/items",
+                    "array-form items read as drafts 04 to 2019-09 do (the schema declares no "
+                    "$schema): now prefixItems",
+                )
+            )
 
     def _identifiers(self, node: dict[str, Any], at: str, root: bool) -> None:
         for key in ("$id", "id") if self.dialect == "draft-04" else ("$id",):

@@ -6,20 +6,25 @@ one spec a tool: id ``NS.<tool-name>.v1``, the original name where our name rule
 description, the schemas brought to 2020-12 (``dialect``), and for MCP the annotations as
 ``kind``/``sideEffect`` hints, with the originals kept under ``importedFrom``.
 
-The same input gives the same files. An existing spec file is never overwritten with different
-content unless ``force``; nothing is written when any tool is refused.
+A file is JSON when it parses as one document, else JSON Lines (MCP only): the shape is found by
+parsing, not by its first characters. The same input gives the same files. Every spec is
+validated as the build would validate it before anything is written (``check_imported``); an
+existing spec file is never overwritten with different content unless ``force``; nothing is
+written when any tool is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from blade_codegen.dialect import NotConvertible, Refusal, to_2020_12
+from blade_codegen.dialect import NotConvertible, Refusal, convert
+from blade_codegen.load import SourceFile, SpecTree, load
 from blade_codegen.write import write_file
 
 Source = Literal["mcp", "openai", "anthropic"]
@@ -42,6 +47,7 @@ class Imported:
 
     path: str
     text: str
+    notes: tuple[str, ...] = ()  # where a schema was read on a guess (no $schema), one line each
 
 
 @dataclass(frozen=True)
@@ -65,17 +71,7 @@ def read_tools(path: Path, source: Source) -> tuple[list[Tool], list[str]]:
     except OSError as error:
         raise ImportRefused([f"{label}: cannot read: {error.strerror or error}"]) from None
     try:
-        if source == "mcp" and not text.lstrip().startswith(
-            ("[", '{"tools"', '{"result"', '{"jsonrpc"')
-        ):
-            records = [
-                (f"line {n}", json.loads(line))
-                for n, line in enumerate(text.splitlines(), 1)
-                if line.strip()
-            ]
-        else:
-            document = json.loads(text)
-            records = [(f"tools[{i}]", item) for i, item in enumerate(_tool_list(document, source))]
+        records = _records(text, source)
     except json.JSONDecodeError as error:
         raise ImportRefused(
             [f"{label}:{error.lineno}:{error.colno}: not JSON: {error.msg}"]
@@ -91,6 +87,37 @@ def read_tools(path: Path, source: Source) -> tuple[list[Tool], list[str]]:
         else:
             tools.append(Tool(*tool, where=where))
     return tools, problems
+
+
+def _records(text: str, source: Source) -> list[tuple[str, Any]]:
+    """The tool records of ``text`` with where each is: one JSON document (pretty-printed or
+    not), or for MCP one record a line. JSONDecodeError names the first place neither reads."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as whole:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if source != "mcp" or len(lines) < 2:
+            raise
+        try:
+            json.loads(lines[0][1])
+        except json.JSONDecodeError:
+            raise whole from None  # not JSON Lines either: the document's own error
+        records = []
+        for n, line in lines:
+            try:
+                records.append((f"line {n}", json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise json.JSONDecodeError(error.msg, text, _offset(text, n, error.pos)) from None
+        return records
+    if source == "mcp" and isinstance(document, dict) and "inputSchema" in document:
+        return [("line 1", document)]  # JSON Lines of one record
+    return [(f"tools[{i}]", item) for i, item in enumerate(_tool_list(document, source))]
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    """The offset in ``text`` of ``column`` (0-based) on 1-based ``line``."""
+    starts = [0, *(i + 1 for i, c in enumerate(text) if c == "\n")]
+    return starts[line - 1] + column
 
 
 def _tool_list(document: Any, source: Source) -> list[Any]:
@@ -181,22 +208,27 @@ def import_tools(
                 f"{label}: {tool.where}: {tool.name}: another tool also imports as {spec_id}"
             )
             continue
+        notes: list[str] = []
         try:
-            spec = _spec(tool, source, spec_id, name_prefix)
+            spec = _spec(tool, source, spec_id, name_prefix, notes)
         except NotConvertible as refused:
             found.extend(
                 f"{label}: {tool.where}: {tool.name}: {r.pointer}: {r.reason} "
-                "(its meaning would change in 2020-12: edit the schema, then import again)"
+                "(it cannot be kept as JSON Schema 2020-12: edit the schema, then import again)"
                 for r in refused.refusals
             )
             continue
-        files[path] = Imported(path, json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
+        text = json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
+        where = f"{label}: {tool.where}: {tool.name}"
+        files[path] = Imported(path, text, tuple(f"{where}: {note}" for note in notes))
     if found:
         raise ImportRefused(found)
     return list(files.values())
 
 
-def _spec(tool: Tool, source: Source, spec_id: str, name_prefix: str) -> dict[str, Any]:
+def _spec(
+    tool: Tool, source: Source, spec_id: str, name_prefix: str, notes: list[str]
+) -> dict[str, Any]:
     name = name_prefix + (tool.name if NAME_RULE.fullmatch(tool.name) else _safe_name(tool.name))
     spec: dict[str, Any] = {
         "id": spec_id,
@@ -209,9 +241,9 @@ def _spec(tool: Tool, source: Source, spec_id: str, name_prefix: str) -> dict[st
         spec["sideEffect"] = "pure"
     elif hints.get("idempotentHint") is True:
         spec["sideEffect"] = "idempotent"
-    spec["inputSchema"] = _arguments(_converted(tool.input_schema, "/inputSchema"))
+    spec["inputSchema"] = _arguments(_converted(tool.input_schema, "/inputSchema", notes))
     if isinstance(tool.output_schema, dict):
-        spec["outputSchema"] = _converted(tool.output_schema, "/outputSchema")
+        spec["outputSchema"] = _converted(tool.output_schema, "/outputSchema", notes)
     origin: dict[str, Any] = {"format": source, "name": tool.name}
     if hints:
         origin["annotations"] = hints
@@ -219,13 +251,15 @@ def _spec(tool: Tool, source: Source, spec_id: str, name_prefix: str) -> dict[st
     return spec
 
 
-def _converted(schema: dict[str, Any], slot: str) -> Any:
+def _converted(schema: dict[str, Any], slot: str, notes: list[str]) -> Any:
     try:
-        return to_2020_12(schema)
+        converted = convert(schema)
     except NotConvertible as refused:
         raise NotConvertible(
             [Refusal(f"{slot}{r.pointer}", r.reason) for r in refused.refusals]
         ) from None
+    notes.extend(f"{slot}{note.pointer}: {note.message}" for note in converted.notes)
+    return converted.schema
 
 
 def _arguments(schema: Any) -> Any:
@@ -250,6 +284,28 @@ def _slug(name: str) -> str:
 def _safe_name(name: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
     return safe if safe[:1].isalpha() else f"t_{safe}"
+
+
+def check_imported(specs: Path, files: list[Imported]) -> list[str]:
+    """What validation would find in ``files`` once written under ``specs`` beside the specs
+    already there (ids and names unique), one line each: checked before anything is written."""
+    from blade_codegen.validate import validate
+
+    tree = load(specs) if specs.is_dir() else SpecTree(specs, (), ())
+    new = {
+        f.path: SourceFile(
+            specs, f.path, f.text, json.loads(f.text), hashlib.sha256(f.text.encode()).hexdigest()
+        )
+        for f in files
+    }
+    # The tree's own specs first: a clash with one of them is reported on the imported file.
+    kept = tuple(source for source in tree.specs if source.rel not in new)
+    candidate = replace(tree, specs=(*kept, *new.values()), problems=())
+    return [
+        str(replace(problem, path=str(specs / problem.path)))
+        for problem in validate(candidate)
+        if problem.path in new
+    ]
 
 
 def write_imported(specs: Path, files: list[Imported], force: bool) -> tuple[list[str], list[str]]:
