@@ -1,4 +1,4 @@
-"""Optional properties are typed exactly: left out is ``MISSING``, ``None`` only where null is valid.
+"""Optional properties are typed exactly: left out is MISSING, None only where null is valid.
 
 Every slot (input, output, context, data, suspend, resume) gets the same two properties, one
 optional and non-nullable, one optional and nullable; mypy must refuse ``None`` for the first and

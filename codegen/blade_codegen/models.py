@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from blade_codegen.patterns import model_pattern
 from blade_codegen.resolve import Slot, canonical_json
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
 
@@ -570,6 +571,30 @@ def model_default(node: dict[str, Any]) -> bool:
     return isinstance(value, kinds)
 
 
+def with_model_patterns(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with its ``pattern`` (and ``patternProperties`` names) in the dialect of the
+    models' engine; a pattern that engine cannot hold is left out of the model."""
+    pattern = node.get("pattern")
+    names = node.get("patternProperties")
+    if not isinstance(pattern, str) and not isinstance(names, dict):
+        return node
+    node = dict(node)
+    if isinstance(pattern, str):
+        translated = model_pattern(pattern)
+        if translated is None:
+            del node["pattern"]
+        else:
+            node["pattern"] = translated
+    if isinstance(names, dict):
+        kept = {}
+        for name, sub in names.items():
+            translated = model_pattern(name)
+            if translated is not None:
+                kept[translated] = sub
+        node["patternProperties"] = kept
+    return node
+
+
 def looser_than_schema(slots: tuple[Slot, ...]) -> list[tuple[str, str]]:
     """Where each slot's models accept more than its JSON Schema, as (place, why)."""
     found = []
@@ -580,6 +605,11 @@ def looser_than_schema(slots: tuple[Slot, ...]) -> list[tuple[str, str]]:
                 if keyword == "uniqueItems" and node[keyword] is not True:
                     continue
                 found.append((where, LOOSER_KEYWORDS[keyword]))
+            patterns = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+            if isinstance(node.get("patternProperties"), dict):
+                patterns += list(node["patternProperties"])
+            if any(model_pattern(p) is None for p in patterns):
+                found.append((where, "a 'pattern' the models' regex engine cannot hold"))
             if "default" in node and not model_default(node):
                 found.append((where, "this 'default' is not carried into the model"))
     return found

@@ -33,6 +33,7 @@ from blade_codegen.models import (
     model_shapes,
     models_with_fallbacks,
     with_discriminators,
+    with_model_patterns,
 )
 from blade_codegen.plan import CLIENT_MODULE, BuildPlan, SharedPlan, ToolPlan, pascal
 from blade_codegen.refs import RefTarget, parse_ref
@@ -154,6 +155,7 @@ class ModelDocument:
         fragments to new references (None: treat as a shared-file reference)."""
 
         def edit(node: dict[str, Any]) -> dict[str, Any]:
+            node = with_model_patterns(node)
             if "default" in node and not model_default(node):
                 node = {k: v for k, v in node.items() if k != "default"}
             ref = node.get("$ref")

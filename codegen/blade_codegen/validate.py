@@ -13,6 +13,7 @@ import jsonschema_rs
 
 from blade_codegen.dependencies import Dependency, Unavailable, holder, installed
 from blade_codegen.load import SourceFile, SpecTree
+from blade_codegen.patterns import ecma_problem
 from blade_codegen.problems import Problem
 from blade_codegen.refs import RefError, RefTarget, dependency_of, parse_ref
 from blade_codegen.schemas import Segments, resolve_pointer, subschemas
@@ -279,6 +280,28 @@ def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any)
         ref = sub.get("$ref")
         if isinstance(ref, str):
             problems.extend(_check_ref(tree, source, (*path, "$ref"), ref, at))
+        problems.extend(_check_patterns(source, path, sub))
+    return problems
+
+
+def _check_patterns(source: SourceFile, path: Segments, schema: dict[str, Any]) -> list[Problem]:
+    """Every ``pattern`` and ``patternProperties`` name compiles as the runtime reads it."""
+    found: list[tuple[Segments, str]] = []
+    if isinstance(schema.get("pattern"), str):
+        found.append(((*path, "pattern"), schema["pattern"]))
+    if isinstance(schema.get("patternProperties"), dict):
+        found.extend(((*path, "patternProperties", k), k) for k in schema["patternProperties"])
+    problems = []
+    for at, pattern in found:
+        why = ecma_problem(pattern)
+        if why is not None:
+            problems.append(
+                source.problem(
+                    at,
+                    f"{json.dumps(pattern)} is not a valid ECMA-262 regular expression: {why}",
+                    "JSON Schema patterns are ECMA-262 (JavaScript) regular expressions",
+                )
+            )
     return problems
 
 

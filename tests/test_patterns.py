@@ -1,0 +1,156 @@
+"""Patterns are ECMA-262: checked at build, carried into models only with the same meaning."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import pytest
+from conftest import add_spec, spec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic_core import SchemaValidator, core_schema
+
+from blade_codegen.build import build
+from blade_codegen.patterns import ecma_problem, model_pattern
+from blade_codegen.problems import SpecError
+
+# Pieces whose ECMA and regex-crate readings differ, or that the crate cannot read at all.
+PIECES = [
+    "\\d",
+    "\\D",
+    "\\w",
+    "\\W",
+    "\\s",
+    "\\S",
+    ".",
+    "\\b",
+    "a",
+    "é",
+    "-",
+    "[a-z]",
+    "[^\\s]",
+    "[\\w.-]",
+    "[\\D]",
+    "\\p{L}",
+    "\\p{Lu}",
+    "(?:ab|c)",
+    "(?<n>x)",
+    "\\cJ",
+    "\\u00e9",
+    "\\/",
+    "[[]",
+    "[&]",
+    "[~]",
+    "(?=a)",
+    "(?!b)",
+    "\\x41",
+    "+",
+    "*",
+    "?",
+    "{2}",
+    "{1,3}",
+    "^",
+    "$",
+]
+ALPHABET = "aAbé0٣_ -\t\n\r\x0b\ufeff\x85\u2028\u3000&~[/J\x0aA"
+
+
+def _runtime(pattern: str, text: str) -> bool:
+    return bool(jsonschema_rs.Draft202012Validator({"pattern": pattern}).is_valid(text))
+
+
+def _model(pattern: str, text: str) -> bool:
+    validator = SchemaValidator(core_schema.str_schema(pattern=pattern))
+    try:
+        validator.validate_python(text)
+    except Exception:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(PIECES), min_size=1, max_size=5),
+    texts=st.lists(st.text(ALPHABET, max_size=4), min_size=1, max_size=8),
+)
+def test_a_translated_pattern_accepts_every_string_the_runtime_accepts(
+    pieces: list[str], texts: list[str]
+) -> None:
+    pattern = "".join(pieces)
+    if ecma_problem(pattern) is not None:
+        return
+    translated = model_pattern(pattern)
+    if translated is None:
+        return  # left out of the model: nothing can be refused
+    for text in texts:
+        if _runtime(pattern, text):
+            assert _model(translated, text), (pattern, translated, text)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("^\\d+$", "^[0-9]+$"),
+        ("^\\p{L}+$", "^\\p{L}+$"),
+        ("(?<year>\\d{4})", "(?P<year>[0-9]{4})"),
+        ("(?=a)\\p{L}", None),  # lookaround: neither engine pydantic offers holds it
+        ("(a)\\1", None),
+    ],
+)
+def test_translation(pattern: str, expected: str | None) -> None:
+    assert model_pattern(pattern) == expected
+
+
+@pytest.mark.parametrize("pattern", ["(", "a{", "[z-a]", "a**"])
+def test_an_invalid_pattern_is_a_spec_problem_with_its_pointer(
+    tmp_path: Path, pattern: str
+) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}}
+    add_spec(tmp_path / "specs", spec("t.bad-pattern.v1", inputSchema=schema))
+    with pytest.raises(SpecError) as raised:
+        build(tmp_path / "specs", tmp_path / "out", "pkg")
+    [problem] = raised.value.problems
+    assert problem.pointer == "/inputSchema/properties/code/pattern"
+    assert problem.line > 1
+    assert "not a valid ECMA-262 regular expression" in problem.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_invalid_pattern_property_name_is_a_spec_problem(tmp_path: Path) -> None:
+    schema = {"type": "object", "patternProperties": {"(x": {"type": "string"}}}
+    add_spec(tmp_path / "specs", spec("t.bad-names.v1", outputSchema=schema))
+    with pytest.raises(SpecError) as raised:
+        build(tmp_path / "specs", tmp_path / "out", "pkg")
+    assert [p.pointer for p in raised.value.problems] == ["/outputSchema/patternProperties/(x"]
+
+
+def _module(out: Path, name: str) -> Any:
+    sys.path.insert(0, str(out))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(out))
+
+
+def test_no_pattern_makes_a_module_fail_at_import(tmp_path: Path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "word": {"type": "string", "pattern": "^(?=[A-Z])\\p{L}+$"},
+            "digits": {"type": "string", "pattern": "^\\d+$"},
+            "letters": {"type": "string", "pattern": "^\\p{L}+$"},
+        },
+    }
+    add_spec(tmp_path / "specs", spec("t.patterns.v1", inputSchema=schema))
+    build(tmp_path / "specs", tmp_path / "out", "pattern_pkg")
+    text = (tmp_path / "out" / "pattern_pkg" / "t" / "patterns_v1.py").read_text("utf-8")
+    assert "/properties/word: a 'pattern' the models' regex engine cannot hold" in text
+    module = _module(tmp_path / "out", "pattern_pkg.t.patterns_v1")
+    value = module.PatternsInput.model_validate({"word": "Élan", "digits": "42", "letters": "é"})
+    assert value.model_dump(exclude_unset=True) == {"word": "Élan", "digits": "42", "letters": "é"}
+    with pytest.raises(ValueError):
+        module.PatternsInput(digits="٣")  # the runtime's \d is ASCII: so is the model's
