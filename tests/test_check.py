@@ -5,23 +5,18 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE_SPECS, add_spec, spec, write_json
+from conftest import EXAMPLE_SPECS, add_spec, run_cli, spec, write_json
 
 from blade_codegen.check import Baseline, check, read_lock, released_from
 from blade_codegen.resolve import resolve_specs
 
-BIN = Path(sys.executable).parent
-
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "blade-codegen"), *args], capture_output=True, text=True, check=False, cwd=cwd
-    )
+    return run_cli(*args, cwd=cwd)
 
 
 @pytest.fixture
@@ -272,3 +267,43 @@ def test_released_history_keeps_every_fingerprint(tmp_path: Path) -> None:
 def test_the_example_packages_lock_is_current() -> None:
     done = cli("lock", str(EXAMPLE_SPECS), "--lock", str(EXAMPLE_SPECS.parent / "blade.lock.json"))
     assert done.returncode == 0 and done.stdout.endswith("is up to date\n"), done.stdout
+
+
+def test_a_missing_lock_is_exit_3_naming_it_and_the_first_release_is_one_command(
+    tmp_path: Path,
+) -> None:
+    specs = tmp_path / "specs"
+    shutil.copytree(EXAMPLE_SPECS, specs)
+    typo = tmp_path / "blade.lok.json"
+    for args in (
+        ("check", str(specs)),  # nothing released yet: check compares with nothing
+        ("check", str(specs), "--lock", str(typo)),
+        ("lock", str(specs), "--lock", str(typo)),
+        ("build", str(specs), "--out", str(tmp_path / "out"), "--lock", str(typo)),
+        ("pack", str(specs), "--name", "blade-tool-x", "--version", "1.0.0", "--lock", str(typo)),
+    ):
+        done = cli(*args)
+        assert done.returncode == 3, (args, done.stdout, done.stderr)
+        assert "no lock file at" in done.stderr and "blade-codegen lock" in done.stderr, args
+        assert "Traceback" not in done.stderr
+    assert (
+        not typo.exists() and not (tmp_path / "out").exists() and not (tmp_path / "dist").exists()
+    )
+    first = cli("lock", str(specs))  # the first release: one command, the default lock
+    assert first.returncode == 0 and "first release" in first.stdout, first.stderr
+    assert cli("check", str(specs)).returncode == 0
+    elsewhere = cli("lock", str(specs), "--lock", str(typo), "--init")
+    assert elsewhere.returncode == 0 and typo.is_file()
+    assert typo.read_bytes() == (tmp_path / "blade.lock.json").read_bytes()
+
+
+def test_an_empty_spec_folder_builds_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "specs"
+    write_json(empty / "common" / "money.schema.json", {"type": "object"})  # shared files only
+    for args in (
+        ("build", str(empty), "--out", str(tmp_path / "out")),
+        ("pack", str(empty), "--name", "blade-tool-x", "--version", "1.0.0"),
+    ):
+        done = cli(*args)
+        assert done.returncode == 3 and "no spec files" in done.stderr, args
+    assert not (tmp_path / "out").exists()

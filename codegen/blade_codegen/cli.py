@@ -76,7 +76,7 @@ def build(
     from blade_codegen.check import BaselineError
     from blade_codegen.models import ModelFailure
 
-    specs = _specs_dir(specs_dir)
+    specs = _specs_dir(specs_dir, need_specs=True)
     defaults = _settings()
     out = out or defaults.out
     package = package or defaults.package
@@ -84,6 +84,7 @@ def build(
         raise click.UsageError(
             f"--package {package!r} is not a Python package name (use e.g. blade_specs)"
         )
+    lock = _lock_path(lock_file, specs)
     progress = _Progress() if sys.stderr.isatty() else None
     try:
         result = run_build(
@@ -92,7 +93,7 @@ def build(
             package,
             check=check,
             progress=progress.step if progress else lambda p: None,
-            lock=None if allow_breaking else (lock_file or default_lock(specs)),
+            lock=None if allow_breaking else lock,
         )
     except SpecError as error:
         _report(error)
@@ -176,13 +177,37 @@ def _settings() -> Settings:
         raise click.UsageError(str(error)) from None
 
 
-def _specs_dir(specs_dir: Path | None) -> Path:
+def _specs_dir(specs_dir: Path | None, need_specs: bool = False) -> Path:
+    """The spec folder; with ``need_specs``, one holding no spec file is refused (exit 3): an
+    empty package built without a word hides a wrong path."""
+    from blade_codegen.load import SHARED_SUFFIX, spec_paths
+
     specs = specs_dir or _settings().specs
     if not specs.is_dir():
         raise click.UsageError(
             f"no spec folder at {specs} (pass SPECS_DIR or set [tool.blade-codegen] specs)"
         )
+    if need_specs and all(p.name.endswith(SHARED_SUFFIX) for p in spec_paths(specs)):
+        _fail(
+            f"{specs}: no spec files (*.json other than *.schema.json); nothing was written "
+            "(write one with `blade-codegen new ID`, or pass the right SPECS_DIR)",
+            EXIT_INVALID,
+        )
     return specs
+
+
+def _lock_path(lock_file: Path | None, specs: Path, *, required: bool = False) -> Path:
+    """The lock: ``--lock FILE`` (which must exist: a misspelled name must not check nothing),
+    else blade.lock.json beside SPECS_DIR (which must exist too when ``required``)."""
+    path = lock_file or default_lock(specs)
+    if (lock_file is not None or required) and not path.is_file():
+        _fail(
+            f"no lock file at {path}: nothing released to compare with (record the first "
+            f"release with `blade-codegen lock{'' if lock_file is None else ' --lock FILE --init'}`"
+            ", or fix the path)",
+            EXIT_INVALID,
+        )
+    return path
 
 
 def _report(error: SpecError) -> NoReturn:
@@ -250,7 +275,7 @@ def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_:
     try:
         resolved = resolve_specs(specs)
         if against == "lock":
-            baseline = read_lock(lock_file or default_lock(specs))
+            baseline = read_lock(_lock_path(lock_file, specs, required=True))
         else:
             baseline = git_baseline(specs, against.removeprefix("git:"))
     except SpecError as error:
@@ -286,11 +311,21 @@ def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_:
 )
 @click.option("--waive", "waive_id", help="Record a waiver for this id's undecidable findings.")
 @click.option("--reason", help="Why the waived change is safe (required with --waive).")
+@click.option(
+    "--init",
+    is_flag=True,
+    help="Create the --lock FILE that does not exist yet (the default lock needs no --init).",
+)
 def lock(
-    specs_dir: Path | None, lock_file: Path | None, waive_id: str | None, reason: str | None
+    specs_dir: Path | None,
+    lock_file: Path | None,
+    waive_id: str | None,
+    reason: str | None,
+    init: bool,
 ) -> None:
     """Record the specs as released in the lock, if nothing breaks a released contract.
 
+    The first `blade-codegen lock` writes blade.lock.json beside SPECS_DIR: the first release.
     The lock keeps, per id, every released fingerprint, the latest contract and the data channel
     and suspend point names ever used. Commit it next to the specs.
     """
@@ -307,7 +342,7 @@ def lock(
     if waive_id is not None and not reason:
         raise click.UsageError("--waive needs --reason: say why the change is safe")
     specs = _specs_dir(specs_dir)
-    path = lock_file or default_lock(specs)
+    path = lock_file if init and lock_file is not None else _lock_path(lock_file, specs)
     try:
         resolved = resolve_specs(specs)
         baseline = read_lock(path)
@@ -327,8 +362,12 @@ def lock(
     if path.exists() and path.read_text("utf-8") == text:
         click.echo(f"{path} is up to date")
         return
+    first = not path.exists()
     _write_or_exit(path, text)
-    click.echo(f"wrote {path}: {len(resolved.specs)} spec(s) locked")
+    click.echo(
+        f"wrote {path}: {len(resolved.specs)} spec(s) locked"
+        + (" (the first release: commit it beside the specs)" if first else "")
+    )
 
 
 @main.command()
@@ -359,8 +398,8 @@ def pack(
     from blade_codegen.pack import PackRefused
     from blade_codegen.pack import pack as run_pack
 
-    specs = _specs_dir(specs_dir)
-    lock = lock_file or default_lock(specs)
+    specs = _specs_dir(specs_dir, need_specs=True)
+    lock = _lock_path(lock_file, specs)
     try:
         packed = run_pack(specs, name, version_, out, lock)
     except PackRefused as refused:
