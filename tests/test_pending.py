@@ -23,7 +23,8 @@ from blade_runtime import ResumeEntry
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime
 from blade_runtime.sqlite import SCHEMA_VERSION, SQLiteStore
-from blade_runtime.store import Event, MemoryStore, StoreError
+from blade_runtime.memory import MemoryStore
+from blade_runtime.store import Event, StoreError
 
 REFUND = {
     "payment_id": "pay_1",
@@ -64,12 +65,10 @@ class Refunds:
                     refund.RefundPaymentApprovalSuspend(prompt="Sure?", amount=ctx.input.amount),
                 )
             if not entry.payload.approved:
-                return refund.RefundPaymentOutputRefundPaymentOutput1(
+                return refund.RefundPaymentOutputDeclined(
                     status="declined", by=entry.payload.approver
                 )
-            return refund.RefundPaymentOutputRefundPaymentOutput(
-                status="refunded", refund_id="re_1"
-            )
+            return refund.RefundPaymentOutputRefunded(status="refunded", refund_id="re_1")
         prompt = f"Refund {ctx.input.amount.amount_minor}?"
         ctx.suspend(
             "approval", refund.RefundPaymentApprovalSuspend(prompt=prompt, amount=ctx.input.amount)

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
-from blade_runtime.execution import now
 from blade_runtime.registry import compiled
 from blade_runtime.results import ErrorCode
-from blade_runtime.store import ActionRecord, Event, Resolution
+from blade_runtime.store import DEFAULT_LEASE_S, ActionRecord, Event, Resolution, now
 from blade_runtime.validation import describe
 
 
@@ -41,10 +40,11 @@ def completion(action: ActionRecord, value: JsonValue) -> tuple[Resolution, Even
 
 
 def resumption(
-    action: ActionRecord, value: JsonValue, owner: str | None
+    action: ActionRecord, value: JsonValue, owner: str | None, lease_s: float = DEFAULT_LEASE_S
 ) -> tuple[Resolution, Event]:
     """A suspension's resume payload arrived. With an ``owner`` (a runtime about to re-enter the
-    implementation) the call is marked running; without one it waits, resumable, for a runtime."""
+    implementation) the call is claimed for it, running under a lease of ``lease_s``; without
+    one it waits, resumable, for some runtime's recovery to claim it."""
     at = now()
     entry: JsonValue = {"action_id": action.action_id, "point": action.point, "resume": value}
     resolution = Resolution(
@@ -54,6 +54,7 @@ def resumption(
         call_state="running" if owner else "resumable",
         call_entry=entry,
         call_owner=owner,
+        lease_s=lease_s,
     )
     payload: JsonValue = {"action_id": action.action_id, "point": action.point}
     return resolution, Event(action.run_id, action.call_id, "resumed", payload, at)
@@ -90,5 +91,26 @@ def _settling(
     return resolution, Event(action.run_id, action.call_id, "result", result, at)
 
 
+def expiry(action: ActionRecord) -> tuple[Resolution, Event]:
+    """The action's deadline passed before anyone resolved it: its call settles as TIMEOUT."""
+    message = "Nobody answered the pending action before its deadline, so the tool call timed out."
+    result = error_json(ErrorCode.TIMEOUT, message)
+    at = now()
+    resolution = Resolution(
+        "expired",
+        at,
+        reason="its deadline passed",
+        call_state="settled",
+        call_result=result,
+        only_if_expired=True,
+    )
+    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+
+
 def already_resolved(action: ActionRecord) -> str:
+    if action.state == "expired":
+        return (
+            f"The action {action.action_id} expired at {action.resolved_at}: its deadline "
+            "passed before it was resolved, and its call settled as TIMEOUT."
+        )
     return f"The action {action.action_id} was already {action.state} at {action.resolved_at}."

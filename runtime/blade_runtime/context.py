@@ -14,6 +14,8 @@ from typing import Generic, NoReturn, Protocol, TypeVar
 
 from pydantic import JsonValue
 
+from blade_runtime.caller import CallContext
+
 InputT = TypeVar("InputT", covariant=True)
 ContextT = TypeVar("ContextT", covariant=True)
 PointT = TypeVar("PointT", bound=str, covariant=True)
@@ -44,12 +46,13 @@ class Suspended(BaseException):
 
 @dataclass(slots=True)
 class CallInfo:
-    """Identity of one tool call inside one agent run."""
+    """Identity of one tool call inside one agent run, and who it is for."""
 
     call_id: str
     run_id: str
     name: str
     spec_id: str
+    context: CallContext | None = None
 
 
 class CancellationSignal:

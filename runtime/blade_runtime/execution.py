@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, JsonValue, ValidationError
@@ -28,14 +27,10 @@ from blade_runtime.context import (
 from blade_runtime.jsonvalue import NotJson, lossless, model_of
 from blade_runtime.registry import Point, Typed
 from blade_runtime.spec import JsonObject, ToolSpec
-from blade_runtime.store import DataRecord, Event, Store
+from blade_runtime.store import DataRecord, Event, Store, now
 from blade_runtime.validation import describe
 
 INITIAL = InitialEntry()
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 class DataRejected(ValueError):

@@ -52,6 +52,7 @@ class Point:
     name: str
     suspend: Typed
     resume: Typed
+    expires_after_s: float | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -125,6 +126,7 @@ def registration(
             point.name,
             typed(point.suspend_schema, point.suspend_type),
             typed(point.resume_schema, point.resume_type),
+            None if point.expires_after_ms is None else point.expires_after_ms / 1000,
         )
     output = None if spec.output_schema is None else typed(spec.output_schema, spec.output_type)
     return Registration(

@@ -60,6 +60,7 @@ class SuspendPoint(Generic[SuspendT, ResumeT]):
     resume_schema: JsonObject
     suspend_type: Any  # generated class or alias (typed by SuspendT)
     resume_type: Any  # generated class or alias (typed by ResumeT)
+    expires_after_ms: int | None = None  # past it, the action settles as TIMEOUT
 
 
 @dataclass(frozen=True, kw_only=True)

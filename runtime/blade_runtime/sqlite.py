@@ -8,16 +8,24 @@ and processes queue on the file's lock (``busy_timeout``), and resolving an acti
 
 The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[n]`` (its statements, in one
 transaction) takes version n to n+1.
+
+Many processes may share one file (on one machine: SQLite's locks do not hold over network file
+systems). Whether the owner of a running call still runs is checked by its pid when it is on this
+host; otherwise its lease decides. Other processes' events are found by polling the events table.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import socket
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,12 +37,17 @@ from blade_runtime.store import (
     ActionState,
     CallRecord,
     CallState,
+    Claimed,
     DataRecord,
     Event,
+    LeaseLost,
     Resolution,
     Resolved,
     StoreError,
+    StoreUnavailable,
     UnknownAction,
+    clock,
+    now,
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -100,17 +113,30 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (  # 2: leases, tenants, the caller's context, action deadlines
+        "ALTER TABLE calls ADD COLUMN lease_until REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE calls ADD COLUMN tenant TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE calls ADD COLUMN context TEXT",
+        "ALTER TABLE actions ADD COLUMN tenant TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE actions ADD COLUMN expires_at REAL",
+        # Sweeps read only the calls that may need a runtime: a partial index stays small.
+        "CREATE INDEX calls_open ON calls (state) WHERE state IN ('running', 'resumable')",
+        "CREATE INDEX calls_run ON calls (run_id)",
+        "CREATE INDEX actions_expiring ON actions (expires_at) "
+        "WHERE state = 'pending' AND expires_at IS NOT NULL",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _CALL_COLUMNS = (
     "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
-    "entry, result"
+    "entry, result, lease_until, tenant, context"
 )
 _ACTION_COLUMNS = (
     "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
-    "state, resume, resolved_at, reason"
+    "state, resume, resolved_at, reason, tenant, expires_at"
 )
+_HOST = socket.gethostname()
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -155,13 +181,19 @@ class SQLiteStore:
         busy_timeout_ms: int = 30_000,
     ) -> None:
         self.path = Path(path)
+        self.url = f"sqlite:///{self.path}"
+        self.poll_s = 0.05  # how often other processes' events are looked for
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._schemas = _Schemas()
-        self._migrate()
+        try:
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            self.close()
+            raise StoreUnavailable(f"{self.url}: not a blade-runtime store ({error})") from None
 
     # -- connections and transactions ----------------------------------------------------------
 
@@ -170,10 +202,10 @@ class SQLiteStore:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+            self._local.connection = connection  # before the pragmas: close() must find it
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute(f"PRAGMA synchronous={self._synchronous}")
             connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
-            self._local.connection = connection
             with self._connections_lock:
                 self._connections.append(connection)
         return connection
@@ -193,8 +225,8 @@ class SQLiteStore:
         with self._write() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path}: store schema version {version} is newer than this "
+                raise StoreUnavailable(
+                    f"{self.url}: store schema version {version} is newer than this "
                     f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
                 )
             for step in range(version, SCHEMA_VERSION):
@@ -213,9 +245,7 @@ class SQLiteStore:
     @staticmethod
     def _put_call(db: sqlite3.Connection, call: CallRecord) -> None:
         db.execute(
-            f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT (call_id) DO UPDATE SET state = excluded.state, "
-            "owner = excluded.owner, entry = excluded.entry, result = excluded.result",
+            f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 call.call_id,
                 call.run_id,
@@ -229,6 +259,9 @@ class SQLiteStore:
                 call.owner,
                 _dump(call.entry),
                 _dump(call.result),
+                call.lease_until,
+                call.tenant,
+                _dump(call.context),
             ),
         )
 
@@ -236,7 +269,10 @@ class SQLiteStore:
 
     def begin(self, call: CallRecord, event: Event) -> None:
         with self._write() as db:
-            self._put_call(db, call)
+            try:
+                self._put_call(db, call)
+            except sqlite3.IntegrityError:
+                raise StoreError(f"call id {call.call_id!r} is already recorded") from None
             self._append(db, event)
 
     def suspend(
@@ -244,14 +280,17 @@ class SQLiteStore:
     ) -> None:
         with self._write() as db:
             if known:
-                db.execute(
-                    "UPDATE calls SET state = ?, owner = ? WHERE call_id = ?",
-                    (call.state, call.owner, call.call_id),
-                )
+                changed = db.execute(
+                    "UPDATE calls SET state = ? WHERE call_id = ? AND owner = ? "
+                    "AND state = 'running'",
+                    (call.state, call.call_id, call.owner),
+                ).rowcount
+                if not changed:
+                    raise LeaseLost(call.call_id, call.owner)
             else:
                 self._put_call(db, call)
             db.execute(
-                f"INSERT INTO actions ({_ACTION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO actions ({_ACTION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     action.action_id,
                     action.call_id,
@@ -266,21 +305,25 @@ class SQLiteStore:
                     _dump(action.resume),
                     action.resolved_at,
                     action.reason,
+                    action.tenant,
+                    action.expires_at,
                 ),
             )
             self._append(db, event)
 
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         with self._write() as db:
+            expiry = " AND expires_at <= ?" if resolution.only_if_expired else ""
             row = db.execute(
                 "UPDATE actions SET state = ?, resume = ?, resolved_at = ?, reason = ? "
-                f"WHERE action_id = ? AND state = 'pending' RETURNING {_ACTION_COLUMNS}",
+                f"WHERE action_id = ? AND state = 'pending'{expiry} RETURNING {_ACTION_COLUMNS}",
                 (
                     resolution.state,
                     _dump(resolution.resume),
                     resolution.resolved_at,
                     resolution.reason,
                     action_id,
+                    *((clock(),) if expiry else ()),
                 ),
             ).fetchone()
             if row is None:  # lost the race, or no such action: say which, and how it went
@@ -290,26 +333,124 @@ class SQLiteStore:
                 raise ActionAlreadyResolved(action)
             action = _action(row, self._schemas)
             call_input = db.execute(
-                "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner) "
-                "WHERE call_id = ? RETURNING input",
+                "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner), "
+                "lease_until = ? WHERE call_id = ? RETURNING input, context",
                 (
                     resolution.call_state,
                     _dump(resolution.call_entry),
                     _dump(resolution.call_result),
                     resolution.call_owner,
+                    clock() + resolution.lease_s if resolution.call_owner else 0.0,
                     action.call_id,
                 ),
             ).fetchone()
             self._append(db, event)
-            return Resolved(action, _load(call_input[0]) if call_input else {})
+            if call_input is None:
+                return Resolved(action, {})
+            return Resolved(action, _load(call_input[0]), _load(call_input[1]))
 
-    def settle(self, call_id: str, result: JsonValue, event: Event) -> None:
+    def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
         with self._write() as db:
-            db.execute(
-                "UPDATE calls SET state = 'settled', result = ? WHERE call_id = ?",
-                (_dump(result), call_id),
-            )
+            changed = db.execute(
+                "UPDATE calls SET state = 'settled', result = ? WHERE call_id = ? AND owner = ? "
+                "AND state = 'running'",
+                (_dump(result), call_id, owner),
+            ).rowcount
+            if not changed:
+                raise LeaseLost(call_id, owner)
             self._append(db, event)
+
+    def claim(
+        self,
+        owner: str,
+        lease_s: float,
+        *,
+        dead: Collection[str] = (),
+        names: Collection[str] | None = None,
+        call_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Claimed]:
+        # BEGIN IMMEDIATE holds the write lock from the read to the update: sweeps of other
+        # processes wait for it and then find these calls owned, with fresh leases.
+        at = clock()
+        dead = list(dead)
+        marks = ",".join("?" * len(dead))
+        orphaned = f"lease_until < ?{f' OR owner IN ({marks})' if dead else ''}"
+        only, values = "", []
+        if names is not None:
+            wanted = list(names)
+            only += f" AND name IN ({','.join('?' * len(wanted))})"
+            values += wanted
+        if call_id is not None:
+            only += " AND call_id = ?"
+            values.append(call_id)
+        with self._write() as db:
+            rows = db.execute(
+                f"SELECT {_CALL_COLUMNS} FROM calls WHERE state IN ('running', 'resumable') "
+                f"AND (state = 'resumable' OR {orphaned}){only} ORDER BY started_at LIMIT ?",
+                (at, *dead, *values, limit),
+            ).fetchall()
+            claimed = []
+            for row in rows:
+                before = _call(row)
+                db.execute(
+                    "UPDATE calls SET state = 'running', owner = ?, lease_until = ? "
+                    "WHERE call_id = ?",
+                    (owner, at + lease_s, before.call_id),
+                )
+                after = replace(before, state="running", owner=owner, lease_until=at + lease_s)
+                payload: JsonValue = {"was": before.state, "previous_owner": before.owner}
+                self._append(db, Event(before.run_id, before.call_id, "claimed", payload, now()))
+                claimed.append(Claimed(after, before.state, before.owner))
+            return claimed
+
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        with self._write() as db:
+            rows = db.execute(
+                "UPDATE calls SET lease_until = ? WHERE owner = ? AND state = 'running' "
+                "RETURNING call_id",
+                (clock() + lease_s, owner),
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def expired(self, limit: int = 100) -> list[ActionRecord]:
+        rows = self._connection().execute(
+            f"SELECT {_ACTION_COLUMNS} FROM actions WHERE state = 'pending' "
+            "AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?",
+            (clock(), limit),
+        )
+        return [_action(row, self._schemas) for row in rows]
+
+    def owners(self) -> set[str]:
+        rows = self._connection().execute(
+            # The IN term lets SQLite use the partial index calls_open.
+            "SELECT DISTINCT owner FROM calls WHERE state IN ('running', 'resumable') "
+            "AND state = 'running' AND lease_until >= ?",
+            (clock(),),
+        )
+        return {row[0] for row in rows}
+
+    def alive(self, owner: str) -> bool | None:
+        """Only a process on this host can be checked (by its pid)."""
+        host, _, rest = owner.partition(":")
+        pid = rest.partition(":")[0]
+        if host != _HOST or not pid.isdigit():
+            return None
+        if int(pid) == os.getpid():
+            return None  # a runtime of this process: it tells for itself
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def attach(self, owner: str) -> None:
+        pass
+
+    def detach(self, owner: str) -> None:
+        pass
 
     def write_data(self, record: DataRecord, event: Event | None) -> None:
         with self._write() as db:
@@ -348,14 +489,26 @@ class SQLiteStore:
         )
         return None if row is None else _call(row)
 
-    def calls(self, states: Iterable[CallState]) -> list[CallRecord]:
-        wanted = list(states)
-        marks = ",".join("?" * len(wanted))
-        # A scan, not an index: this runs at recovery, and an index on the state would be
-        # rewritten by every call's four transactions.
+    def calls(
+        self,
+        states: Iterable[CallState] | None = None,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+    ) -> list[CallRecord]:
+        clauses: list[str] = []
+        values: list[Any] = []
+        if states is not None:
+            wanted = list(states)
+            clauses.append(f"state IN ({','.join('?' * len(wanted))})")
+            values += wanted
+        for column, value in (("run_id", run_id), ("tenant", tenant)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                values.append(value)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._connection().execute(
-            f"SELECT {_CALL_COLUMNS} FROM calls WHERE state IN ({marks}) ORDER BY started_at",
-            wanted,
+            f"SELECT {_CALL_COLUMNS} FROM calls {where} ORDER BY started_at", values
         )
         return [_call(row) for row in rows]
 
@@ -369,9 +522,16 @@ class SQLiteStore:
         run_id: str | None = None,
         name: str | None = None,
         call_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[ActionRecord]:
         # Only the filters given: "? IS NULL OR column = ?" would keep SQLite from using indexes.
-        given = {"state": state, "run_id": run_id, "name": name, "call_id": call_id}
+        given = {
+            "state": state,
+            "run_id": run_id,
+            "name": name,
+            "call_id": call_id,
+            "tenant": tenant,
+        }
         where = " AND ".join(
             f"{column} = ?" for column, value in given.items() if value is not None
         )
@@ -391,6 +551,14 @@ class SQLiteStore:
             (after, run_id),
         )
         return [Event(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
+
+    def head(self) -> int:
+        row = self._connection().execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(row[0] or 0)
+
+    async def changed(self, timeout_s: float) -> None:
+        # SQLite tells no other process of a commit: poll (the reader compares sequence numbers).
+        await asyncio.sleep(min(timeout_s, self.poll_s))
 
     def close(self) -> None:
         with self._connections_lock:
@@ -422,6 +590,9 @@ def _call(row: tuple[Any, ...]) -> CallRecord:
         owner=row[9],
         entry=_load(row[10]),
         result=_load(row[11]),
+        lease_until=row[12],
+        tenant=row[13],
+        context=_load(row[14]),
     )
 
 
@@ -440,4 +611,6 @@ def _action(row: tuple[Any, ...], schemas: _Schemas) -> ActionRecord:
         resume=_load(row[10]),
         resolved_at=row[11],
         reason=row[12],
+        tenant=row[13],
+        expires_at=row[14],
     )

@@ -1,21 +1,29 @@
 """Stores: where calls, pending actions, ToolData and events live.
 
 A store is a small transactional interface. Each method is one transaction: resolving an action,
-recording what follows from it and appending its event happen together or not at all, and the
-resolution is a compare-and-set, so of many concurrent submits exactly one wins. ``MemoryStore``
-keeps everything in the process (tests, or apps that need no durability); ``SQLiteStore``
-(``blade_runtime.sqlite``) is the embedded durable default.
+recording what follows from it and appending its event happen together or not at all, and every
+state change is a compare-and-set, so of many concurrent submits or claims exactly one wins.
+``MemoryStore`` (``blade_runtime.memory``) keeps everything in the process; ``SQLiteStore``
+(``blade_runtime.sqlite``) is the embedded durable default; ``PostgresStore``
+(``blade_runtime.postgres``) is shared by workers on many machines. ``open_store(url)`` opens any.
 
-Call states: ``running`` (an entry of the implementation has begun; written before it runs),
-``suspended`` (waiting on a pending action), ``pending`` (a client tool waiting for its output),
-``resumable`` (its action was submitted, the re-entry has not begun) and ``settled``.
+Call states: ``running`` (an entry of the implementation has begun; written before it runs, and
+held by its ``owner`` under a lease until ``lease_until``), ``suspended`` (waiting on a pending
+action), ``pending`` (a client tool waiting for its output), ``resumable`` (its action was
+submitted, no runtime has claimed the re-entry yet) and ``settled``.
+
+Ownership: only the owner of a running call may suspend or settle it (a runtime that lost its
+lease is told so, with ``LeaseLost``, and its late result is not recorded). Another runtime takes
+a call over only through ``claim``: a resumable call, or a running one whose lease expired or
+whose owner is known dead.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeAlias
 
 from pydantic import JsonValue
@@ -23,7 +31,20 @@ from pydantic import JsonValue
 from blade_runtime.spec import JsonObject
 
 CallState: TypeAlias = Literal["running", "suspended", "pending", "resumable", "settled"]
-ActionState: TypeAlias = Literal["pending", "submitted", "cancelled", "failed"]
+ActionState: TypeAlias = Literal["pending", "submitted", "cancelled", "failed", "expired"]
+
+DEFAULT_LEASE_S = 5.0
+"""How long a claim on a running call holds without a heartbeat (renewed every third of it)."""
+
+
+def now() -> str:
+    """A timestamp for records and events (ISO 8601, UTC)."""
+    return datetime.now(UTC).isoformat()
+
+
+def clock() -> float:
+    """Seconds since the epoch: leases and deadlines are compared across processes and hosts."""
+    return time.time()
 
 
 @dataclass(slots=True)
@@ -42,6 +63,9 @@ class CallRecord:
     owner: str = ""
     entry: JsonValue = None
     result: JsonValue = None
+    lease_until: float = 0.0
+    tenant: str = ""
+    context: JsonValue = None  # the CallContext as stored (principal, client data, thread)
 
 
 @dataclass(slots=True)
@@ -66,6 +90,8 @@ class ActionRecord:
     resume: JsonValue = None
     resolved_at: str | None = None
     reason: str | None = None
+    tenant: str = ""
+    expires_at: float | None = None  # epoch seconds; past it the action settles as TIMEOUT
 
 
 @dataclass(slots=True)
@@ -102,6 +128,20 @@ class UnknownAction(StoreError):
         self.action_id = action_id
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be opened or reached; the message names it (password masked)."""
+
+
+class LeaseLost(StoreError):
+    """A runtime wrote to a call it no longer owns: another worker claimed it (its lease expired,
+    or its owner was taken for dead). The write is not made."""
+
+    def __init__(self, call_id: str, owner: str) -> None:
+        super().__init__(f"call {call_id} is no longer owned by {owner}: another worker claimed it")
+        self.call_id = call_id
+        self.owner = owner
+
+
 class ActionAlreadyResolved(StoreError):
     """Another submit, cancel or fail won: ``action`` says how it was resolved, and when."""
 
@@ -124,38 +164,97 @@ class Resolution:
     call_entry: JsonValue = None
     call_result: JsonValue = None
     call_owner: str | None = None  # the runtime that re-enters the call, when it does
+    lease_s: float = DEFAULT_LEASE_S  # how long that runtime's claim holds
+    only_if_expired: bool = False  # an expiry: resolve only once ``expires_at`` has passed
 
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """A resolution that won: the action as it now is, and its call's input (for re-entry)."""
+    """A resolution that won: the action as it now is, and its call's input and caller's
+    context (for re-entry)."""
 
     action: ActionRecord
     call_input: JsonObject
+    call_context: JsonValue = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A call this runtime now owns, and what it was before the claim (to decide what to do)."""
+
+    call: CallRecord
+    was: CallState
+    previous_owner: str
 
 
 class Store(Protocol):
     """The runtime's persistence. Every method is atomic; the runtime adds no locking."""
 
     durable: bool
-    """Whether records outlive the process. A non-durable store only keeps what waits."""
+    """Whether records outlive the process and are shared with other processes."""
+
+    url: str
+    """Where the store is, as ``open_store`` takes it (any password masked)."""
 
     def begin(self, call: CallRecord, event: Event) -> None:
-        """Record that an entry of ``call`` starts (insert, or replace a resumable call)."""
+        """Record a new call, running under ``call.owner`` (its lease: ``call.lease_until``)."""
         ...
 
     def suspend(
         self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
     ) -> None:
         """Store the pending ``action`` and its call (now suspended or pending). ``known``: the
-        store already holds the call (its start was recorded), only its state changes."""
+        store already holds the call, owned by ``call.owner`` (``LeaseLost`` otherwise)."""
         ...
 
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         """Compare-and-set the pending action, update its call, append ``event``."""
         ...
 
-    def settle(self, call_id: str, result: JsonValue, event: Event) -> None: ...
+    def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
+        """Settle a running call owned by ``owner`` (``LeaseLost`` when it is not)."""
+        ...
+
+    def claim(
+        self,
+        owner: str,
+        lease_s: float,
+        *,
+        dead: Collection[str] = (),
+        names: Collection[str] | None = None,
+        call_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Claimed]:
+        """Take over calls another runtime cannot finish, each with a ``claimed`` event, in one
+        transaction per sweep: resumable calls, and running calls whose lease expired or whose
+        owner is in ``dead``; ``names``: only calls of these registration names (the tools the
+        claiming runtime can run); ``call_id``: only that call. Concurrent sweeps never share a
+        call."""
+        ...
+
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        """Extend the lease of every running call ``owner`` holds; returns their ids."""
+        ...
+
+    def expired(self, limit: int = 100) -> list[ActionRecord]:
+        """Pending actions whose ``expires_at`` has passed."""
+        ...
+
+    def owners(self) -> set[str]:
+        """The owners of running calls whose lease has not expired (candidates for a liveness
+        check: an owner known dead loses its calls before its lease runs out)."""
+        ...
+
+    def alive(self, owner: str) -> bool | None:
+        """Whether the runtime ``owner`` still runs, if the store can tell (None: it cannot)."""
+        ...
+
+    def attach(self, owner: str) -> None:
+        """A runtime ``owner`` starts using the store (PostgreSQL holds a session advisory lock
+        for it, which shows its death to other hosts)."""
+        ...
+
+    def detach(self, owner: str) -> None: ...
 
     def write_data(self, record: DataRecord, event: Event | None) -> None:
         """Insert or update (same call, channel and item id: in place) one ToolData item."""
@@ -165,7 +264,13 @@ class Store(Protocol):
 
     def call(self, call_id: str) -> CallRecord | None: ...
 
-    def calls(self, states: Iterable[CallState]) -> list[CallRecord]: ...
+    def calls(
+        self,
+        states: Iterable[CallState] | None = None,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+    ) -> list[CallRecord]: ...
 
     def action(self, action_id: str) -> ActionRecord | None: ...
 
@@ -176,116 +281,19 @@ class Store(Protocol):
         run_id: str | None = None,
         name: str | None = None,
         call_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[ActionRecord]: ...
 
-    def events(self, run_id: str, after: int = 0) -> list[Event]: ...
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        """The run's committed events after ``after``, in commit order."""
+        ...
+
+    def head(self) -> int:
+        """The sequence number of the last committed event (0: none)."""
+        ...
+
+    async def changed(self, timeout_s: float) -> None:
+        """Return when events may have been committed (by any process), or after ``timeout_s``."""
+        ...
 
     def close(self) -> None: ...
-
-
-class MemoryStore:
-    """Everything in this process. Calls that never wait are not recorded at all."""
-
-    durable = False
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: dict[str, CallRecord] = {}
-        self._actions: dict[str, ActionRecord] = {}
-        self._data: dict[tuple[str, str], dict[str, DataRecord]] = {}
-        self._seq = 0
-
-    def begin(self, call: CallRecord, event: Event) -> None:
-        with self._lock:
-            self._calls[call.call_id] = replace(call)
-
-    def suspend(
-        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
-    ) -> None:
-        with self._lock:
-            self._calls[call.call_id] = replace(call)
-            self._actions[action.action_id] = replace(action)
-
-    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
-        with self._lock:
-            action = self._actions.get(action_id)
-            if action is None:
-                raise UnknownAction(action_id)
-            if action.state != "pending":
-                raise ActionAlreadyResolved(replace(action))
-            action.state = resolution.state
-            action.resume = resolution.resume
-            action.resolved_at = resolution.resolved_at
-            action.reason = resolution.reason
-            call = self._calls[action.call_id]
-            call.state = resolution.call_state
-            call.entry = resolution.call_entry
-            call.result = resolution.call_result
-            if resolution.call_owner is not None:
-                call.owner = resolution.call_owner
-            return Resolved(replace(action), call.input)
-
-    def settle(self, call_id: str, result: JsonValue, event: Event) -> None:
-        with self._lock:
-            # Nothing waits on a settled call: forget it, its actions and its data.
-            self._calls.pop(call_id, None)
-            for key in [k for k in self._data if k[0] == call_id]:
-                del self._data[key]
-            for action_id in [a for a, r in self._actions.items() if r.call_id == call_id]:
-                del self._actions[action_id]
-
-    def write_data(self, record: DataRecord, event: Event | None) -> None:
-        with self._lock:
-            items = self._data.setdefault((record.call_id, record.channel), {})
-            previous = items.get(record.item_id)
-            self._seq += 1
-            items[record.item_id] = replace(record, seq=previous.seq if previous else self._seq)
-
-    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
-        with self._lock:
-            found = [
-                replace(item)
-                for (call, name), items in self._data.items()
-                if call == call_id and channel in (None, name)
-                for item in items.values()
-            ]
-        return sorted(found, key=lambda item: item.seq)
-
-    def call(self, call_id: str) -> CallRecord | None:
-        with self._lock:
-            found = self._calls.get(call_id)
-            return None if found is None else replace(found)
-
-    def calls(self, states: Iterable[CallState]) -> list[CallRecord]:
-        wanted = set(states)
-        with self._lock:
-            return [replace(c) for c in self._calls.values() if c.state in wanted]
-
-    def action(self, action_id: str) -> ActionRecord | None:
-        with self._lock:
-            found = self._actions.get(action_id)
-            return None if found is None else replace(found)
-
-    def actions(
-        self,
-        *,
-        state: ActionState | None = "pending",
-        run_id: str | None = None,
-        name: str | None = None,
-        call_id: str | None = None,
-    ) -> list[ActionRecord]:
-        with self._lock:
-            return [
-                replace(a)
-                for a in self._actions.values()
-                if state in (None, a.state)
-                and run_id in (None, a.run_id)
-                and name in (None, a.name)
-                and call_id in (None, a.call_id)
-            ]
-
-    def events(self, run_id: str, after: int = 0) -> list[Event]:
-        return []  # not durable: live subscribers are the only consumers
-
-    def close(self) -> None:
-        pass

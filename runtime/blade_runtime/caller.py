@@ -1,0 +1,87 @@
+"""Who a call is for: the trusted principal and the caller's untrusted data.
+
+A ``CallContext`` travels with a call (``runtime.call(..., context=...)``): it is stored with the
+call and its pending actions, so recovery, permissions and tenant checks in any process see the
+same principal. The principal is trusted (the application authenticated it); ``client_data`` is
+not (the client sent it) and is only ever passed on, never used for a decision by the runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import JsonValue
+
+OPERATOR = "operator"
+"""The role that sees every tenant's calls and actions."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: its id, its tenant and its roles (``operator`` sees all)."""
+
+    id: str
+    tenant: str
+    roles: frozenset[str] = frozenset()
+    claims: JsonValue = None  # what else the application wants stored with it (JSON)
+
+    @property
+    def operator(self) -> bool:
+        return OPERATOR in self.roles
+
+    def may_see(self, tenant: str) -> bool:
+        """Whether records of ``tenant`` exist for this principal."""
+        return self.operator or tenant == self.tenant
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "id": self.id,
+            "tenant": self.tenant,
+            "roles": list[JsonValue](sorted(self.roles)),
+            "claims": self.claims,
+        }
+
+    @staticmethod
+    def from_json(data: Any) -> Principal | None:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            return None
+        roles = data.get("roles") or ()
+        return Principal(
+            data["id"], str(data.get("tenant", "")), frozenset(map(str, roles)), data.get("claims")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """The caller's side of a call: the trusted principal, untrusted client data, a thread id."""
+
+    principal: Principal | None = None
+    client_data: JsonValue = None
+    thread_id: str | None = None
+    extra: dict[str, JsonValue] = field(default_factory=dict)
+
+    @property
+    def tenant(self) -> str:
+        return "" if self.principal is None else self.principal.tenant
+
+    def to_json(self) -> JsonValue:
+        return {
+            "principal": None if self.principal is None else self.principal.to_json(),
+            "client_data": self.client_data,
+            "thread_id": self.thread_id,
+            "extra": dict(self.extra),
+        }
+
+    @staticmethod
+    def from_json(data: JsonValue) -> CallContext | None:
+        if not isinstance(data, dict):
+            return None
+        thread = data.get("thread_id")
+        extra = data.get("extra")
+        return CallContext(
+            Principal.from_json(data.get("principal")),
+            data.get("client_data"),
+            thread if isinstance(thread, str) else None,
+            dict(extra) if isinstance(extra, dict) else {},
+        )

@@ -1,0 +1,541 @@
+"""One call: resolve the handler -> ``pre_tool_use`` hooks -> validate the input (JSON Schema) ->
+server context and permission -> record the start (durable stores: committed before the
+implementation runs, under this runtime's lease) -> the implementation under its deadline -> the
+output serialized to lossless JSON and validated -> ``post_tool_use`` or
+``post_tool_use_failure`` hooks -> the result is recorded (what the hooks let the model read) and
+announced. Every expected outcome is a result; only a bug in the runtime itself raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import JsonValue
+
+from blade_runtime.caller import CallContext
+from blade_runtime.cancel_scope import GRACE_S, Abandoned, CancelScope
+from blade_runtime.context import (
+    CallInfo,
+    CancellationSignal,
+    InitialEntry,
+    ResumeEntry,
+    Suspended,
+    SuspensionEpisode,
+    ToolFailed,
+)
+from blade_runtime.core import (
+    DEFAULT_TIMEOUT_MS,
+    GENERIC_ERROR,
+    GENERIC_INVALID_OUTPUT,
+    Attempt,
+    FallbackCall,
+    PermissionRequest,
+    RuntimeCore,
+    error_result,
+    log,
+    parse_arguments,
+    result_json,
+)
+from blade_runtime.events import PendingAction
+from blade_runtime.execution import INITIAL, CallData, ChildToolError, ChildTools, ToolContext
+from blade_runtime.hooks import (
+    Hook,
+    HookEvent,
+    HookInput,
+    HookRaised,
+    HookTimedOut,
+    HookVerdict,
+    dispatch,
+)
+from blade_runtime.jsonvalue import NotJson, checked, model_of
+from blade_runtime.registry import Registration
+from blade_runtime.results import (
+    ErrorCode,
+    ToolError,
+    ToolPending,
+    ToolResult,
+    ToolSkipped,
+    ToolSuccess,
+    pending_content,
+    skipped_content,
+)
+from blade_runtime.spec import JsonObject, ToolSpec
+from blade_runtime.store import LeaseLost
+from blade_runtime.validation import describe
+
+_HOOK_CODES = frozenset({ErrorCode.HOOK_ABORTED, ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT})
+_RESULTS = (ToolSuccess, ToolSkipped, ToolError, ToolPending)
+
+
+class CallPipeline(RuntimeCore):
+    """``call``: one model-issued call from its arguments to its result."""
+
+    async def call(
+        self,
+        name: str,
+        arguments: JsonObject | str | bytes,
+        *,
+        call_id: str | None = None,
+        run_id: str = "default",
+        context: CallContext | None = None,
+    ) -> ToolResult[Any]:
+        """Call the tool registered as ``name`` with the model's arguments (a JSON object or
+        its text). ``context``: who the call is for (stored with the call and its actions).
+        Never raises for an expected outcome: the result says what happened."""
+        registration = self._registrations.get(name)
+        spec_id = "" if registration is None else registration.spec.id
+        call = CallInfo(
+            next(self._ids) if call_id is None else call_id, run_id, name, spec_id, context
+        )
+        if registration is None or self._restricted or registration.detached:
+            refused = self._refuse(registration, call)
+            if refused is not None:
+                return refused
+        parsed = arguments if type(arguments) is dict else parse_arguments(arguments)
+        if isinstance(parsed, str):
+            return error_result(call, ErrorCode.INVALID_INPUT, parsed)
+        if call.call_id in self._running:
+            raise ValueError(f"call id {call.call_id!r} is already running")
+
+        scope = CancelScope(call, self._running, registration)
+        if self.cleanup_grace_s != GRACE_S:
+            scope.grace_s = self.cleanup_grace_s
+        admitted = parsed
+        try:
+            if registration is None:
+                result = await self._fallback(call, parsed, scope)
+            else:
+                verdict = await self._admit(call, parsed, scope) if self._pre_any else parsed
+                if isinstance(verdict, _RESULTS):
+                    result = verdict
+                elif registration.input_validator.is_valid(verdict):
+                    admitted = verdict
+                    result = await self._enter(registration, call, admitted, scope)
+                else:
+                    admitted = verdict
+                    result = self._invalid(registration, call, admitted)
+        except (asyncio.CancelledError, Abandoned) as stopped:
+            result = self._stopped(call, scope, stopped)
+        finally:
+            scope.close()
+        return await self._conclude(registration, call, admitted, scope, result)
+
+    async def _conclude(
+        self,
+        registration: Registration[Any] | None,
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+        result: ToolResult[Any],
+    ) -> ToolResult[Any]:
+        """Post-hooks, then record and announce what they let the model read."""
+        if self._post_any:
+            result = await self._finish(registration, call, arguments, scope.signal, result)
+        attempt: Attempt | None = scope.stored
+        if isinstance(result, ToolPending) or (attempt is None and not self._events.active):
+            return result
+        return self._settled(call, result, attempt)
+
+    async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
+        """One ``ctx.tools.call``: a full call of the child's registration, its output or a
+        ChildToolError."""
+        registration = self._by_spec.get(tool.id)
+        if registration is None:
+            raise ChildToolError(
+                tool.id, "TOOL_HANDLER_NOT_FOUND", "this runtime has no registration of it"
+            )
+        arguments = input.model_dump(by_alias=True, exclude_unset=True)
+        result = await self.call(
+            registration.name,
+            arguments,
+            call_id=call.call_id,
+            run_id=call.run_id,
+            context=call.context,
+        )
+        if isinstance(result, ToolSuccess):
+            return result.output
+        if isinstance(result, ToolError):
+            raise ChildToolError(tool.id, result.code.value, result.message)
+        if isinstance(result, ToolSkipped):
+            raise ChildToolError(tool.id, "SKIPPED", result.reason)
+        raise ChildToolError(tool.id, "PENDING", "a child tool cannot wait on a pending action")
+
+    def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
+        """Why the call cannot even start: no handler, not allowed, or unavailable."""
+        name = call.name
+        if registration is None:
+            if self.fallback is None:
+                return error_result(
+                    call, ErrorCode.TOOL_HANDLER_NOT_FOUND, f"There is no tool named {name!r}."
+                )
+            return None
+        if self._restricted and not self.is_allowed(name):
+            return error_result(
+                call, ErrorCode.TOOL_NOT_ALLOWED, f"The tool {name!r} is not enabled."
+            )
+        if registration.detached:
+            return error_result(
+                call,
+                ErrorCode.TOOL_UNAVAILABLE,
+                f"The tool {name!r} is temporarily unavailable; try again later.",
+            )
+        return None
+
+    async def _admit(
+        self, call: CallInfo, arguments: JsonObject, scope: CancelScope
+    ) -> JsonObject | ToolResult[Any]:
+        """Pre-hooks: the arguments to validate (possibly modified), or the hooks' result."""
+        scope.bind()
+        verdict = await self._pre_hooks(call, arguments, scope.signal)
+        if not isinstance(verdict, HookVerdict):
+            return verdict
+        return arguments if verdict.input is None else verdict.input
+
+    @staticmethod
+    def _invalid(
+        registration: Registration[Any], call: CallInfo, arguments: JsonObject
+    ) -> ToolError:
+        """INVALID_INPUT naming every failing path and what was expected there."""
+        problems = describe(registration.input_validator.violations(arguments))
+        return error_result(
+            call, ErrorCode.INVALID_INPUT, f"Invalid arguments for {call.name}: {problems}."
+        )
+
+    async def _enter(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
+        history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
+        *,
+        claimed: bool = False,
+    ) -> ToolResult[Any]:
+        """Run one entry of the implementation (or open a client tool's pending action). The
+        result is not recorded here: ``_conclude`` does it, after the post-hooks. ``claimed``:
+        the store records the call as running under this runtime already (a resume, a replay)."""
+        context = None
+        if registration.context is not None or (self.permission is not None and entry is INITIAL):
+            context, refused = await self._prepare(registration, call, arguments, scope, entry)
+            if refused is not None:
+                return refused
+        if registration.implementation is None:
+            return self._await_client(registration, call, arguments)
+        attempt = None
+        if self._durable or registration.data or claimed:
+            attempt = scope.stored = self._start(registration, call, arguments, claimed, scope)
+        elif self._events.active:
+            self._events.publish(self._event(call, "started", None))
+        ctx = ToolContext(registration.spec.input_type, arguments, call, scope, registration.points)
+        if context is not None:
+            ctx.context = context
+        if attempt is not None:
+            ctx.data = attempt.data
+        if entry is not INITIAL:
+            ctx.entry = entry
+        if history is not None:
+            ctx._history = history
+        if registration.children:
+            ctx.tools = ChildTools(self._call_child, call, registration.children)
+        try:
+            output = await scope.run(registration.implementation(ctx), registration.timeout_s)
+        except ToolFailed as failure:
+            return error_result(call, ErrorCode.TOOL_FAILED, failure.message)
+        except Suspended as suspended:
+            return self._suspend(registration, call, arguments, suspended, attempt)
+        except Exception as error:
+            return self._tool_error(call, error)
+        finally:
+            scope.stop()
+        return self._output(registration, call, output, ctx._display)
+
+    async def _prepare(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+        entry: InitialEntry | ResumeEntry[Any, Any],
+    ) -> tuple[Any, ToolResult[Any] | None]:
+        """The server context, and the permission of an initial entry: (context, None), or
+        (None, the result that ends the call)."""
+        try:
+            context = None
+            if registration.context is not None:
+                context = registration.context(call)
+                if inspect.isawaitable(context):
+                    scope.bind()
+                    context = await context
+            if self.permission is not None and entry is INITIAL:
+                scope.bind()
+                request = PermissionRequest(call.name, registration.spec.id, call, arguments)
+                denied = await self.permission(request)
+                if denied is not None:
+                    return None, error_result(call, ErrorCode.PERMISSION_DENIED, denied)
+        except Exception as error:
+            return None, self._tool_error(call, error)
+        if scope.reason is not None:
+            return None, self._cancelled(call, scope)
+        return context, None
+
+    def _start(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        claimed: bool,
+        scope: CancelScope,
+    ) -> Attempt:
+        """Record the start of an entry where the store keeps it (committed before the tool
+        runs, under this runtime's lease), announce it, and open its ToolData writer."""
+        attempt = Attempt(self._durable or claimed)
+        if attempt.recorded and not claimed:  # a claimed entry's start was recorded by its claim
+            record = self._record(registration, call, arguments, "running")
+            self._emit(self.store.begin, record, self._event(call, "started", None))
+        elif not claimed and self._events.active:
+            self._events.publish(self._event(call, "started", None))
+        if attempt.recorded:
+            self._leases.hold(scope)
+        if registration.data:
+            attempt.data = CallData(call, registration.data, self.store, self._events.publish)
+        return attempt
+
+    def _output(
+        self, registration: Registration[Any], call: CallInfo, output: Any, display: JsonValue
+    ) -> ToolResult[Any]:
+        # JSON-mode serialization (pydantic, in Rust) on the hot path; ToolData and suspend
+        # payloads, which are stored, get the stricter lossless check instead.
+        try:
+            content = registration.output_adapter.serializer.to_python(
+                output, mode="json", by_alias=True, exclude_unset=True, warnings=False
+            )
+        except Exception as error:
+            log.error("%s (call %s): the output is not JSON: %s", call.name, call.call_id, error)
+            return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
+        validator = registration.output_validator
+        if validator is not None and not validator.is_valid(content):
+            log.error(
+                "%s (call %s): the output violates the output schema of %s: %s",
+                call.name,
+                call.call_id,
+                registration.spec.id,
+                describe(validator.violations(content)),
+            )
+            return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
+        return ToolSuccess(call, output, content, display)
+
+    def _settled(
+        self, call: CallInfo, result: ToolResult[Any], attempt: Attempt | None
+    ) -> ToolResult[Any]:
+        """Record the end of a stored call (with its event), or just announce it."""
+        if attempt is not None and attempt.stored:
+            self._leases.release(call.call_id)
+            event = self._event(call, "result", result_json(result))
+            try:
+                self._emit(self.store.settle, call.call_id, event.payload, event, owner=self.owner)
+            except LeaseLost as lost:
+                # Another worker claimed the call (this one's lease lapsed): its outcome is the
+                # one recorded; this late result is reported, not written.
+                log.error("%s (call %s): %s; the result is not recorded", call.name, call, lost)
+        elif self._events.active:
+            self._events.publish(self._event(call, "result", result_json(result)))
+        return result
+
+    def _stopped(
+        self, call: CallInfo, scope: CancelScope, stopped: BaseException
+    ) -> ToolResult[Any]:
+        """The result of a call a cancellation or a deadline ended (or the exception to raise)."""
+        if isinstance(stopped, Abandoned):
+            log.error(
+                "%s (call %s, run %s) ignored cancellation for %.1f s; the registration refuses "
+                "new calls until it exits",
+                call.name,
+                call.call_id,
+                call.run_id,
+                self.cleanup_grace_s,
+            )
+            return self._cancelled(call, scope)
+        if scope.release() > 0:
+            attempt: Attempt | None = scope.stored
+            if attempt is not None and attempt.stored:  # the caller's task was cancelled
+                self._settled(call, self._cancelled(call, scope), attempt)
+            raise stopped  # from outside: not ours to absorb
+        if scope.reason is None:
+            return self._tool_error(call, asyncio.CancelledError("raised by the tool"))
+        return self._cancelled(call, scope)
+
+    async def _finish(
+        self,
+        registration: Registration[Any] | None,
+        call: CallInfo,
+        arguments: JsonObject,
+        signal: CancellationSignal,
+        result: ToolResult[Any],
+    ) -> ToolResult[Any]:
+        """Post-hooks, for results the tool itself produced."""
+        if not self._post_any or isinstance(result, ToolSkipped | ToolPending):
+            return result
+        if isinstance(result, ToolError) and result.code in _HOOK_CODES:
+            return result
+        return await self._post_hooks(registration, call, arguments, signal, result)
+
+    async def _fallback(
+        self, call: CallInfo, arguments: JsonObject, scope: CancelScope
+    ) -> ToolResult[Any]:
+        assert self.fallback is not None
+        scope.bind()
+        if self._pre_any:
+            verdict = await self._pre_hooks(call, arguments, scope.signal)
+            if not isinstance(verdict, HookVerdict):
+                return verdict
+            if verdict.input is not None:
+                arguments = verdict.input
+        request = FallbackCall(call.name, arguments, call, scope.signal)
+        limit = (self.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        try:
+            content = await scope.run(self.fallback(request), limit)
+        except ToolFailed as failure:
+            return error_result(call, ErrorCode.TOOL_FAILED, failure.message)
+        except Exception as error:
+            return self._tool_error(call, error)
+        finally:
+            scope.stop()
+        try:
+            content = checked(content)
+        except NotJson as error:
+            log.error("fallback for %s returned a value that is not JSON: %s", call.name, error)
+            return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
+        return ToolSuccess(call, content, content)
+
+    # -- calls that end waiting ------------------------------------------------------------
+
+    def _suspend(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        suspended: Suspended,
+        attempt: Attempt | None,
+    ) -> ToolResult[Any]:
+        """The implementation suspended: store its pending action (and the call, suspended)."""
+        point = registration.points[suspended.point]  # ctx.suspend checked the name
+        action = self._action(
+            call, suspended.point, suspended.payload, point.resume.schema, point.expires_after_s
+        )
+        record = self._record(registration, call, arguments, "suspended")
+        payload: JsonValue = {"action_id": action.action_id, "point": action.point}
+        self._leases.release(call.call_id)
+        try:
+            event = self._event(call, "suspended", payload)
+            known = attempt is not None and attempt.recorded
+            self.store.suspend(record, action, event, known=known)
+            self._events.publish(event)
+        except Exception as error:
+            return self._settled(call, self._tool_error(call, error), attempt)
+        typed = model_of(point.suspend.adapter.validate_python, suspended.payload)
+        view = PendingAction.of(action, typed)
+        return ToolPending(call, view, pending_content(view))
+
+    def _await_client(
+        self, registration: Registration[Any], call: CallInfo, arguments: JsonObject
+    ) -> ToolResult[Any]:
+        """A client tool's call: a pending action that its output (``submit``) settles, or
+        that expires as TIMEOUT after the tool's timeout."""
+        assert registration.output is not None  # client specs always have an output schema
+        action = self._action(
+            call, None, dict(arguments), registration.output.schema, registration.timeout_s
+        )
+        record = self._record(registration, call, arguments, "pending")
+        payload: JsonValue = {"action_id": action.action_id}
+        try:
+            self._emit(self.store.suspend, record, action, self._event(call, "pending", payload))
+        except Exception as error:
+            return self._tool_error(call, error)
+        view = PendingAction.of(
+            action, model_of(registration.spec.input_type.model_validate, arguments)
+        )
+        return ToolPending(call, view, pending_content(view))
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    def _hooks_for(self, event: HookEvent, name: str) -> list[Hook]:
+        hooks = self._hooks[event]
+        return [hook for hook in hooks if hook.applies_to(name)] if hooks else hooks
+
+    async def _pre_hooks(
+        self, call: CallInfo, arguments: JsonObject, signal: CancellationSignal
+    ) -> HookVerdict | ToolResult[Any]:
+        hooks = self._hooks_for(HookEvent.PRE_TOOL_USE, call.name)
+        if not hooks:
+            return HookVerdict()
+        event = HookInput(
+            HookEvent.PRE_TOOL_USE, call.name, call.spec_id or None, call, arguments, signal
+        )
+        try:
+            verdict = await dispatch(hooks, event, self.hook_timeout_s)
+        except HookRaised as raised:
+            log.error("pre_tool_use %s for %s (call %s)", raised, call.name, call.call_id)
+            return error_result(call, ErrorCode.HOOK_FAILED, GENERIC_ERROR)
+        except HookTimedOut as timed_out:
+            log.error("%s for %s (call %s)", timed_out, call.name, call.call_id)
+            return error_result(
+                call, ErrorCode.HOOK_TIMEOUT, "The tool call timed out before it ran."
+            )
+        if verdict.action == "skip":
+            reason = verdict.reason or "skipped by a hook"
+            return ToolSkipped(call, reason, skipped_content(reason))
+        if verdict.action == "abort":
+            reason = verdict.reason or "The tool call was blocked."
+            return error_result(call, ErrorCode.HOOK_ABORTED, reason)
+        return verdict
+
+    async def _post_hooks(
+        self,
+        registration: Registration[Any] | None,
+        call: CallInfo,
+        arguments: JsonObject,
+        signal: CancellationSignal,
+        result: ToolResult[Any],
+    ) -> ToolResult[Any]:
+        success = isinstance(result, ToolSuccess)
+        event = HookEvent.POST_TOOL_USE if success else HookEvent.POST_TOOL_USE_FAILURE
+        hooks = self._hooks_for(event, call.name)
+        if not hooks:
+            return result
+        spec_id = None if registration is None else registration.spec.id
+        hook_input = HookInput(
+            event,
+            call.name,
+            spec_id,
+            call,
+            arguments,
+            signal,
+            output=result.content,
+            error=result if isinstance(result, ToolError) else None,
+        )
+        try:
+            verdict = await dispatch(hooks, hook_input, self.hook_timeout_s)
+        except (HookRaised, HookTimedOut) as problem:
+            log.error("%s %s for %s (call %s)", event, problem, call.name, call.call_id)
+            if not success:
+                return result  # a failing failure hook never hides the original error
+            code = (
+                ErrorCode.HOOK_TIMEOUT
+                if isinstance(problem, HookTimedOut)
+                else ErrorCode.HOOK_FAILED
+            )
+            return error_result(call, code, GENERIC_ERROR)
+        if success and verdict.action == "abort":
+            return error_result(
+                call, ErrorCode.HOOK_ABORTED, verdict.reason or "The tool result was withheld."
+            )
+        if verdict.output is None:
+            return result
+        if isinstance(result, ToolSuccess):
+            return ToolSuccess(result.call, result.output, verdict.output, result.display)
+        assert isinstance(result, ToolError)
+        return ToolError(result.call, result.code, result.message, verdict.output, result.display)
