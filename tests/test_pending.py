@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from blade_runtime import ResumeEntry
+from blade_runtime.memory import MemoryStore
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime
 from blade_runtime.sqlite import SCHEMA_VERSION, SQLiteStore
-from blade_runtime.memory import MemoryStore
 from blade_runtime.store import Event, StoreError
 
 REFUND = {
