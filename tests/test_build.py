@@ -271,3 +271,44 @@ def test_template_rendered_package_files_are_already_black_formatted(built_examp
     for path in [package / "__init__.py", *package.glob("*/__init__.py")]:
         text = path.read_text("utf-8")
         assert black.format_str(text, mode=black.Mode(line_length=88)) == text, path
+
+
+LINT = ("--line-length", "88", "--select", "E,W,F,I,B,UP,SIM,RUF")
+
+
+def test_generated_code_passes_line_length_rules_and_keeps_long_text(tmp_path: Path) -> None:
+    words = "a long sentence with \"quotes\", a backslash \\ and \u00e9 \\u00e9 " * 12
+    schema = {
+        "type": "object",
+        "description": words,
+        "properties": {
+            "mode": {"type": "string", "enum": [words[:150]], "description": words},
+            "code": {"type": "string", "pattern": "^(" + "|".join(["[a-z]{3}"] * 30) + ")$"},
+            "n": {"type": ["integer", "null"], "description": "x" * 200},
+        },
+    }
+    add_spec(
+        tmp_path / "specs",
+        spec("t.very-long-texts.v1", description=words, inputSchema=schema, outputSchema=schema),
+    )
+    out = tmp_path / "out"
+    build(tmp_path / "specs", out, "long_pkg")
+    lint = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--no-cache", *LINT, str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert lint.returncode == 0, lint.stdout
+    assert run_mypy(out / "long_pkg", cwd=out).returncode == 0
+    sys.path.insert(0, str(out))
+    try:
+        module = importlib.import_module("long_pkg.t.very_long_texts_v1")
+    finally:
+        sys.path.remove(str(out))
+    assert module.SPEC.description == words
+    assert module.SPEC.input_schema == schema
+    fields = module.VeryLongTextsInput.model_fields
+    assert fields["mode"].description == words
+    value = {"mode": words[:150], "code": "abc"}
+    assert module.VeryLongTextsInput.model_validate(value).model_dump(exclude_unset=True) == value

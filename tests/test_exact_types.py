@@ -118,3 +118,54 @@ def test_a_property_left_out_is_missing_not_none(exact: Path) -> None:
     assert empty.plain is MISSING
     assert empty.maybe is MISSING
     assert module.EverySlotOutput(maybe=None).model_dump(mode="json") == {"maybe": None}
+
+
+def test_defaults_the_schema_rejects_stay_out_of_the_model(tmp_path: Path) -> None:
+    from blade_codegen.build import build
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "mode": {"type": "string", "enum": ["fast", "safe"], "default": "slow"},
+            "size": {"type": "integer", "default": "big"},
+            "short": {"type": "string", "maxLength": 2, "default": "toolong"},
+            "kept": {"type": "string", "enum": ["fast", "safe"], "default": "safe"},
+        },
+    }
+    add_spec(tmp_path / "specs", spec("t.defaults.v1", inputSchema=schema))
+    build(tmp_path / "specs", tmp_path / "out", "defaults_pkg")
+    text = (tmp_path / "out" / "defaults_pkg" / "t" / "defaults_v1.py").read_text("utf-8")
+    assert '"slow"' not in text.split("_SCHEMAS")[0] and "toolong" not in text.split("_SCHEMAS")[0]
+    assert text.count("this 'default' is not carried into the model") == 3
+    module = _load(tmp_path / "out", "defaults_pkg.t.defaults_v1")
+    assert module.DefaultsInput().kept == "safe"
+    result = run_mypy(tmp_path / "out" / "defaults_pkg", cwd=tmp_path / "out")
+    assert result.returncode == 0, result.stdout
+
+
+def test_a_string_branch_beside_object_keywords_stays_a_branch(tmp_path: Path) -> None:
+    from blade_codegen.build import build
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "target": {
+                "anyOf": [{"type": "string"}, {"type": "object", "required": ["id"]}],
+                "properties": {"id": {"type": "string"}},
+            }
+        },
+    }
+    add_spec(tmp_path / "specs", spec("t.branches.v1", inputSchema=schema))
+    build(tmp_path / "specs", tmp_path / "out", "branch_pkg")
+    module = _load(tmp_path / "out", "branch_pkg.t.branches_v1")
+    for value in ({"target": "a string"}, {"target": {"id": "x", "more": 1}}):
+        parsed = module.BranchesInput.model_validate(value)
+        assert parsed.model_dump(mode="json", by_alias=True, exclude_unset=True) == value
+
+
+def _load(out: Path, name: str) -> Any:
+    sys.path.insert(0, str(out))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(out))

@@ -17,8 +17,8 @@ from blade_specs.deploy.deploy_service_v1 import (
 )
 from blade_specs.payments.refund_payment_v1 import (
     RefundPaymentApprovalSuspend, RefundPaymentExecution, RefundPaymentImplementation,
-    RefundPaymentOutput, RefundPaymentOutputRefundPaymentOutput as Refunded,
-    RefundPaymentOutputRefundPaymentOutput1 as Declined,
+    RefundPaymentOutput, RefundPaymentOutputRefunded as Refunded,
+    RefundPaymentOutputDeclined as Declined,
 )
 from blade_specs.crm.lookup_customer_v1 import (
     LookupCustomerExecution, LookupCustomerImplementation, LookupCustomerOutput,

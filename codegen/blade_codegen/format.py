@@ -8,8 +8,12 @@ one process for the whole build; black then gives every file one layout.
 
 from __future__ import annotations
 
+import io
+import re
 import subprocess
 import tempfile
+import textwrap
+import tokenize
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,8 +32,106 @@ def format_files(files: Mapping[str, str], fresh: set[str]) -> dict[str, str]:
     paths = sorted(p for p in fresh if p.endswith(".py"))
     fixed = ruff_fixed({p: files[p] for p in paths})
     for path in paths:
-        out[path] = black.format_str(fixed[path], mode=mode)
+        out[path] = wrap_long_lines(black.format_str(fixed[path], mode=mode))
     return out
+
+
+# One escape sequence, or one character: a literal is only ever split between these.
+_UNIT = re.compile(
+    r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[0-7]{1,3}|.)|.", re.S
+)
+
+
+def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
+    """Lines black leaves longer than ``limit`` (long string literals, docstrings and comments
+    from spec text) wrapped, so a user's linter with line-length rules passes: a literal becomes
+    implicitly concatenated pieces (the same value), a docstring and a comment wrap at spaces."""
+    lines = code.splitlines(keepends=True)
+    if all(len(line.rstrip("\n")) <= limit for line in lines):
+        return code
+    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    edits: list[tuple[int, int, int, int, str]] = []  # start row/col, end row/col, new text
+    for i, token in enumerate(tokens):
+        (row, col), (end_row, end_col) = token.start, token.end
+        if token.type not in (tokenize.COMMENT, tokenize.STRING) or not any(
+            len(lines[r - 1].rstrip("\n")) > limit for r in range(row, end_row + 1)
+        ):
+            continue
+        indent = len(lines[row - 1]) - len(lines[row - 1].lstrip())
+        if token.type == tokenize.COMMENT:
+            edits.append((row, col, end_row, end_col, _wrapped_comment(token.string, col, limit)))
+        elif token.type == tokenize.STRING and token.string.endswith(('"""', "'''")):
+            wrapped = _wrapped_docstring(" " * col + token.string, limit)[col:]
+            edits.append((row, col, end_row, end_col, wrapped))
+        elif token.type == tokenize.STRING and row == end_row:
+            before, after = _neighbour(tokens, i, -1), _neighbour(tokens, i, 1)
+            bare = before in ("(", "[", ",") and after in (")", "]", ",")
+            alone = lines[row - 1].strip().rstrip(",") == token.string
+            pieces = _pieces(token.string, limit - (col if alone else indent + 4))
+            if len(pieces) > 1 and alone:
+                edits.append((row, col, end_row, end_col, ("\n" + " " * col).join(pieces)))
+            elif len(pieces) > 1:
+                inner = "\n".join(" " * (indent + 4) + p for p in pieces)
+                text = f"\n{inner}\n{' ' * indent}" if bare else f"(\n{inner}\n{' ' * indent})"
+                edits.append((row, col, end_row, end_col, text))
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    for row, col, end_row, end_col, text in reversed(edits):
+        start, end = offsets[row - 1] + col, offsets[end_row - 1] + end_col
+        code = code[:start] + text + code[end:]
+    return code
+
+
+def _neighbour(tokens: list[tokenize.TokenInfo], i: int, step: int) -> str:
+    """The nearest token before or after ``tokens[i]`` that is code (not a line break)."""
+    i += step
+    while tokens[i].type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+        i += step
+    return tokens[i].string
+
+
+def _pieces(literal: str, width: int) -> list[str]:
+    """A one-line string literal as literals of at most ``width`` characters (about), split
+    between escape sequences, after a space where one is near."""
+    prefix = literal[: len(literal) - len(literal.lstrip("rRbBuU"))]
+    quote = literal[len(prefix)]
+    body = literal[len(prefix) + 1 : -1]
+    room = max(width - len(prefix) - 2, 16)
+    pieces, current = [], ""
+    for unit in _UNIT.findall(body):
+        if len(current) + len(unit) > room:
+            cut = current.rfind(" ", room // 2) + 1 or len(current)
+            pieces.append(current[:cut])
+            current = current[cut:]
+        current += unit
+    pieces.append(current)
+    return [f"{prefix}{quote}{piece}{quote}" for piece in pieces if piece]
+
+
+def _wrapped_docstring(literal: str, limit: int) -> str:
+    out = []
+    for line in literal.split("\n"):
+        if len(line) <= limit:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        wrapped = textwrap.wrap(
+            line.strip(), limit - len(indent), break_long_words=False, break_on_hyphens=False
+        )
+        out.extend(indent + part for part in wrapped)
+    return "\n".join(out)
+
+
+def _wrapped_comment(comment: str, col: int, limit: int) -> str:
+    body = comment.lstrip("#")
+    lead = "#" + body[: len(body) - len(body.lstrip())]
+    wrapped = textwrap.wrap(
+        body.strip(), limit - col - len(lead) - 2, break_long_words=False, break_on_hyphens=False
+    )
+    return ("\n" + " " * col).join(
+        lead + ("" if i == 0 else "  ") + part for i, part in enumerate(wrapped)
+    )
 
 
 def ruff_fixed(files: Mapping[str, str]) -> dict[str, str]:

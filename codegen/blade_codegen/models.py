@@ -16,9 +16,13 @@ import json
 import tokenize
 import warnings
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
+import jsonschema_rs
+
 from blade_codegen.patterns import model_pattern
+from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
 
@@ -46,8 +50,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # is revision 2, keep_integers 3, model_default 4, root models left closed 5): cached modules
 # of another revision are generated again (6: discriminated unions).
 # 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values; 8: union_bases;
-# 9: optional non-nullable properties default to pydantic.MISSING.
-POSTPROCESS_REVISION = 9
+# 9: optional non-nullable properties default to pydantic.MISSING; patterns translated; defaults
+# checked against their schema; object keywords moved into union branches; 10: long lines wrapped.
+POSTPROCESS_REVISION = 10
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -107,10 +112,65 @@ def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
                 changes[key] = widen(node[key])
         if node.get("additionalProperties") is False and node.get("patternProperties"):
             changes["additionalProperties"] = True
-        return {**node, **changes} if changes else node
+        node = {**node, **changes} if changes else node
+        return object_keywords_into_branches(node)
 
     shaped = transform(schema, edit)
     return widen(shaped) if root_is_value else shaped
+
+
+def _non_object(branch: Any) -> bool:
+    declared = branch.get("type") if isinstance(branch, dict) else None
+    if isinstance(declared, str):
+        return declared != "object"
+    return isinstance(declared, list) and "object" not in declared
+
+
+def object_keywords_into_branches(node: dict[str, Any]) -> dict[str, Any]:
+    """Object keywords beside an ``anyOf``/``oneOf`` moved into its object branches.
+
+    They constrain objects only, so a string branch beside ``properties`` still accepts every
+    string; the generator would merge them into every branch and make the string branch an
+    object model (refusing the strings). Left alone where a branch redefines what they say."""
+    shared = {k: v for k, v in node.items() if k in OBJECT_KEYWORDS}
+    if not shared or "type" in node:
+        return node
+    for key in ("anyOf", "oneOf"):
+        branches = node.get(key)
+        if not isinstance(branches, list) or not any(_non_object(b) for b in branches):
+            continue
+        merged = []
+        for branch in branches:
+            if _non_object(branch):
+                merged.append(branch)
+                continue
+            joined = _joined(shared, branch)
+            if joined is None:
+                return node
+            merged.append(joined)
+        rest = {k: v for k, v in node.items() if k not in OBJECT_KEYWORDS}
+        return {**rest, key: merged}
+    return node
+
+
+def _joined(shared: dict[str, Any], branch: Any) -> dict[str, Any] | None:
+    """Both object schemas as one, or None where they say different things about one name."""
+    if not isinstance(branch, dict) or "$ref" in branch:
+        return None
+    out = dict(branch)
+    for key, value in shared.items():
+        mine = branch.get(key)
+        if mine is None:
+            out[key] = value
+        elif key == "required" and isinstance(mine, list) and isinstance(value, list):
+            out[key] = sorted(set(mine) | set(value))
+        elif key == "properties" and isinstance(mine, dict) and isinstance(value, dict):
+            if mine.keys() & value.keys():
+                return None
+            out[key] = {**value, **mine}
+        elif mine != value:
+            return None
+    return out
 
 
 def hoist_pattern_values(schema: Any, stem: str, defs: dict[str, Any]) -> Any:
@@ -134,6 +194,76 @@ def hoist_pattern_values(schema: Any, stem: str, defs: dict[str, Any]) -> Any:
         return {**node, "patternProperties": {**patterns, **moved}} if moved else node
 
     return transform(schema, edit)
+
+
+def branch_name(branch: dict[str, Any], stem: str, index: int, taken: set[str]) -> str:
+    """The class name of an inline union branch: its ``title``, else ``<stem><const tag>``, else
+    ``<stem><position>``; a name already taken gets the stem in front, then a number."""
+    titled = pascal(branch["title"]) if isinstance(branch.get("title"), str) else ""
+    properties = branch.get("properties")
+    tags = [
+        properties[name]["const"]
+        for name in sorted(branch.get("required", []))
+        if isinstance(properties, dict)
+        and isinstance(properties.get(name), dict)
+        and isinstance(properties[name].get("const"), str)
+    ]
+    tagged = pascal(tags[0]) if tags else ""
+    candidates = [titled, stem + titled] if titled else []
+    candidates += [stem + tagged] if tagged else []
+    candidates.append(stem + str(index + 1))
+    for name in candidates:
+        if name and name not in taken and not name[:1].isdigit():
+            break
+    n = 2
+    base = name
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _is_inline_object(node: Any) -> bool:
+    return (
+        isinstance(node, dict)
+        and "$ref" not in node
+        and (node.get("type") == "object" or ("properties" in node and "type" not in node))
+    )
+
+
+def name_branches(schema: Any, stem: str, defs: dict[str, Any], taken: set[str]) -> Any:
+    """Inline object branches of every ``anyOf``/``oneOf`` moved to named definitions
+    (:func:`branch_name`), so classes are named for what they are, not numbered by the
+    generator after their holder. Properties' unions are named after the property."""
+
+    def walk(node: Any, stem: str) -> Any:
+        if not isinstance(node, dict):
+            return node
+        changes: dict[str, Any] = {}
+        for key in ("anyOf", "oneOf"):
+            branches = node.get(key)
+            if not isinstance(branches, list):
+                continue
+            moved = []
+            for index, branch in enumerate(branches):
+                if _is_inline_object(branch):
+                    name = branch_name(branch, stem, index, taken)
+                    defs[name] = walk(branch, name)
+                    moved.append({"$ref": f"#/$defs/{name}"})
+                else:
+                    moved.append(walk(branch, f"{stem}{index + 1}"))
+            changes[key] = moved
+        properties = node.get("properties")
+        if isinstance(properties, dict):
+            changes["properties"] = {
+                name: walk(sub, stem + pascal(name)) for name, sub in properties.items()
+            }
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                changes[key] = walk(node[key], stem + ("Item" if key == "items" else "Value"))
+        return {**node, **changes} if changes else node
+
+    return walk(schema, stem)
 
 
 def with_discriminators(schema: Any) -> Any:
@@ -183,9 +313,31 @@ def generate_models(document: dict[str, Any]) -> str:
         )
     if not isinstance(code, str):
         raise ModelFailure("the generator wrote several modules for one document")
-    code = with_key_types(code)
+    code = none_last(with_key_types(code))
     code = union_bases(typed_annotations(flatten_conflicts(code)))
     return keep_integers(keep_unknown_properties(code))
+
+
+def none_last(code: str) -> str:
+    """``X | None | MISSING`` as ``X | MISSING | None`` (the order linters ask for): the same
+    type. Found with the tokenizer, so text inside strings is left alone."""
+    if "None | MISSING" not in code:
+        return code
+    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    lines = code.splitlines(keepends=True)
+    found = [
+        tokens[i].start
+        for i in range(len(tokens) - 2)
+        if (tokens[i].string, tokens[i + 1].string, tokens[i + 2].string)
+        == ("None", "|", "MISSING")
+        and tokens[i].start[0] == tokens[i + 2].end[0]
+    ]
+    for row, column in reversed(found):
+        line = lines[row - 1]
+        lines[row - 1] = line[:column] + line[column:].replace(
+            "None | MISSING", "MISSING | None", 1
+        )
+    return "".join(lines)
 
 
 def with_key_types(code: str) -> str:
@@ -568,7 +720,29 @@ def model_default(node: dict[str, Any]) -> bool:
     kinds = _SCALARS.get(declared)
     if kinds is None or (isinstance(value, bool) and declared != "boolean"):
         return False
-    return isinstance(value, kinds)
+    if not isinstance(value, kinds):
+        return False
+    # A default its own schema refuses (not in its enum, too long...) would be a value the model
+    # invents that the runtime then rejects; such a default stays in the schema only.
+    own = {k: v for k, v in node.items() if k in _VALUE_KEYWORDS}
+    return _accepts(canonical_json(own), canonical_json(value))
+
+
+# Keywords of a node that constrain a scalar by themselves (no references to resolve).
+_VALUE_KEYWORDS = frozenset(
+    {"type", "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+    | {"multipleOf", "minLength", "maxLength", "pattern"}
+)
+
+
+@cache
+def _accepts(schema: str, value: str) -> bool:
+    try:
+        return bool(
+            jsonschema_rs.Draft202012Validator(json.loads(schema)).is_valid(json.loads(value))
+        )
+    except (jsonschema_rs.ValidationError, ValueError):
+        return False
 
 
 def with_model_patterns(node: dict[str, Any]) -> dict[str, Any]:

@@ -22,12 +22,21 @@ CLIENT_MODULE = "client"
 _WORDS = re.compile(r"[A-Za-z0-9]+", re.ASCII)
 _VERSION_SUFFIX = re.compile(r"\.v[0-9]+$")
 # Names generated modules use for their own purposes; a spec-derived class may not take them.
+# A definition of one of these names would replace the import (render checks none slipped by).
 RESERVED = frozenset(
-    {"ID", "SPEC", "Final", "Literal", "Protocol", "TypeAlias", "NoReturn", "Sequence"}
-    | {"BaseModel", "Field", "ConfigDict", "RootModel", "Any", "Annotated", "overload"}
-    | {"RESULT", "DATA", "Parser", "PendingActionBase", "DataItem", "JsonValue", "ToolSpec"}
-    | {"TypeVar"}
-    | {"CallSuccess", "CallSkipped", "CallError", "CallPending"}
+    {"ID", "SPEC", "RESULT", "DATA", "Final", "Literal", "Protocol", "TypeAlias", "NoReturn"}
+    | {"Sequence", "Mapping", "Any", "Annotated", "overload", "TypeVar", "Union", "Optional"}
+    | {"BaseModel", "Field", "ConfigDict", "RootModel", "StringConstraints", "JsonValue"}
+    | {"MISSING", "Enum", "AnyUrl", "AwareDatetime", "EmailStr", "UUID", "Decimal"}
+    # blade_runtime's names that generated modules and the client import
+    | {"BackendToolSpec", "ClientToolSpec", "ToolSpec", "Execution", "InitialEntry"}
+    | {"ResumeEntry", "SuspendPoint", "DataChannel", "DataItem", "Parser", "PendingActionBase"}
+    | {"CallSuccess", "CallSkipped", "CallError", "CallPending", "ToolClient"}
+)
+# Each tool module's own interfaces: <base><suffix>.
+INTERFACE_SUFFIXES = (
+    *("Id", "Execution", "Implementation", "DataWriter", "Entry", "Result", "Action", "Data"),
+    "Tools",
 )
 # Methods every generated Client has; a tool's method may not take them.
 CLIENT_METHODS = frozenset({"pending", "action", "runtime"})
@@ -81,6 +90,15 @@ class ToolPlan:
     @property
     def path(self) -> str:
         return self.module.replace(".", "/") + ".py"
+
+    @property
+    def names(self) -> set[str]:
+        """Every class name the plan gave this tool's module, and the reserved ones."""
+        interfaces = {self.base + suffix for suffix in INTERFACE_SUFFIXES}
+        actions = {cls for cls, _, _ in self.actions}
+        return {*RESERVED, *self.slot_classes.values(), *self.local_defs.values()} | (
+            interfaces | actions
+        )
 
     def cls(self, slot: Slot) -> str:
         return self.slot_classes[(slot.role, slot.key)]
@@ -207,18 +225,7 @@ def _plan_tool(
     problems: list[Problem],
 ) -> ToolPlan:
     taken: dict[str, str] = {}
-    fixed = (
-        "Id",
-        "Execution",
-        "Implementation",
-        "DataWriter",
-        "Entry",
-        "Result",
-        "Action",
-        "Data",
-        "Tools",
-    )
-    for suffix in fixed:
+    for suffix in INTERFACE_SUFFIXES:
         taken[base + suffix] = "a generated interface"
     slot_classes: dict[tuple[str, str], str] = {}
     for slot in spec.slots:

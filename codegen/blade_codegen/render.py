@@ -32,10 +32,11 @@ from blade_codegen.models import (
     model_default,
     model_shapes,
     models_with_fallbacks,
+    name_branches,
     with_discriminators,
     with_model_patterns,
 )
-from blade_codegen.plan import CLIENT_MODULE, BuildPlan, SharedPlan, ToolPlan, pascal
+from blade_codegen.plan import CLIENT_MODULE, RESERVED, BuildPlan, SharedPlan, ToolPlan, pascal
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
 from blade_codegen.schemas import resolve_pointer, transform
@@ -203,6 +204,12 @@ def tool_document(
     doc = ModelDocument(plan, shared_classes)
     spec = tool.spec
     boxes: dict[str, str] = {}
+    # Classes of the shared files this tool uses may be imported: never take their names.
+    taken = tool.names | {
+        dotted.rpartition(".")[2]
+        for (file, _), dotted in shared_classes.items()
+        if file in spec.shared_files
+    }
     for slot in spec.slots:
         cls = tool.cls(slot)
         names = {
@@ -219,8 +226,9 @@ def tool_document(
         rewritten = hoist_pattern_values(rewritten, cls, doc.defs)
         if isinstance(rewritten, dict):
             for key, name in names.items():
-                doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
-        doc.defs[cls] = doc.clean(rewritten)
+                definition = doc.clean(rewritten.get("$defs", {}).get(key, {}))
+                doc.defs[name] = name_branches(definition, name, doc.defs, taken)
+        doc.defs[cls] = name_branches(doc.clean(rewritten), cls, doc.defs, taken)
         if not is_object_slot(slot):
             box = BOX_PREFIX + cls
             boxes[cls] = box
@@ -250,10 +258,13 @@ def shared_document(
 
     shaped = with_discriminators(model_shapes(shared.source.data))
     rewritten = doc.rewrite(shaped, file, local)
+    taken = {*RESERVED, *names.values(), *([shared.root_class] if shared.root_class else [])}
     for key, name in names.items():
-        doc.defs[name] = doc.clean(rewritten.get("$defs", {}).get(key, {}))
+        definition = doc.clean(rewritten.get("$defs", {}).get(key, {}))
+        doc.defs[name] = name_branches(definition, name, doc.defs, taken)
     if shared.root_class:
-        doc.defs[shared.root_class] = doc.clean(rewritten)
+        root = doc.clean(rewritten)
+        doc.defs[shared.root_class] = name_branches(root, shared.root_class, doc.defs, taken)
     return {"$defs": dict(sorted(doc.defs.items()))}
 
 
@@ -397,6 +408,7 @@ def render_shared(
 ) -> tuple[str, SplitModule]:
     document = shared_document(shared, plan, shared_classes)
     split = split_module(generate_models(document))
+    _refuse_shadowing(shared.source.rel, split)
     text = (
         environment()
         .get_template("shared_module.py.jinja")
@@ -487,6 +499,7 @@ def render_tool(
         own.setdefault(parent, set()).add(f"{leaf} as {child.alias}")
         if child.output == "JsonValue":
             own.setdefault("pydantic", set()).add("JsonValue")
+    _refuse_shadowing(spec.source.rel, split, own)
     schemas = {f"{s.role}:{s.key}" if s.key else s.role: s.bundled for s in spec.slots}
     text = (
         environment()
@@ -512,6 +525,20 @@ def render_tool(
         )
     )
     return text, notes
+
+
+def _refuse_shadowing(source: str, split: SplitModule, *imports: Mapping[str, set[str]]) -> None:
+    """A class named like an import would replace it: the module would fail at import. plan
+    keeps spec-derived names off the reserved ones; this catches what it could not foresee."""
+    imported = {
+        name.split(" as ")[-1]
+        for group in (split.imports, *imports)
+        for names in group.values()
+        for name in names
+    }
+    clash = sorted(split.names & imported)
+    if clash:
+        raise ModelFailure(f"{source}: class {clash[0]} would shadow the import of that name")
 
 
 @dataclass(frozen=True)
