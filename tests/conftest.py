@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["postgres"]  # tests/postgres.py: the PostgreSQL server fixtures
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_SPECS = ROOT / "specs"
 
@@ -86,9 +88,9 @@ def run_mypy(*paths: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_ruff(path: Path) -> subprocess.CompletedProcess[str]:
+def run_ruff(*paths: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", str(path)],
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", *map(str, paths)],
         capture_output=True,
         text=True,
         check=False,

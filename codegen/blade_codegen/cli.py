@@ -485,6 +485,111 @@ def import_(
     )
 
 
+SPECS_OPTION = click.option(
+    "--specs",
+    "specs_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The spec folder.  [default: [tool.blade-codegen] specs, else specs/]",
+)
+
+
+@main.command()
+@click.argument("spec_id", metavar="ID")
+@SPECS_OPTION
+def new(spec_id: str, specs_dir: Path | None) -> None:
+    """Write a spec skeleton for ID at the path the id gives (crm.lookup-customer.v1 ->
+    SPECS/crm/lookup-customer.v1.json).
+
+    Exit codes: 0 written, 1 the file exists (nothing written), 2 an id without a namespace,
+    3 the skeleton would not validate in the tree (e.g. its name is taken), 4 not writable.
+    """
+    from blade_codegen.stubs import Exists, Invalid, Refused, new_spec
+
+    specs = specs_dir or _settings().specs
+    try:
+        path = new_spec(specs, spec_id)
+    except Refused as refused:
+        raise click.UsageError(str(refused)) from None
+    except Exists as exists:
+        _fail(str(exists), EXIT_STALE)
+    except Invalid as invalid:
+        for problem in invalid.problems:
+            click.echo(problem, err=True)
+        _fail("nothing was written", EXIT_INVALID)
+    except OSError as error:
+        _fail(f"cannot write {specs}: {error.strerror or error}", EXIT_WRITE)
+    click.echo(f"wrote {path}: fill in the description and the schemas, then build")
+
+
+@main.command()
+@click.argument("spec_id", metavar="ID")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The module to write.  [default: the tool's module name in this folder, e.g. "
+    "lookup_customer_v1.py]",
+)
+@SPECS_OPTION
+@click.option(
+    "--package", help="The generated package it imports.  [default: [tool.blade-codegen] package]"
+)
+def stub(spec_id: str, out_file: Path | None, specs_dir: Path | None, package: str | None) -> None:
+    """Write a typed implementation module for the tool ID, never over an existing file.
+
+    It passes mypy --strict as written (once `blade-codegen build` has run): the body raises
+    NotImplementedError, and comments show the tool's data channels, suspend points and child
+    tools. Exit codes: 0 written, 1 the file exists, 2 no such tool or a client tool,
+    3 invalid specs, 4 not writable.
+    """
+    from blade_codegen.stubs import Exists, Refused, write_new
+    from blade_codegen.stubs import stub as make_stub
+
+    specs = _specs_dir(specs_dir)
+    package = package or _settings().package
+    if not _valid_package(package):
+        raise click.UsageError(f"--package {package!r} is not a Python package name")
+    try:
+        made = make_stub(specs, spec_id, package)
+        target = out_file or Path(made.filename)
+        write_new(target, made.text)
+    except SpecError as error:
+        _report(error)
+    except Refused as refused:
+        raise click.UsageError(str(refused)) from None
+    except Exists as exists:
+        _fail(str(exists), EXIT_STALE)
+    except OSError as error:
+        _fail(f"cannot write {out_file or made.filename}: {error.strerror or error}", EXIT_WRITE)
+    click.echo(f"wrote {target}: implement it, then register it (its register function)")
+
+
+@main.command()
+@click.option("--specs", default="specs", show_default=True, help="The spec folder to create.")
+@click.option("--out", default="generated", show_default=True, help="The output folder.")
+@click.option(
+    "--package", default="blade_specs", show_default=True, help="The generated package's name."
+)
+def init(specs: str, out: str, package: str) -> None:
+    """Set up this folder: [tool.blade-codegen] in pyproject.toml, the spec folder with an
+    example spec, and the output folder in .gitignore. What is already there is kept."""
+    from blade_codegen.stubs import Exists, Invalid, Refused, init_project
+
+    if not _valid_package(package):
+        raise click.UsageError(f"--package {package!r} is not a Python package name")
+    try:
+        done = init_project(Path.cwd(), specs, out, package)
+    except (Refused, ConfigError) as refused:
+        raise click.UsageError(str(refused)) from None
+    except (Exists, Invalid) as error:
+        _fail(str(error), EXIT_STALE)
+    except OSError as error:
+        _fail(f"cannot write here: {error.strerror or error}", EXIT_WRITE)
+    for line in done:
+        click.echo(line)
+    click.echo("next: blade-codegen build")
+
+
 @main.command()
 def schema() -> None:
     """Print the spec meta-schema (point a spec's "$schema" at it for editor validation)."""
