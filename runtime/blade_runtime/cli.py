@@ -1,14 +1,17 @@
-"""``blade-runtime``: operators' access to pending actions in a SQLite store.
+"""``blade-runtime``: operators' access to pending actions in a store.
 
-    blade-runtime pending list --store PATH [--run RUN] [--tool NAME] [--json]
-    blade-runtime pending show ACTION_ID --store PATH
-    blade-runtime pending submit ACTION_ID [JSON | -] --store PATH
-    blade-runtime pending cancel ACTION_ID --store PATH [--reason TEXT]
+    blade-runtime pending list --store URL [--run RUN] [--tool NAME] [--json]
+    blade-runtime pending show ACTION_ID --store URL
+    blade-runtime pending submit ACTION_ID [JSON | -] --store URL
+    blade-runtime pending cancel ACTION_ID --store URL [--reason TEXT]
+
+URL is what ``blade_runtime.open_store`` takes: sqlite:///path.db, a plain file path, or
+postgresql://user:password@host/db (``blade-runtime[postgres]``); the store must exist.
 
 A submission is validated exactly as the runtime validates it, against the schema recorded with
 the action, before anything is written. Submitting a client tool's output settles its call; a
-suspension's resume payload leaves the call resumable, and the next ``Runtime.recover()`` over
-the store re-enters the implementation.
+suspension's resume payload leaves the call resumable: a worker's recovery loop (or the next
+``Runtime.recover()`` over the store) claims it and re-enters the implementation.
 
 Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action);
 2 usage; 3 the store cannot be opened.
@@ -18,15 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
-from pathlib import Path
 from typing import Any
 
 from blade_runtime import __version__, actions
 from blade_runtime.jsonvalue import NotJson, checked
-from blade_runtime.sqlite import SQLiteStore
-from blade_runtime.store import ActionAlreadyResolved, ActionRecord, StoreError, UnknownAction
+from blade_runtime.store import (
+    ActionAlreadyResolved,
+    ActionRecord,
+    Store,
+    StoreError,
+    UnknownAction,
+    clock,
+)
+from blade_runtime.urls import masked, open_store, sqlite_path
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -58,15 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         "--reason", default="cancelled by an operator", help="recorded with the action"
     )
     for sub in (listing, show, submit, cancel):
-        sub.add_argument("--store", required=True, type=Path, help="the SQLite store file")
+        sub.add_argument(
+            "--store",
+            required=True,
+            help="the store's URL (sqlite:///PATH, PATH, postgresql://...)",
+        )
     args = parser.parse_args(argv)
-    if not args.store.is_file():
-        print(f"error: no store at {args.store}", file=sys.stderr)
-        return EXIT_STORE
-    try:
-        store = SQLiteStore(args.store)
-    except (StoreError, sqlite3.Error) as error:
-        print(f"error: {args.store}: {error}", file=sys.stderr)
+    store = _open(args.store)
+    if store is None:
         return EXIT_STORE
     try:
         if args.verb == "list":
@@ -104,6 +111,20 @@ def _plain(doc: str | None) -> str:
     return (doc or "").replace("``", "").strip()
 
 
+def _open(url: str) -> Store | None:
+    """The store at ``url``, or None after one line on stderr (a missing SQLite file is not
+    created: an operator's typo must not make an empty store)."""
+    local = sqlite_path(url)
+    if local is not None and not local.is_file():
+        print(f"error: {masked(url)}: no store there", file=sys.stderr)
+        return None
+    try:
+        return open_store(url)
+    except StoreError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None
+
+
 def _view(action: ActionRecord) -> dict[str, Any]:
     return {
         "action_id": action.action_id,
@@ -122,10 +143,12 @@ def _view(action: ActionRecord) -> dict[str, Any]:
         "resume": action.resume,
         "resolved_at": action.resolved_at,
         "reason": action.reason,
+        "tenant": action.tenant,
+        "expires_at": action.expires_at,
     }
 
 
-def _list(store: SQLiteStore, run: str | None, tool: str | None, as_json: bool) -> int:
+def _list(store: Store, run: str | None, tool: str | None, as_json: bool) -> int:
     found = store.actions(run_id=run, name=tool)
     if as_json:
         print(json.dumps([_view(a) for a in found], indent=2, ensure_ascii=False))
@@ -139,7 +162,7 @@ def _list(store: SQLiteStore, run: str | None, tool: str | None, as_json: bool) 
     return 0
 
 
-def _show(store: SQLiteStore, action_id: str) -> int:
+def _show(store: Store, action_id: str) -> int:
     action = store.action(action_id)
     if action is None:
         print(f"error: no action {action_id!r}", file=sys.stderr)
@@ -148,13 +171,17 @@ def _show(store: SQLiteStore, action_id: str) -> int:
     return 0
 
 
-def _submit(store: SQLiteStore, action_id: str, text: str) -> int:
+def _submit(store: Store, action_id: str, text: str) -> int:
     action = store.action(action_id)
     if action is None:
         print(f"error: no action {action_id!r}", file=sys.stderr)
         return EXIT_REFUSED
     if action.state != "pending":
         print(f"error: {actions.already_resolved(action)}", file=sys.stderr)
+        return EXIT_REFUSED
+    if action.expires_at is not None and action.expires_at <= clock():
+        resolution, event = actions.expiry(action)
+        _resolve(store, action, resolution, event, "it expired before this submission")
         return EXIT_REFUSED
     try:
         value = checked(json.loads(text))
@@ -170,11 +197,11 @@ def _submit(store: SQLiteStore, action_id: str, text: str) -> int:
         done = "the call completed with this output"
     else:
         resolution, event = actions.resumption(action, value, owner=None)
-        done = "the call resumes at the next Runtime.recover() over this store"
+        done = "a worker's recovery (loop or Runtime.recover()) resumes the call"
     return _resolve(store, action, resolution, event, done)
 
 
-def _cancel(store: SQLiteStore, action_id: str, reason: str) -> int:
+def _cancel(store: Store, action_id: str, reason: str) -> int:
     action = store.action(action_id)
     if action is None:
         print(f"error: no action {action_id!r}", file=sys.stderr)
@@ -183,9 +210,7 @@ def _cancel(store: SQLiteStore, action_id: str, reason: str) -> int:
     return _resolve(store, action, resolution, event, "the call settled as cancelled")
 
 
-def _resolve(
-    store: SQLiteStore, action: ActionRecord, resolution: Any, event: Any, done: str
-) -> int:
+def _resolve(store: Store, action: ActionRecord, resolution: Any, event: Any, done: str) -> int:
     try:
         store.resolve(action.action_id, resolution, event)
     except (ActionAlreadyResolved, UnknownAction) as error:

@@ -114,7 +114,7 @@ class RuntimeCore:
     disallowed: frozenset[str]
     _restricted: bool
 
-    def _init_core(self, store: Store, lease_s: float) -> None:
+    def _init_core(self, store: Store, lease_s: float, host: str | None) -> None:
         self.store = store
         self._durable = store.durable
         self.lease_s = lease_s
@@ -124,7 +124,7 @@ class RuntimeCore:
         self._pre_any = self._post_any = False
         self._running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         self._events = EventHub(store)
-        self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = f"{host or HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._leases = Leases(store, self.owner, lease_s)
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame

@@ -25,11 +25,11 @@ from blade_runtime.store import (
     CallState,
     Claimed,
     DataRecord,
+    DuplicateCall,
     Event,
     LeaseLost,
     Resolution,
     Resolved,
-    StoreError,
     UnknownAction,
     clock,
 )
@@ -56,7 +56,7 @@ class MemoryStore:
         with self._lock:
             existing = self._calls.get(call.call_id)
             if existing is not None and existing.state != "settled":
-                raise StoreError(f"call id {call.call_id!r} is already recorded")
+                raise DuplicateCall(call.call_id)
             self._settled.pop(call.call_id, None)
             self._calls[call.call_id] = replace(call)
 

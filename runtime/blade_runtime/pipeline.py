@@ -63,7 +63,7 @@ from blade_runtime.results import (
     skipped_content,
 )
 from blade_runtime.spec import JsonObject, ToolSpec
-from blade_runtime.store import LeaseLost
+from blade_runtime.store import DuplicateCall, LeaseLost, StoreError
 from blade_runtime.validation import describe
 
 _HOOK_CODES = frozenset({ErrorCode.HOOK_ABORTED, ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT})
@@ -227,7 +227,15 @@ class CallPipeline(RuntimeCore):
             return self._await_client(registration, call, arguments)
         attempt = None
         if self._durable or registration.data or claimed:
-            attempt = scope.stored = self._start(registration, call, arguments, claimed, scope)
+            try:
+                attempt = scope.stored = self._start(registration, call, arguments, claimed, scope)
+            except DuplicateCall as duplicate:
+                return error_result(call, ErrorCode.DUPLICATE_CALL, f"{duplicate}; nothing ran.")
+            except StoreError as error:
+                log.error("%s (call %s): the store refused its start: %s", call.name, call, error)
+                return error_result(
+                    call, ErrorCode.STORE_UNAVAILABLE, "The tool could not start; try again."
+                )
         elif self._events.active:
             self._events.publish(self._event(call, "started", None))
         ctx = ToolContext(registration.spec.input_type, arguments, call, scope, registration.points)

@@ -60,6 +60,10 @@ class ErrorCode(StrEnum):
     """Another submit, cancel or fail resolved the action first; the message says how."""
     INTERRUPTED = "INTERRUPTED"
     """The process stopped during a non-idempotent call: its effects need reconciliation."""
+    DUPLICATE_CALL = "DUPLICATE_CALL"
+    """A call with this call id is already recorded; nothing ran (read the recorded one)."""
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    """The store could not record the call's start, so the implementation did not run."""
 
 
 @dataclass(slots=True)

@@ -75,12 +75,14 @@ class Runtime(Recovery):
         fallback: FallbackHandler | None = None,
         cleanup_grace_s: float = GRACE_S,
         lease_s: float = DEFAULT_LEASE_S,
+        host: str | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
         ``lease_s``: how long this runtime's claim on a running call holds without a heartbeat
-        (another worker may take the call over after it; renewed every third of it)."""
-        self._init_core(MemoryStore() if store is None else store, lease_s)
+        (another worker may take the call over after it; renewed every third of it).
+        ``host``: this machine's name in the runtime's owner id (default: the host name)."""
+        self._init_core(MemoryStore() if store is None else store, lease_s, host)
         self.allowed = None if allowed is None else frozenset(allowed)
         self.disallowed = frozenset(disallowed)
         self._restricted = self.allowed is not None or bool(self.disallowed)

@@ -39,11 +39,11 @@ from blade_runtime.store import (
     CallState,
     Claimed,
     DataRecord,
+    DuplicateCall,
     Event,
     LeaseLost,
     Resolution,
     Resolved,
-    StoreError,
     StoreUnavailable,
     UnknownAction,
     clock,
@@ -272,7 +272,7 @@ class SQLiteStore:
             try:
                 self._put_call(db, call)
             except sqlite3.IntegrityError:
-                raise StoreError(f"call id {call.call_id!r} is already recorded") from None
+                raise DuplicateCall(call.call_id) from None
             self._append(db, event)
 
     def suspend(

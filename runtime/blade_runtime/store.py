@@ -128,6 +128,14 @@ class UnknownAction(StoreError):
         self.action_id = action_id
 
 
+class DuplicateCall(StoreError):
+    """``begin`` of a call id the store already holds."""
+
+    def __init__(self, call_id: str) -> None:
+        super().__init__(f"call id {call_id!r} is already recorded")
+        self.call_id = call_id
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be opened or reached; the message names it (password masked)."""
 

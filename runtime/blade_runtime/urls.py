@@ -37,6 +37,17 @@ def masked(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+def sqlite_path(url: str | Path) -> Path | None:
+    """The file a SQLite URL or plain path names (None: another kind of store)."""
+    text = str(url)
+    scheme = _SCHEME.match(text)
+    if isinstance(url, Path) or scheme is None or len(scheme.group(1)) == 1:  # C:\\ on Windows
+        return Path(text)
+    if scheme.group(1).lower() == "sqlite" and text.startswith("sqlite:///"):
+        return Path(text[len("sqlite:///") :])
+    return None
+
+
 def open_store(url: str | Path) -> Store:
     """The store ``url`` names (see the module's doc for the forms it takes)."""
     text = str(url)
