@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import EXAMPLE_SPECS, add_spec, spec
+from conftest import EXAMPLE_SPECS, ROOT, add_spec, spec
 
 from blade_codegen import __version__
 from blade_codegen.cli import main
@@ -107,3 +107,26 @@ def test_blade_runtime_version_and_plain_help(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         runtime_main(["pending", "cancel", "--help"])
     assert "(default: cancelled by an operator)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_pre_commit_hooks_run_their_commands(project: Path) -> None:
+    import shlex
+
+    import yaml
+
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"blade-codegen-build-check", "blade-codegen-check"}
+    for hook in hooks.values():
+        assert hook["language"] == "system" and hook["pass_filenames"] is False
+        assert {"name", "entry", "files"} <= set(hook)
+    runner = CliRunner()
+    assert runner.invoke(main, ["lock"]).exit_code == 0
+    assert runner.invoke(main, ["build"]).exit_code == 0
+    for hook in hooks.values():
+        program, *args = shlex.split(hook["entry"])
+        assert program == "blade-codegen"
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (hook["id"], result.output)
+    add_spec(project / "tools", spec("extra.more.v1"))
+    stale = runner.invoke(main, shlex.split(hooks["blade-codegen-build-check"]["entry"])[1:])
+    assert stale.exit_code == 1

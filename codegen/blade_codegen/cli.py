@@ -7,9 +7,11 @@ refused because the specs break the lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import keyword
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NoReturn, cast
 
@@ -59,6 +61,11 @@ def main() -> None:
     "--lock", "lock_file", type=click.Path(path_type=Path, dir_okay=False), help=LOCK_HELP
 )
 @click.option("--allow-breaking", is_flag=True, help="Build even if specs break the lock.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Build now and again on every change of the specs or the lock, until Ctrl-C.",
+)
 def build(
     specs_dir: Path | None,
     out: Path | None,
@@ -66,17 +73,15 @@ def build(
     check: bool,
     lock_file: Path | None,
     allow_breaking: bool,
+    watch: bool,
 ) -> None:
     """Build SPECS_DIR (default: [tool.blade-codegen] specs, else specs/) into OUT/PACKAGE.
 
-    Where a lock exists, a spec that breaks its locked contract is refused (exit 5).
+    Where a lock exists, a spec that breaks its locked contract is refused (exit 5). A folder
+    without spec files is refused (exit 3). With --watch, each build prints its problems or
+    what it wrote, and a failed build keeps the previous output.
     """
-    from blade_codegen.build import BreakingChange
-    from blade_codegen.build import build as run_build
-    from blade_codegen.check import BaselineError
-    from blade_codegen.models import ModelFailure
-
-    specs = _specs_dir(specs_dir, need_specs=True)
+    specs = _specs_dir(specs_dir)
     defaults = _settings()
     out = out or defaults.out
     package = package or defaults.package
@@ -84,6 +89,40 @@ def build(
         raise click.UsageError(
             f"--package {package!r} is not a Python package name (use e.g. blade_specs)"
         )
+    if not watch:
+        _build_once(specs, out, package, check, lock_file, allow_breaking)
+        return
+    if check:
+        raise click.UsageError("--watch writes the output; --check writes nothing: pick one")
+    from blade_codegen.watch import watch as watch_tree
+
+    def build_round() -> None:
+        click.echo(f"[{time.strftime('%H:%M:%S')}] building {specs}", err=True)
+        with contextlib.suppress(SystemExit):  # the round printed its outcome; watching goes on
+            _build_once(specs, out, package, False, lock_file, allow_breaking)
+        click.echo(f"watching {specs} for changes (Ctrl-C to stop)", err=True)
+
+    try:
+        watch_tree([specs, lock_file or default_lock(specs)], build_round)
+    except KeyboardInterrupt:
+        click.echo("stopped watching", err=True)
+
+
+def _build_once(
+    specs: Path,
+    out: Path,
+    package: str,
+    check: bool,
+    lock_file: Path | None,
+    allow_breaking: bool,
+) -> None:
+    """One build as the command runs it: prints the outcome, exits non-zero on a failure."""
+    from blade_codegen.build import BreakingChange
+    from blade_codegen.build import build as run_build
+    from blade_codegen.check import BaselineError
+    from blade_codegen.models import ModelFailure
+
+    _require_specs(specs)
     lock = _lock_path(lock_file, specs)
     progress = _Progress() if sys.stderr.isatty() else None
     try:
@@ -178,22 +217,28 @@ def _settings() -> Settings:
 
 
 def _specs_dir(specs_dir: Path | None, need_specs: bool = False) -> Path:
-    """The spec folder; with ``need_specs``, one holding no spec file is refused (exit 3): an
-    empty package built without a word hides a wrong path."""
-    from blade_codegen.load import SHARED_SUFFIX, spec_paths
-
+    """The spec folder; with ``need_specs``, one holding no spec file is refused."""
     specs = specs_dir or _settings().specs
     if not specs.is_dir():
         raise click.UsageError(
             f"no spec folder at {specs} (pass SPECS_DIR or set [tool.blade-codegen] specs)"
         )
-    if need_specs and all(p.name.endswith(SHARED_SUFFIX) for p in spec_paths(specs)):
+    if need_specs:
+        _require_specs(specs)
+    return specs
+
+
+def _require_specs(specs: Path) -> None:
+    """A folder holding no spec file is refused (exit 3): an empty package built without a word
+    would hide a wrong path."""
+    from blade_codegen.load import SHARED_SUFFIX, spec_paths
+
+    if all(p.name.endswith(SHARED_SUFFIX) for p in spec_paths(specs)):
         _fail(
             f"{specs}: no spec files (*.json other than *.schema.json); nothing was written "
             "(write one with `blade-codegen new ID`, or pass the right SPECS_DIR)",
             EXIT_INVALID,
         )
-    return specs
 
 
 def _lock_path(lock_file: Path | None, specs: Path, *, required: bool = False) -> Path:
