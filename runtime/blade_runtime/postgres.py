@@ -1,0 +1,863 @@
+"""``PostgresStore``: the store shared by workers on many machines (``blade-runtime[postgres]``).
+
+On psycopg 3 with a ``psycopg_pool.ConnectionPool`` of autocommit connections. Every state
+change is ONE SQL statement (writable CTEs), so it is one transaction and one round trip: the
+change, what follows from it and its event commit together or not at all.
+
+- **Exactly once.** Resolving an action is ``UPDATE ... WHERE state = 'pending' RETURNING``
+  (with ``expires_at <= now`` for an expiry); of many concurrent resolutions one changes the row.
+- **Claims.** A sweep selects its candidates ``FOR UPDATE SKIP LOCKED`` and updates them in the
+  same statement, returning each call's previous state and owner: concurrent sweeps skip the
+  rows another sweep holds and re-check, on the row as committed, those it waited for, so no
+  call is claimed twice.
+- **Events in commit order.** An identity column numbers events when they are inserted, which
+  is not the order in which their transactions commit: a reader that saw 6 could later find 5.
+  So the event is appended last in its statement, by ``blade_event()``, which first takes a
+  transaction advisory lock on one constant key: from that point to its commit a transaction
+  holds the only right to number events, so numbers are handed out in commit order (the lock is
+  released after the commit is visible). What it serializes is the tail of a transaction (the
+  insert and the commit), not the work before it. The same function sends ``NOTIFY``, which
+  PostgreSQL delivers on commit only, so a rolled-back transaction's event is never seen.
+- **Liveness across hosts.** ``attach(owner)`` holds a session advisory lock keyed by a hash of
+  the owner on a connection of its own and records the owner; ``alive(owner)`` tries that lock
+  from another session: free means the owner's session ended (its process died, on any host,
+  or it detached). An owner that never attached is unknown (None: its lease decides).
+- **Clocks.** ``lease_until`` and ``expires_at`` are epoch seconds from ``store.clock()`` of the
+  process that writes or compares them, as in the other stores: the runtime computes
+  ``expires_at`` with the same clock, and a claim compares leases with the claimer's clock, so
+  hosts' clocks must agree to well within a lease (NTP does).
+- **JSON as text.** Payloads are stored as the same compact JSON text as in SQLite, not jsonb:
+  jsonb reorders keys, drops duplicate keys and refuses ``\\u0000``, and the store never queries
+  inside a payload (filters are on plain columns), so text round-trips exactly and costs no
+  parse on insert. ``payload::jsonb`` still works for an operator's ad-hoc query.
+- **Migrations.** ``blade_schema_version`` holds the version; ``MIGRATIONS[n]`` takes n to n+1,
+  in one transaction under an advisory lock, so processes opening a new database at once migrate
+  it once. A database of a newer version is refused (``StoreUnavailable``), and nothing is written.
+
+Tables are prefixed ``blade_`` so that the store can share a database with an application.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import json
+import threading
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, LiteralString
+from urllib.parse import unquote, urlsplit
+
+import psycopg
+import psycopg.errors
+from psycopg import sql
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+from pydantic import JsonValue
+
+from blade_runtime.store import (
+    ActionAlreadyResolved,
+    ActionRecord,
+    ActionState,
+    CallRecord,
+    CallState,
+    Claimed,
+    DataRecord,
+    DuplicateCall,
+    Event,
+    LeaseLost,
+    Resolution,
+    Resolved,
+    StoreError,
+    StoreUnavailable,
+    UnknownAction,
+    clock,
+    now,
+)
+from blade_runtime.urls import masked
+
+_LOCK_CLASS = 0x626C6164  # "blad": the (int, int) advisory key space of this store
+_EVENTS_LOCK = 1
+_MIGRATION_LOCK = 2
+CHANNEL = "blade_events"
+
+MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
+    (  # 1: the first release
+        """
+        CREATE TABLE blade_calls (
+            call_id text PRIMARY KEY,
+            run_id text NOT NULL,
+            name text NOT NULL,
+            spec_id text NOT NULL,
+            side_effect text NOT NULL,
+            execution text NOT NULL,
+            input text NOT NULL,
+            state text NOT NULL,
+            started_at text NOT NULL,
+            owner text NOT NULL,
+            entry text,
+            result text,
+            lease_until double precision NOT NULL DEFAULT 0,
+            tenant text NOT NULL DEFAULT '',
+            context text
+        )
+        """,
+        # Sweeps read only the calls that may need a runtime: a partial index stays small.
+        "CREATE INDEX blade_calls_open ON blade_calls (state, lease_until) "
+        "WHERE state IN ('running', 'resumable')",
+        "CREATE INDEX blade_calls_run ON blade_calls (run_id)",
+        """
+        CREATE TABLE blade_actions (
+            action_id text PRIMARY KEY,
+            call_id text NOT NULL,
+            run_id text NOT NULL,
+            name text NOT NULL,
+            spec_id text NOT NULL,
+            point text,
+            payload text NOT NULL,
+            submit_schema text NOT NULL,
+            suspended_at text NOT NULL,
+            state text NOT NULL,
+            resume text,
+            resolved_at text,
+            reason text,
+            tenant text NOT NULL DEFAULT '',
+            expires_at double precision
+        )
+        """,
+        "CREATE INDEX blade_actions_pending ON blade_actions (run_id, name) "
+        "WHERE state = 'pending'",
+        "CREATE INDEX blade_actions_call ON blade_actions (call_id)",
+        "CREATE INDEX blade_actions_expiring ON blade_actions (expires_at) "
+        "WHERE state = 'pending' AND expires_at IS NOT NULL",
+        """
+        CREATE TABLE blade_data (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            call_id text NOT NULL,
+            channel text NOT NULL,
+            item_id text NOT NULL,
+            value text NOT NULL,
+            updated_at text NOT NULL,
+            UNIQUE (call_id, channel, item_id)
+        )
+        """,
+        """
+        CREATE TABLE blade_events (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_id text NOT NULL,
+            call_id text NOT NULL,
+            kind text NOT NULL,
+            payload text NOT NULL,
+            at text NOT NULL
+        )
+        """,
+        "CREATE INDEX blade_events_run ON blade_events (run_id, seq)",
+        """
+        CREATE TABLE blade_runtimes (
+            owner text PRIMARY KEY,
+            attached_at text NOT NULL
+        )
+        """,
+        # The one way events are appended: last in its statement, under the events lock (held
+        # to the commit, so numbers follow commit order), with a NOTIFY delivered on commit.
+        f"""
+        CREATE FUNCTION blade_event(
+            p_run_id text, p_call_id text, p_kind text, p_payload text, p_at text
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            numbered bigint;
+        BEGIN
+            PERFORM pg_advisory_xact_lock({_LOCK_CLASS}, {_EVENTS_LOCK});
+            INSERT INTO blade_events (run_id, call_id, kind, payload, at)
+                VALUES (p_run_id, p_call_id, p_kind, p_payload, p_at)
+                RETURNING seq INTO numbered;
+            PERFORM pg_notify('{CHANNEL}', numbered::text);
+            RETURN numbered;
+        END
+        $$
+        """,
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_CALL_COLUMNS: LiteralString = (
+    "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
+    "entry, result, lease_until, tenant, context"
+)
+_CALLS_PREFIXED: LiteralString = (
+    "blade_calls.call_id, run_id, name, spec_id, side_effect, execution, input, "
+    "blade_calls.state, started_at, owner, entry, result, lease_until, tenant, context"
+)
+_ACTION_COLUMNS: LiteralString = (
+    "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
+    "state, resume, resolved_at, reason, tenant, expires_at"
+)
+_CALL_VALUES: LiteralString = (
+    "%(call_id)s, %(run_id)s, %(name)s, %(spec_id)s, %(side_effect)s, %(execution)s, %(input)s, "
+    "%(state)s, %(started_at)s, %(owner)s, %(entry)s, %(result)s, %(lease_until)s, %(tenant)s, "
+    "%(context)s"
+)
+_ACTION_VALUES: LiteralString = (
+    "%(action_id)s, %(a_call_id)s, %(a_run_id)s, %(a_name)s, %(a_spec_id)s, %(point)s, "
+    "%(payload)s, %(submit_schema)s, %(suspended_at)s, %(a_state)s, %(resume)s, "
+    "%(resolved_at)s, %(reason)s, %(a_tenant)s, %(expires_at)s"
+)
+_EVENT: LiteralString = (
+    "blade_event(%(e_run_id)s, %(e_call_id)s, %(e_kind)s, %(e_payload)s, %(e_at)s)"
+)
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_dump = _ENCODER.encode
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def owner_key(owner: str) -> int:
+    """The session advisory lock key (bigint key space) that an attached ``owner`` holds."""
+    digest = hashlib.blake2b(owner.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _one_line(error: BaseException, secret: str | None) -> str:
+    """A driver error as one line, without the password (libpq never prints it; be sure)."""
+    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if secret:
+        text = text.replace(secret, "***")
+    return text or type(error).__name__
+
+
+def _event_params(event: Event) -> dict[str, Any]:
+    return {
+        "e_run_id": event.run_id,
+        "e_call_id": event.call_id,
+        "e_kind": event.kind,
+        "e_payload": _dump(event.payload),
+        "e_at": event.at,
+    }
+
+
+def _call_params(call: CallRecord) -> dict[str, Any]:
+    return {
+        "call_id": call.call_id,
+        "run_id": call.run_id,
+        "name": call.name,
+        "spec_id": call.spec_id,
+        "side_effect": call.side_effect,
+        "execution": call.execution,
+        "input": _dump(dict(call.input)),
+        "state": call.state,
+        "started_at": call.started_at,
+        "owner": call.owner,
+        "entry": _dump(call.entry),
+        "result": _dump(call.result),
+        "lease_until": float(call.lease_until),
+        "tenant": call.tenant,
+        "context": _dump(call.context),
+    }
+
+
+class _Schemas:
+    """Schemas repeat (every action of a suspend point stores the same one): each distinct text
+    is parsed once, and each schema object (the runtime passes its own) is dumped once."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, Any] = {}
+        self._texts: dict[int, tuple[Any, str]] = {}
+        self._lock = threading.Lock()
+
+    def dump(self, schema: Any) -> str:
+        found = self._texts.get(id(schema))
+        if found is None or found[0] is not schema:
+            found = (schema, _dump(dict(schema)))
+            with self._lock:
+                self._texts[id(schema)] = found
+        return found[1]
+
+    def load(self, text: str) -> Any:
+        parsed = self._parsed.get(text)
+        if parsed is None:
+            parsed = json.loads(text)
+            with self._lock:
+                self._parsed[text] = parsed
+        return parsed
+
+
+class PostgresStore:
+    """A durable store in a PostgreSQL database, shared by processes on any number of hosts."""
+
+    durable = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        pool_timeout_s: float = 30.0,
+    ) -> None:
+        self.url = masked(url)
+        self.listen_retry_s = 1.0  # how soon a lost LISTEN connection is made again
+        self._dsn = url
+        password = urlsplit(url).password if "://" in url else None
+        self._secret = unquote(password) if password else None
+        self._connect_timeout = max(1, round(connect_timeout_s))
+        self._schemas = _Schemas()
+        self._closed = False
+        self._attached: dict[str, psycopg.Connection[TupleRow]] = {}
+        self._attached_lock = threading.Lock()
+        # Events: the LISTEN thread counts notifications; each task remembers the count it saw.
+        self._generation = 0
+        self._seen: contextvars.ContextVar[int] = contextvars.ContextVar(
+            f"blade_postgres_seen_{id(self)}", default=-1
+        )
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+        self._waiters_lock = threading.Lock()
+        self._listener: threading.Thread | None = None
+        self._listening = threading.Event()
+        self._stop = threading.Event()
+        try:
+            with self._connect() as connection:
+                self._migrate(connection)
+        except psycopg.Error as error:
+            raise self._unavailable(error) from None
+        self._pool: ConnectionPool[psycopg.Connection[TupleRow]] = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
+            open=False,
+            timeout=pool_timeout_s,
+            name="blade-runtime",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except psycopg.Error as error:
+            self._pool.close()
+            raise self._unavailable(error) from None
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"{self.url}: {_one_line(error, self._secret)}")
+
+    def _connect(self) -> psycopg.Connection[TupleRow]:
+        """A connection of its own (migrations, an owner's lock, LISTEN), outside the pool."""
+        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout)
+
+    @contextmanager
+    def _db(self) -> Iterator[psycopg.Connection[TupleRow]]:
+        """A pooled autocommit connection: each statement on it is its own transaction. A lost
+        server is ``StoreUnavailable``; deadlocks and serialization failures stay themselves."""
+        if self._closed:
+            raise StoreUnavailable(f"{self.url}: the store is closed")
+        try:
+            with self._pool.connection() as connection:
+                yield connection
+        except psycopg.errors.TransactionRollback:
+            raise
+        except psycopg.OperationalError as error:
+            raise self._unavailable(error) from None
+
+    def _migrate(self, db: psycopg.Connection[TupleRow]) -> None:
+        with db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _MIGRATION_LOCK))
+            db.execute("CREATE TABLE IF NOT EXISTS blade_schema_version (version integer NOT NULL)")
+            row = db.execute("SELECT max(version) FROM blade_schema_version").fetchone()
+            version = int(row[0]) if row and row[0] is not None else 0
+            if version > SCHEMA_VERSION:
+                raise StoreUnavailable(
+                    f"{self.url}: store schema version {version} is newer than this "
+                    f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
+                )
+            if version == SCHEMA_VERSION:
+                return
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    db.execute(statement)
+            db.execute("DELETE FROM blade_schema_version")
+            db.execute("INSERT INTO blade_schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
+
+    # -- the Store interface -------------------------------------------------------------------
+
+    def begin(self, call: CallRecord, event: Event) -> None:
+        try:
+            with self._db() as db:
+                row = db.execute(
+                    f"WITH c AS (INSERT INTO blade_calls ({_CALL_COLUMNS}) VALUES ({_CALL_VALUES}) "
+                    f"RETURNING call_id) SELECT {_EVENT} FROM c",
+                    _call_params(call) | _event_params(event),
+                ).fetchone()
+        except psycopg.errors.UniqueViolation:
+            raise DuplicateCall(call.call_id) from None
+        event.seq = int(row[0]) if row else 0
+
+    def suspend(
+        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
+    ) -> None:
+        params = _call_params(call) | _event_params(event) | self._action_params(action)
+        if known:  # the call is there, running under call.owner: it becomes suspended/pending
+            query: LiteralString = (
+                "WITH c AS (UPDATE blade_calls SET state = %(state)s WHERE call_id = %(call_id)s "
+                "AND owner = %(owner)s AND state = 'running' RETURNING call_id), "
+                f"a AS (INSERT INTO blade_actions ({_ACTION_COLUMNS}) SELECT {_ACTION_VALUES} "
+                f"FROM c RETURNING action_id) SELECT {_EVENT} FROM a"
+            )
+        else:
+            query = (
+                f"WITH c AS (INSERT INTO blade_calls ({_CALL_COLUMNS}) VALUES ({_CALL_VALUES}) "
+                "RETURNING call_id), "
+                f"a AS (INSERT INTO blade_actions ({_ACTION_COLUMNS}) SELECT {_ACTION_VALUES} "
+                f"FROM c RETURNING action_id) SELECT {_EVENT} FROM a"
+            )
+        try:
+            with self._db() as db:
+                row = db.execute(query, params).fetchone()
+        except psycopg.errors.UniqueViolation as error:
+            raise StoreError(
+                f"call {call.call_id!r} or action {action.action_id!r} is already recorded "
+                f"({_one_line(error, None)})"
+            ) from None
+        if row is None:
+            raise LeaseLost(call.call_id, call.owner)
+        event.seq = int(row[0])
+
+    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
+        expiry: LiteralString = " AND expires_at <= %(now)s" if resolution.only_if_expired else ""
+        # The call's update is joined before blade_event() runs, so every row lock this
+        # statement takes is taken before the events lock (no lock-order deadlock with sweeps).
+        query: LiteralString = (
+            "WITH a AS (UPDATE blade_actions SET state = %(state)s, resume = %(resume)s, "
+            "resolved_at = %(resolved_at)s, reason = %(reason)s "
+            f"WHERE action_id = %(action_id)s AND state = 'pending'{expiry} "
+            f"RETURNING {_ACTION_COLUMNS}), "
+            "c AS (UPDATE blade_calls SET state = %(call_state)s, entry = %(entry)s, "
+            "result = %(result)s, owner = COALESCE(%(call_owner)s, blade_calls.owner), "
+            "lease_until = %(lease_until)s FROM a WHERE blade_calls.call_id = a.call_id "
+            "RETURNING blade_calls.input, blade_calls.context) "
+            f"SELECT a.*, c.input, c.context, {_EVENT} FROM a LEFT JOIN c ON true"
+        )
+        at = clock()
+        params = _event_params(event) | {
+            "state": resolution.state,
+            "resume": _dump(resolution.resume),
+            "resolved_at": resolution.resolved_at,
+            "reason": resolution.reason,
+            "action_id": action_id,
+            "now": at,
+            "call_state": resolution.call_state,
+            "entry": _dump(resolution.call_entry),
+            "result": _dump(resolution.call_result),
+            "call_owner": resolution.call_owner,
+            "lease_until": at + resolution.lease_s if resolution.call_owner else 0.0,
+        }
+        with self._db() as db:
+            row = db.execute(query, params).fetchone()
+            if row is None:  # lost the race, or no such action: say which, and how it went
+                action = self._one_action(db, action_id)
+                if action is None:
+                    raise UnknownAction(action_id)
+                raise ActionAlreadyResolved(action)
+        event.seq = int(row[-1])
+        action = self._action(row[:-3])
+        if row[-3] is None:  # no such call (only an action was recorded)
+            return Resolved(action, {})
+        return Resolved(action, _load(row[-3]), _load(row[-2]))
+
+    def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
+        with self._db() as db:
+            row = db.execute(
+                "WITH c AS (UPDATE blade_calls SET state = 'settled', result = %(result)s "
+                "WHERE call_id = %(call_id)s AND owner = %(owner)s AND state = 'running' "
+                f"RETURNING call_id) SELECT {_EVENT} FROM c",
+                _event_params(event)
+                | {"result": _dump(result), "call_id": call_id, "owner": owner},
+            ).fetchone()
+        if row is None:
+            raise LeaseLost(call_id, owner)
+        event.seq = int(row[0])
+
+    def claim(
+        self,
+        owner: str,
+        lease_s: float,
+        *,
+        dead: Collection[str] = (),
+        call_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Claimed]:
+        at = clock()
+        only: LiteralString = " AND call_id = %(only)s" if call_id is not None else ""
+        # ``picked`` locks its rows (skipping those another sweep holds, and re-checking the
+        # WHERE on the committed row for those it had to wait for): the previous state and
+        # owner it returns are those the update replaces.
+        query: LiteralString = (
+            "WITH picked AS (SELECT call_id, state AS was, owner AS previous_owner "
+            "FROM blade_calls WHERE state IN ('running', 'resumable') AND (state = 'resumable' "
+            f"OR lease_until < %(at)s OR owner = ANY(%(dead)s)){only} "
+            "ORDER BY started_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
+            "u AS (UPDATE blade_calls SET state = 'running', owner = %(owner)s, "
+            "lease_until = %(until)s FROM picked WHERE blade_calls.call_id = picked.call_id "
+            f"RETURNING picked.was, picked.previous_owner, {_CALLS_PREFIXED}) "
+            "SELECT u.*, blade_event(u.run_id, u.call_id, 'claimed', "
+            "json_build_object('was', u.was, 'previous_owner', u.previous_owner)::text, "
+            "%(claimed_at)s) FROM u ORDER BY u.started_at"
+        )
+        params = {
+            "at": at,
+            "dead": list(dead),
+            "only": call_id,
+            "limit": limit,
+            "owner": owner,
+            "until": at + lease_s,
+            "claimed_at": now(),
+        }
+        with self._db() as db:
+            rows = db.execute(query, params).fetchall()
+        return [Claimed(_call(row[2:-1]), row[0], row[1]) for row in rows]
+
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        with self._db() as db:
+            rows = db.execute(
+                "UPDATE blade_calls SET lease_until = %s WHERE owner = %s AND state = 'running' "
+                "RETURNING call_id",
+                (clock() + lease_s, owner),
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def expired(self, limit: int = 100) -> list[ActionRecord]:
+        with self._db() as db:
+            rows = db.execute(
+                f"SELECT {_ACTION_COLUMNS} FROM blade_actions WHERE state = 'pending' "
+                "AND expires_at IS NOT NULL AND expires_at <= %s ORDER BY expires_at LIMIT %s",
+                (clock(), limit),
+            ).fetchall()
+        return [self._action(row) for row in rows]
+
+    def owners(self) -> set[str]:
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT DISTINCT owner FROM blade_calls WHERE state IN ('running', 'resumable') "
+                "AND state = 'running' AND lease_until >= %s",
+                (clock(),),
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def alive(self, owner: str) -> bool | None:
+        """True while ``owner``'s session holds its lock, False once it is gone (the process
+        died or detached), None for an owner that never attached to this database."""
+        # A transaction-level try in an autocommit statement: released as the statement ends.
+        with self._db() as db:
+            row = db.execute(
+                "SELECT EXISTS (SELECT 1 FROM blade_runtimes WHERE owner = %s), "
+                "pg_try_advisory_xact_lock(%s)",
+                (owner, owner_key(owner)),
+            ).fetchone()
+        if row is None or not row[0]:
+            return None
+        return not row[1]
+
+    def attach(self, owner: str) -> None:
+        with self._attached_lock:
+            if owner in self._attached:
+                return
+            try:
+                connection = self._connect()
+            except psycopg.Error as error:
+                raise self._unavailable(error) from None
+            try:
+                # The lock first, then the record: a recorded owner whose lock is free is gone.
+                row = connection.execute(
+                    "SELECT pg_try_advisory_lock(%s)", (owner_key(owner),)
+                ).fetchone()
+                if not row or not row[0]:
+                    raise StoreError(f"owner {owner!r} is attached by another running process")
+                connection.execute(
+                    "INSERT INTO blade_runtimes (owner, attached_at) VALUES (%s, %s) "
+                    "ON CONFLICT (owner) DO UPDATE SET attached_at = excluded.attached_at",
+                    (owner, now()),
+                )
+            except BaseException:
+                connection.close()
+                raise
+            self._attached[owner] = connection
+
+    def detach(self, owner: str) -> None:
+        with self._attached_lock:
+            connection = self._attached.pop(owner, None)
+        if connection is None:
+            return
+        try:
+            # The record first, then the lock: from then on the owner is unknown, not dead.
+            connection.execute("DELETE FROM blade_runtimes WHERE owner = %s", (owner,))
+            connection.execute("SELECT pg_advisory_unlock(%s)", (owner_key(owner),))
+        except psycopg.Error:
+            pass  # the connection is gone: so is the lock
+        finally:
+            connection.close()
+
+    def write_data(self, record: DataRecord, event: Event | None) -> None:
+        # Same item id: the value and time change, the position (seq) stays.
+        upsert: LiteralString = (
+            "INSERT INTO blade_data (call_id, channel, item_id, value, updated_at) "
+            "VALUES (%(d_call_id)s, %(channel)s, %(item_id)s, %(value)s, %(updated_at)s) "
+            "ON CONFLICT (call_id, channel, item_id) DO UPDATE SET "
+            "value = excluded.value, updated_at = excluded.updated_at RETURNING seq"
+        )
+        params: dict[str, Any] = {
+            "d_call_id": record.call_id,
+            "channel": record.channel,
+            "item_id": record.item_id,
+            "value": _dump(record.value),
+            "updated_at": record.updated_at,
+        }
+        with self._db() as db:
+            if event is None:
+                db.execute(upsert, params)
+                return
+            row = db.execute(
+                f"WITH d AS ({upsert}) SELECT {_EVENT} FROM d", params | _event_params(event)
+            ).fetchone()
+        event.seq = int(row[0]) if row else 0
+
+    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT call_id, channel, item_id, value, updated_at, seq FROM blade_data "
+                "WHERE call_id = %s AND (%s::text IS NULL OR channel = %s) ORDER BY seq",
+                (call_id, channel, channel),
+            ).fetchall()
+        return [DataRecord(r[0], r[1], r[2], _load(r[3]), r[4], int(r[5])) for r in rows]
+
+    def call(self, call_id: str) -> CallRecord | None:
+        with self._db() as db:
+            row = db.execute(
+                f"SELECT {_CALL_COLUMNS} FROM blade_calls WHERE call_id = %s", (call_id,)
+            ).fetchone()
+        return None if row is None else _call(row)
+
+    def calls(
+        self,
+        states: Iterable[CallState] | None = None,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+    ) -> list[CallRecord]:
+        clauses: list[sql.Composable] = []
+        values: list[Any] = []
+        if states is not None:
+            clauses.append(sql.SQL("state = ANY(%s)"))
+            values.append(list(states))
+        for column, value in (("run_id", run_id), ("tenant", tenant)):
+            if value is not None:
+                clauses.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
+                values.append(value)
+        where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
+        query = sql.SQL(f"SELECT {_CALL_COLUMNS} FROM blade_calls{{}} ORDER BY started_at").format(
+            where
+        )
+        with self._db() as db:
+            rows = db.execute(query, values).fetchall()
+        return [_call(row) for row in rows]
+
+    def action(self, action_id: str) -> ActionRecord | None:
+        with self._db() as db:
+            return self._one_action(db, action_id)
+
+    def actions(
+        self,
+        *,
+        state: ActionState | None = "pending",
+        run_id: str | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+        tenant: str | None = None,
+    ) -> list[ActionRecord]:
+        given = {
+            "state": state,
+            "run_id": run_id,
+            "name": name,
+            "call_id": call_id,
+            "tenant": tenant,
+        }
+        clauses = [
+            sql.SQL("{} = %s").format(sql.Identifier(column))
+            for column, value in given.items()
+            if value is not None
+        ]
+        where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
+        query = sql.SQL(
+            f"SELECT {_ACTION_COLUMNS} FROM blade_actions{{}} ORDER BY suspended_at, action_id"
+        ).format(where)
+        with self._db() as db:
+            rows = db.execute(query, [v for v in given.values() if v is not None]).fetchall()
+        return [self._action(row) for row in rows]
+
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        self._watch()  # before the read: a commit after it wakes changed()
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT run_id, call_id, kind, payload, at, seq FROM blade_events "
+                "WHERE run_id = %s AND seq > %s ORDER BY seq",
+                (run_id, after),
+            ).fetchall()
+        return [Event(r[0], r[1], r[2], _load(r[3]), r[4], int(r[5])) for r in rows]
+
+    def head(self) -> int:
+        self._watch()
+        with self._db() as db:
+            row = db.execute("SELECT max(seq) FROM blade_events").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    async def changed(self, timeout_s: float) -> None:
+        """Return when another commit's NOTIFY arrived since this task last read ``events``,
+        ``head`` or returned from here (at once if one did), or after ``timeout_s``."""
+        if self._listener is None:
+            self._listen()
+            self._seen.set(self._generation)
+            return  # commits before LISTEN began were not heard: the caller reads again
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        waiter = (loop, future)
+        with self._waiters_lock:
+            woken = self._generation > self._seen.get()
+            if not woken:
+                self._waiters.add(waiter)
+        try:
+            if not woken:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(future, timeout_s)
+        finally:
+            with self._waiters_lock:
+                self._waiters.discard(waiter)
+                self._seen.set(self._generation)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.join(timeout=5)
+        with self._attached_lock:
+            attached = list(self._attached)
+        for owner in attached:
+            self.detach(owner)
+        self._pool.close()
+
+    # -- events across processes ---------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Listen (from the first read on), and note the notifications this task has seen."""
+        if self._listener is None:
+            self._listen()
+        self._seen.set(self._generation)
+
+    def _listen(self) -> None:
+        """Start the LISTEN thread, and wait until it listens (or has failed once)."""
+        with self._waiters_lock:
+            if self._listener is not None:
+                return
+            self._listener = threading.Thread(
+                target=self._listen_loop, name="blade-postgres-listen", daemon=True
+            )
+            self._listener.start()
+        self._listening.wait(timeout=self._connect_timeout)
+
+    def _listen_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._connect() as connection:
+                    connection.execute(f"LISTEN {CHANNEL}")
+                    self._listening.set()
+                    self._wake()  # anything may have been committed while not listening
+                    while not self._stop.is_set():
+                        for _ in connection.notifies(timeout=0.1):
+                            self._wake()
+            except psycopg.Error:
+                self._listening.set()
+                self._wake()  # let the readers find the error (or the events) themselves
+                self._stop.wait(self.listen_retry_s)
+
+    def _wake(self) -> None:
+        with self._waiters_lock:
+            self._generation += 1
+            waiters = list(self._waiters)
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop has closed
+                loop.call_soon_threadsafe(_resolve, future)
+
+    # -- rows ----------------------------------------------------------------------------------
+
+    def _action_params(self, action: ActionRecord) -> dict[str, Any]:
+        return {
+            "action_id": action.action_id,
+            "a_call_id": action.call_id,
+            "a_run_id": action.run_id,
+            "a_name": action.name,
+            "a_spec_id": action.spec_id,
+            "point": action.point,
+            "payload": _dump(action.payload),
+            "submit_schema": self._schemas.dump(action.submit_schema),
+            "suspended_at": action.suspended_at,
+            "a_state": action.state,
+            "resume": _dump(action.resume),
+            "resolved_at": action.resolved_at,
+            "reason": action.reason,
+            "a_tenant": action.tenant,
+            "expires_at": action.expires_at,
+        }
+
+    def _one_action(self, db: psycopg.Connection[TupleRow], action_id: str) -> ActionRecord | None:
+        row = db.execute(
+            f"SELECT {_ACTION_COLUMNS} FROM blade_actions WHERE action_id = %s", (action_id,)
+        ).fetchone()
+        return None if row is None else self._action(row)
+
+    def _action(self, row: tuple[Any, ...]) -> ActionRecord:
+        return ActionRecord(
+            action_id=row[0],
+            call_id=row[1],
+            run_id=row[2],
+            name=row[3],
+            spec_id=row[4],
+            point=row[5],
+            payload=_load(row[6]),
+            submit_schema=self._schemas.load(row[7]),
+            suspended_at=row[8],
+            state=row[9],
+            resume=_load(row[10]),
+            resolved_at=row[11],
+            reason=row[12],
+            tenant=row[13],
+            expires_at=row[14],
+        )
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _call(row: tuple[Any, ...]) -> CallRecord:
+    return CallRecord(
+        call_id=row[0],
+        run_id=row[1],
+        name=row[2],
+        spec_id=row[3],
+        side_effect=row[4],
+        execution=row[5],
+        input=_load(row[6]),
+        state=row[7],
+        started_at=row[8],
+        owner=row[9],
+        entry=_load(row[10]),
+        result=_load(row[11]),
+        lease_until=float(row[12]),
+        tenant=row[13],
+        context=_load(row[14]),
+    )

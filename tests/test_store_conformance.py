@@ -1,0 +1,954 @@
+"""One suite of every ``Store`` behaviour, run on MemoryStore, SQLiteStore and PostgresStore.
+
+The store methods are called directly with records (no Runtime). Where MemoryStore differs, by
+its documentation (it keeps no events, is not shared with other processes, does not record a
+call that never waited), the test asserts what it documents instead of skipping.
+PostgreSQL is a real server (``tests/postgres.py``): a missing one fails these tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import store_workers
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from blade_runtime.spec import JsonObject
+from blade_runtime.store import (
+    ActionAlreadyResolved,
+    ActionRecord,
+    CallRecord,
+    CallState,
+    DataRecord,
+    Event,
+    LeaseLost,
+    Resolution,
+    Store,
+    StoreError,
+    StoreUnavailable,
+    UnknownAction,
+    clock,
+    now,
+)
+from blade_runtime.urls import open_store
+
+KINDS = ("memory", "sqlite", "postgres")
+DURABLE = ("sqlite", "postgres")
+SCHEMA: JsonObject = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+_ids = itertools.count()
+
+
+@dataclass
+class Backend:
+    """One store engine under test: ``open()`` gives another handle on the same data (a new
+    connection, as another worker would have; for memory, the one instance)."""
+
+    kind: str
+    url: str
+    opened: list[Store] = field(default_factory=list)
+
+    @property
+    def durable(self) -> bool:
+        return self.kind != "memory"
+
+    def open(self) -> Store:
+        if self.kind == "memory" and self.opened:
+            return self.opened[0]
+        store = open_store(self.url)
+        self.opened.append(store)
+        return store
+
+    def shared(self) -> Store:
+        """The first handle opened (one for every example of a property test)."""
+        return self.opened[0] if self.opened else self.open()
+
+    def close(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+def _backend(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if kind == "memory":
+        url = "memory:"
+    elif kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    backend = Backend(kind, url)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture(params=KINDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from _backend(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=DURABLE)
+def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from _backend(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def store(backend: Backend) -> Store:
+    return backend.open()
+
+
+# -- records -------------------------------------------------------------------------------------
+
+
+def uid(prefix: str) -> str:
+    return f"{prefix}-{next(_ids)}"
+
+
+def a_call(
+    call_id: str | None = None,
+    *,
+    owner: str = "w1",
+    state: CallState = "running",
+    lease_s: float = 30.0,
+    run_id: str = "run-1",
+    tenant: str = "",
+    input: dict[str, Any] | None = None,
+) -> CallRecord:
+    return CallRecord(
+        call_id=call_id or uid("call"),
+        run_id=run_id,
+        name="refund",
+        spec_id="acme.refund.v1",
+        side_effect="non_idempotent",
+        execution="inline",
+        input=input if input is not None else {"amount": 10},
+        state=state,
+        started_at=now(),
+        owner=owner,
+        lease_until=clock() + lease_s,
+        tenant=tenant,
+        context={"principal": "alice"},
+    )
+
+
+def an_action(call: CallRecord, *, expires_at: float | None = None) -> ActionRecord:
+    return ActionRecord(
+        action_id=uid("action"),
+        call_id=call.call_id,
+        run_id=call.run_id,
+        name=call.name,
+        spec_id=call.spec_id,
+        point="approve",
+        payload={"amount": 10, "why": "over the limit"},
+        submit_schema=SCHEMA,
+        suspended_at=now(),
+        tenant=call.tenant,
+        expires_at=expires_at,
+    )
+
+
+def ev(call: CallRecord, kind: str, payload: Any = None) -> Event:
+    return Event(call.run_id, call.call_id, kind, payload or {}, now())
+
+
+def begun(store: Store, **fields: Any) -> CallRecord:
+    call = a_call(**fields)
+    store.begin(call, ev(call, "started"))
+    return call
+
+
+def suspended(store: Store, **fields: Any) -> tuple[CallRecord, ActionRecord]:
+    """A call that began and then suspended on an action (known: it was recorded)."""
+    expires_at = fields.pop("expires_at", None)
+    call = begun(store, **fields)
+    action = an_action(call, expires_at=expires_at)
+    call.state = "suspended"
+    store.suspend(call, action, ev(call, "suspended"), known=True)
+    return call, action
+
+
+def resumable(store: Store, **fields: Any) -> CallRecord:
+    call, action = suspended(store, **fields)
+    store.resolve(action.action_id, submitted(), ev(call, "resumed"))
+    return call
+
+
+def submitted(**fields: Any) -> Resolution:
+    return Resolution("submitted", now(), resume=fields.pop("resume", {"ok": True}), **fields)
+
+
+def kinds(store: Store, run_id: str = "run-1") -> list[str]:
+    return [event.kind for event in store.events(run_id)]
+
+
+# -- round trips ---------------------------------------------------------------------------------
+
+
+def test_a_call_suspends_resolves_is_claimed_and_settles(backend: Backend, store: Store) -> None:
+    call = a_call(tenant="acme")
+    store.begin(call, ev(call, "started"))
+    assert store.call(call.call_id) == call
+
+    action = an_action(call)
+    call.state = "suspended"
+    store.suspend(call, action, ev(call, "suspended"), known=True)
+    assert store.call(call.call_id) == call
+    assert store.action(action.action_id) == action
+    assert store.actions() == [action]
+
+    resolved = store.resolve(action.action_id, submitted(), ev(call, "resumed"))
+    assert resolved.action.state == "submitted"
+    assert resolved.action.resume == {"ok": True}
+    assert resolved.call_input == {"amount": 10}
+    assert resolved.call_context == {"principal": "alice"}
+    assert store.actions() == []
+    assert store.actions(state="submitted") == [resolved.action]
+    stored = store.call(call.call_id)
+    assert stored is not None and stored.state == "resumable" and stored.owner == "w1"
+
+    before = clock()
+    [claimed] = store.claim("w2", 7.0)
+    assert (claimed.was, claimed.previous_owner) == ("resumable", "w1")
+    assert claimed.call.state == "running" and claimed.call.owner == "w2"
+    assert before + 7.0 <= claimed.call.lease_until <= clock() + 7.0
+    assert store.call(call.call_id) == claimed.call
+
+    store.settle(call.call_id, {"refunded": 10}, ev(call, "result"), owner="w2")
+    stored = store.call(call.call_id)
+    assert stored is not None and stored.state == "settled" and stored.result == {"refunded": 10}
+
+    if backend.durable:
+        events = store.events("run-1")
+        assert [e.kind for e in events] == ["started", "suspended", "resumed", "claimed", "result"]
+        assert [e.seq for e in events] == sorted({e.seq for e in events})
+        assert events[3].payload == {"was": "resumable", "previous_owner": "w1"}
+        assert store.head() == events[-1].seq
+        assert store.events("run-1", after=events[1].seq) == events[2:]
+        assert store.events("another-run") == []
+    else:  # documented: MemoryStore keeps no events (live subscribers are the only consumers)
+        assert store.events("run-1") == [] and store.head() == 0
+
+
+def test_event_seq_is_set_on_the_event_appended(backend: Backend, store: Store) -> None:
+    call = a_call()
+    started = ev(call, "started")
+    store.begin(call, started)
+    finished = ev(call, "result")
+    store.settle(call.call_id, 1, finished, owner="w1")
+    if backend.durable:
+        assert 0 < started.seq < finished.seq == store.head()
+    else:
+        assert started.seq == finished.seq == 0
+
+
+def test_a_client_call_is_recorded_with_its_action_when_it_suspends(store: Store) -> None:
+    call = a_call(state="pending")
+    action = an_action(call)
+    action.point = None
+    store.suspend(call, action, ev(call, "pending"))
+    assert store.call(call.call_id) == call
+    assert store.action(action.action_id) == action
+    resolved = store.resolve(
+        action.action_id,
+        Resolution("submitted", now(), resume={"out": 1}, call_state="settled", call_result=5),
+        ev(call, "result"),
+    )
+    assert resolved.action.state == "submitted"
+    stored = store.call(call.call_id)
+    assert stored is not None and (stored.state, stored.result) == ("settled", 5)
+
+
+def test_a_resolution_may_hand_the_call_to_a_runtime_under_a_lease(store: Store) -> None:
+    call, action = suspended(store)
+    before = clock()
+    store.resolve(
+        action.action_id,
+        submitted(call_state="running", call_owner="w9", lease_s=4.0, call_entry={"e": 1}),
+        ev(call, "resumed"),
+    )
+    stored = store.call(call.call_id)
+    assert stored is not None
+    assert (stored.state, stored.owner, stored.entry) == ("running", "w9", {"e": 1})
+    assert before + 4.0 <= stored.lease_until <= clock() + 4.0
+    store.settle(call.call_id, None, ev(call, "result"), owner="w9")
+
+
+def test_data_items_update_in_place_and_keep_their_order(backend: Backend, store: Store) -> None:
+    call = begun(store)
+    for item, value in (("b", 1), ("a", 2), ("b", 3)):
+        store.write_data(DataRecord(call.call_id, "rows", item, value, now()), ev(call, "data"))
+    store.write_data(DataRecord(call.call_id, "other", "x", None, now()), None)
+    assert [(d.item_id, d.value) for d in store.data(call.call_id, "rows")] == [("b", 3), ("a", 2)]
+    assert [d.channel for d in store.data(call.call_id)] == ["rows", "rows", "other"]
+    assert store.data("no-such-call") == []
+    if backend.durable:
+        assert kinds(store) == ["started", "data", "data", "data"]
+
+
+# -- ownership ------------------------------------------------------------------------------------
+
+
+def test_a_call_id_is_recorded_once(backend: Backend, store: Store) -> None:
+    call = begun(store)
+    head = store.head()
+    again = a_call(call.call_id, owner="w2")
+    with pytest.raises(StoreError, match="already recorded"):
+        store.begin(again, ev(again, "started"))
+    assert store.call(call.call_id) == call
+    assert store.head() == head  # the failed transaction appended no event
+
+
+def test_only_the_owner_of_a_running_call_suspends_or_settles_it(
+    backend: Backend, store: Store
+) -> None:
+    call = begun(store, owner="w1")
+    head = store.head()
+    with pytest.raises(LeaseLost) as lost:
+        store.settle(call.call_id, 1, ev(call, "result"), owner="w2")
+    assert (lost.value.call_id, lost.value.owner) == (call.call_id, "w2")
+    intruder = a_call(call.call_id, owner="w2", state="suspended")
+    action = an_action(intruder)
+    with pytest.raises(LeaseLost):
+        store.suspend(intruder, action, ev(call, "suspended"), known=True)
+    assert store.call(call.call_id) == call
+    assert store.action(action.action_id) is None
+    assert store.head() == head
+
+    store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
+    with pytest.raises(LeaseLost):  # settled: not even its owner settles it again
+        store.settle(call.call_id, 2, ev(call, "result"), owner="w1")
+    stored = store.call(call.call_id)
+    assert stored is not None and stored.result == 1
+
+
+def test_a_call_that_lost_its_lease_is_not_settled_by_its_old_owner(store: Store) -> None:
+    call = begun(store, owner="w1", lease_s=-1.0)
+    [claimed] = store.claim("w2", 30.0)
+    assert claimed.previous_owner == "w1"
+    with pytest.raises(LeaseLost):
+        store.settle(call.call_id, "late", ev(call, "result"), owner="w1")
+    store.settle(call.call_id, "mine", ev(call, "result"), owner="w2")
+    stored = store.call(call.call_id)
+    assert stored is not None and stored.result == "mine"
+
+
+def test_settling_a_call_never_recorded(backend: Backend, store: Store) -> None:
+    call = a_call()
+    if backend.durable:
+        with pytest.raises(LeaseLost):
+            store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
+    else:  # documented: calls that never waited are not recorded, so there is nothing to settle
+        store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
+    assert store.call(call.call_id) is None
+
+
+# -- resolving exactly once ---------------------------------------------------------------------
+
+
+def test_an_action_resolves_once(store: Store) -> None:
+    call, action = suspended(store)
+    with pytest.raises(UnknownAction):
+        store.resolve("no-such-action", submitted(), ev(call, "resumed"))
+    store.resolve(action.action_id, Resolution("cancelled", now(), reason="no"), ev(call, "x"))
+    with pytest.raises(ActionAlreadyResolved) as already:
+        store.resolve(action.action_id, submitted(), ev(call, "resumed"))
+    assert already.value.action.state == "cancelled"
+    assert already.value.action.reason == "no"
+    stored = store.action(action.action_id)
+    assert stored is not None and stored.resume is None
+
+
+def test_concurrent_resolutions_from_threads_have_one_winner_each(backend: Backend) -> None:
+    stores = [backend.open() for _ in range(4)]
+    pairs = [suspended(stores[0]) for _ in range(20)]
+    winners: dict[str, list[int]] = {action.action_id: [] for _, action in pairs}
+    barrier = threading.Barrier(8)
+
+    def race(worker: int) -> None:
+        store = stores[worker % len(stores)]
+        barrier.wait()
+        for call, action in pairs:
+            try:
+                store.resolve(action.action_id, submitted(resume={"by": worker}), ev(call, "r"))
+            except ActionAlreadyResolved:
+                continue
+            winners[action.action_id].append(worker)
+
+    threads = [threading.Thread(target=race, args=(worker,)) for worker in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(len(won) == 1 for won in winners.values()), winners
+    for _, action in pairs:
+        stored = stores[0].action(action.action_id)
+        assert stored is not None and stored.resume == {"by": winners[action.action_id][0]}
+    if backend.durable:
+        assert kinds(stores[0]).count("r") == 20
+
+
+def _processes(target: Callable[..., None], args: list[tuple[Any, ...]], timeout: float) -> Any:
+    """Run ``target(*arg, barrier, queue)`` in one spawned process per ``arg``; their results."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(len(args))
+    queue = context.Queue()
+    processes = [context.Process(target=target, args=(*arg, barrier, queue)) for arg in args]
+    for process in processes:
+        process.start()
+    try:
+        results = [queue.get(timeout=timeout) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    assert [process.exitcode for process in processes] == [0] * len(processes)
+    return results
+
+
+def test_concurrent_resolutions_from_processes_have_one_winner_each(durable: Backend) -> None:
+    store = durable.open()
+    pairs = [suspended(store) for _ in range(30)]
+    actions = [(action.action_id, call.call_id) for call, action in pairs]
+    results = _processes(
+        store_workers.resolve_all, [(durable.url, worker, actions) for worker in range(4)], 120
+    )
+    won = [action_id for _, ids in results for action_id in ids]
+    assert sorted(won) == sorted(a for a, _ in actions)
+    by = {action_id: worker for worker, ids in results for action_id in ids}
+    for action_id, _ in actions:
+        stored = store.action(action_id)
+        assert stored is not None and stored.resume == {"by": by[action_id]}
+    assert kinds(store).count("resumed") == 30
+
+
+def test_memory_store_is_not_shared_with_other_processes() -> None:
+    store = open_store("memory:")
+    assert store.durable is False  # documented: what another process needs is a durable store
+    assert open_store("memory:") is not store
+
+
+def test_an_expiry_resolves_only_once_the_deadline_has_passed(store: Store) -> None:
+    call, later = suspended(store, expires_at=clock() + 60)
+    _, never = suspended(store)
+    _, past = suspended(store, expires_at=clock() - 1)
+    assert [a.action_id for a in store.expired()] == [past.action_id]
+    expire = Resolution(
+        "expired", now(), reason="timeout", call_state="settled", only_if_expired=True
+    )
+    for action in (later, never):
+        with pytest.raises(ActionAlreadyResolved) as refused:
+            store.resolve(action.action_id, expire, ev(call, "result"))
+        assert refused.value.action.state == "pending"
+    resolved = store.resolve(past.action_id, expire, ev(call, "result"))
+    assert resolved.action.state == "expired"
+    assert store.expired() == []
+    with pytest.raises(ActionAlreadyResolved) as after:  # a submit after the expiry
+        store.resolve(past.action_id, submitted(), ev(call, "resumed"))
+    assert after.value.action.state == "expired" and after.value.action.reason == "timeout"
+    assert store.resolve(later.action_id, submitted(), ev(call, "resumed")).action.state == (
+        "submitted"
+    )
+
+
+# -- claims, leases, owners ----------------------------------------------------------------------
+
+
+def test_claims_take_only_calls_another_runtime_cannot_finish(backend: Backend) -> None:
+    store = backend.open()
+    ready = resumable(store, owner="w1")
+    lapsed = begun(store, owner="w2", lease_s=-1.0)
+    of_the_dead = begun(store, owner="gone", lease_s=60.0)
+    live = begun(store, owner="w3", lease_s=60.0)
+    waiting, _ = suspended(store, owner="w4", lease_s=-1.0)
+    done = begun(store, owner="w5", lease_s=-1.0)
+    store.settle(done.call_id, 0, ev(done, "result"), owner="w5")
+
+    claims = store.claim("me", 30.0)
+    assert {c.call.call_id: (c.was, c.previous_owner) for c in claims} == {
+        ready.call_id: ("resumable", "w1"),
+        lapsed.call_id: ("running", "w2"),
+    }
+    assert store.claim("me", 30.0) == []  # now leased to "me"
+    [taken] = store.claim("me", 30.0, dead={"gone"})
+    assert (taken.call.call_id, taken.was, taken.previous_owner) == (
+        of_the_dead.call_id,
+        "running",
+        "gone",
+    )
+    for call_id, state in ((live.call_id, "running"), (waiting.call_id, "suspended")):
+        stored = store.call(call_id)
+        assert stored is not None and stored.state == state and stored.owner != "me"
+    if backend.durable:
+        claimed = [e for e in store.events("run-1") if e.kind == "claimed"]
+        assert {e.call_id for e in claimed} == {ready.call_id, lapsed.call_id, of_the_dead.call_id}
+
+
+def test_a_claim_may_name_its_call_and_is_bounded(store: Store) -> None:
+    calls = [resumable(store) for _ in range(5)]
+    [one] = store.claim("me", 30.0, call_id=calls[3].call_id)
+    assert one.call.call_id == calls[3].call_id
+    assert store.claim("me", 30.0, call_id=calls[3].call_id) == []
+    assert len(store.claim("me", 30.0, limit=2)) == 2
+    assert len(store.claim("me", 30.0)) == 2
+
+
+def test_concurrent_sweeps_from_threads_never_share_a_call(backend: Backend) -> None:
+    stores = [backend.open() for _ in range(4)]
+    expected = {resumable(stores[0]).call_id for _ in range(30)}
+    expected |= {begun(stores[0], lease_s=-1.0).call_id for _ in range(30)}
+    claimed: list[list[str]] = [[] for _ in stores]
+    barrier = threading.Barrier(len(stores))
+
+    def sweep(worker: int) -> None:
+        barrier.wait()
+        while got := stores[worker].claim(f"worker-{worker}", 30.0, limit=3):
+            claimed[worker] += [c.call.call_id for c in got]
+
+    threads = [threading.Thread(target=sweep, args=(w,)) for w in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [call_id for ids in claimed for call_id in ids]
+    assert sorted(every) == sorted(expected)
+    for worker, ids in enumerate(claimed):
+        for call_id in ids:
+            stored = stores[0].call(call_id)
+            assert stored is not None and stored.owner == f"worker-{worker}"
+
+
+def test_concurrent_sweeps_from_processes_never_share_a_call(durable: Backend) -> None:
+    store = durable.open()
+    expected = {resumable(store).call_id for _ in range(40)}
+    expected |= {begun(store, lease_s=-1.0).call_id for _ in range(20)}
+    results = _processes(store_workers.sweep, [(durable.url, w) for w in range(4)], 120)
+    every = [call_id for _, ids in results for call_id in ids]
+    assert sorted(every) == sorted(expected)
+    assert kinds(store).count("claimed") == 60
+
+
+def test_renew_extends_the_leases_an_owner_holds(store: Store) -> None:
+    mine = [begun(store, owner="w1", lease_s=1.0) for _ in range(2)]
+    parked, _ = suspended(store, owner="w1")
+    theirs = begun(store, owner="w2", lease_s=1.0)
+    before = clock()
+    assert store.renew("w1", 20.0) == {c.call_id for c in mine}
+    for call in mine:
+        stored = store.call(call.call_id)
+        assert stored is not None and stored.lease_until >= before + 20.0
+    other = store.call(theirs.call_id)
+    assert other is not None and other.lease_until == pytest.approx(theirs.lease_until)
+    assert store.renew("nobody", 20.0) == set()
+    assert parked.call_id not in store.renew("w1", 20.0)
+
+
+def test_owners_are_those_of_running_calls_with_live_leases(store: Store) -> None:
+    begun(store, owner="live", lease_s=60.0)
+    begun(store, owner="lapsed", lease_s=-1.0)
+    suspended(store, owner="parked", lease_s=60.0)
+    assert store.owners() == {"live"}
+
+
+def test_tenants_runs_and_names_filter_calls_and_actions(store: Store) -> None:
+    a_call_, a_action = suspended(store, tenant="a", run_id="run-a")
+    b_call, b_action = suspended(store, tenant="b", run_id="run-b")
+    plain = begun(store, run_id="run-b")
+    assert [c.call_id for c in store.calls(tenant="a")] == [a_call_.call_id]
+    assert {c.call_id for c in store.calls(run_id="run-b")} == {b_call.call_id, plain.call_id}
+    assert [c.call_id for c in store.calls(["running"])] == [plain.call_id]
+    assert store.calls(["suspended"], tenant="b", run_id="run-a") == []
+    assert len(store.calls()) == 3
+    assert [a.action_id for a in store.actions(tenant="b")] == [b_action.action_id]
+    assert [a.action_id for a in store.actions(run_id="run-a")] == [a_action.action_id]
+    assert [a.action_id for a in store.actions(call_id=b_call.call_id)] == [b_action.action_id]
+    assert len(store.actions(name="refund")) == 2 and store.actions(name="other") == []
+    store.resolve(a_action.action_id, submitted(), ev(a_call_, "resumed"))
+    assert [a.action_id for a in store.actions(state=None, tenant="a")] == [a_action.action_id]
+    assert store.actions(tenant="a") == []
+
+
+def test_concurrent_cycles_and_sweeps_finish_every_call_once(backend: Backend) -> None:
+    """Workers run whole cycles (begin, suspend, resolve, claim, settle) while others sweep:
+    no deadlock, no error, every call settled once by the worker that claimed it."""
+    stores = [backend.open() for _ in range(4)]
+    settled: list[str] = []
+    errors: list[BaseException] = []
+
+    def cycle(worker: int) -> None:
+        store = stores[worker]
+        try:
+            for _ in range(15):
+                call, action = suspended(store, owner=f"w{worker}")
+                store.resolve(action.action_id, submitted(), ev(call, "resumed"))
+                for claimed in store.claim(f"w{worker}", 30.0, call_id=call.call_id):
+                    store.settle(call.call_id, worker, ev(call, "result"), owner=f"w{worker}")
+                    settled.append(claimed.call.call_id)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    def sweep(worker: int) -> None:
+        store = stores[worker]
+        try:
+            for _ in range(60):
+                for claimed in store.claim(f"s{worker}", 30.0, limit=2):
+                    call = claimed.call
+                    store.settle(call.call_id, -1, ev(call, "result"), owner=f"s{worker}")
+                    settled.append(call.call_id)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=cycle, args=(w,)) for w in (0, 1)]
+    threads += [threading.Thread(target=sweep, args=(w,)) for w in (2, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for claimed in stores[0].claim("last", 30.0):  # what the sweeps had not come to
+        call = claimed.call
+        stores[0].settle(call.call_id, 0, ev(call, "result"), owner="last")
+        settled.append(call.call_id)
+    assert len(settled) == len(set(settled)) == 30
+    assert stores[0].calls(["running", "resumable", "suspended"]) == []
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+def test_readers_see_events_in_commit_order(durable: Backend) -> None:
+    """Writers on their own connections commit concurrently; a reader polling the run's events
+    must never find, later, an event numbered below one it has already seen."""
+    writers = [durable.open() for _ in range(6)]
+    reader = durable.open()
+    stop = threading.Event()
+    violations: list[tuple[int, int]] = []
+    seen_total: list[int] = []
+
+    def write(store: Store) -> None:
+        for _ in range(40):
+            call = begun(store)
+            store.settle(call.call_id, None, ev(call, "result"), owner="w1")
+
+    def read() -> None:
+        known: set[int] = set()
+        highest = 0
+        while True:
+            last_round = stop.is_set()
+            for event in reader.events("run-1"):
+                if event.seq not in known:
+                    if event.seq < highest:
+                        violations.append((event.seq, highest))
+                    known.add(event.seq)
+            highest = max(known, default=0)
+            if last_round:
+                seen_total.append(len(known))
+                return
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in writers]
+    reading = threading.Thread(target=read)
+    reading.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stop.set()
+    reading.join()
+    assert violations == []
+    assert seen_total == [6 * 40 * 2]
+    assert reader.head() == max(e.seq for e in reader.events("run-1"))
+
+
+def test_a_failed_transaction_leaves_no_event(durable: Backend) -> None:
+    store = durable.open()
+    call = begun(store)
+    head = store.head()
+    for attempt in (
+        lambda: store.begin(call, ev(call, "started")),
+        lambda: store.settle(call.call_id, 1, ev(call, "result"), owner="w2"),
+        lambda: store.resolve("nope", submitted(), ev(call, "resumed")),
+    ):
+        with pytest.raises(StoreError):
+            attempt()
+    assert store.head() == head and kinds(store) == ["started"]
+
+
+def test_changed_waits_for_a_commit_of_another_connection(backend: Backend) -> None:
+    reader, writer = backend.open(), backend.open()
+
+    wait_s = 1.0 if backend.kind == "memory" else 5.0
+
+    async def scenario() -> tuple[float, float]:
+        reader.events("run-1")
+        await reader.changed(0.01)  # whatever was pending is taken
+        reader.events("run-1")
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(reader.changed(wait_s))
+        await asyncio.sleep(0.2)
+        begun(writer)
+        await waiting
+        woke = time.monotonic() - started
+        reader.events("run-1")
+        started = time.monotonic()
+        await reader.changed(0.5)  # nothing committed: the timeout
+        return woke, time.monotonic() - started
+
+    woke, idle = asyncio.run(scenario())
+    if backend.kind == "postgres":  # NOTIFY: at the commit, and not before it
+        assert 0.2 <= woke < 1.5
+        assert idle >= 0.45
+    elif backend.kind == "sqlite":  # polled: it returns after the poll interval, to look again
+        assert woke < 0.5 and idle < 0.2
+    else:  # documented: nothing outside the process writes, so it waits out the timeout
+        assert woke >= 0.95 and idle >= 0.45
+    if backend.durable:
+        assert kinds(reader) == ["started"]
+
+
+def test_postgres_a_rolled_back_event_is_never_numbered_nor_notified(postgres_url: str) -> None:
+    import psycopg
+
+    store = open_store(postgres_url)
+    try:
+        call = begun(store)
+        head = store.head()
+
+        async def scenario() -> float:
+            store.events("run-1")
+            await store.changed(0.01)
+            store.events("run-1")
+            started = time.monotonic()
+            waiting = asyncio.ensure_future(store.changed(1.0))
+            await asyncio.sleep(0.05)
+            with psycopg.connect(postgres_url) as other:  # not autocommit: a transaction
+                other.execute(
+                    "SELECT blade_event('run-1', %s, 'ghost', '{}', 'now')", (call.call_id,)
+                )
+                other.rollback()
+            await waiting
+            return time.monotonic() - started
+
+        assert asyncio.run(scenario()) >= 0.95  # the NOTIFY of the rollback never came
+        assert store.head() == head
+        assert kinds(store) == ["started"]
+        later = begun(store)
+        assert store.head() > head and store.call(later.call_id) is not None
+    finally:
+        store.close()
+
+
+# -- liveness --------------------------------------------------------------------------------------
+
+
+def test_postgres_liveness_follows_the_owner_session_across_processes(postgres_url: str) -> None:
+    store = open_store(postgres_url)
+    try:
+        owner = f"other-host:4242:{uid('rt')}"
+        assert store.alive(owner) is None  # never attached: the store cannot tell
+        context = multiprocessing.get_context("spawn")
+        ready = context.Event()
+        holder = context.Process(target=store_workers.hold, args=(postgres_url, owner, ready))
+        holder.start()
+        try:
+            assert ready.wait(60)
+            assert store.alive(owner) is True
+            assert store.alive(owner) is True  # asking does not take the lock away
+            os.kill(holder.pid or 0, signal.SIGKILL)
+            holder.join(10)
+            deadline = time.monotonic() + 10
+            while store.alive(owner) is not False and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert store.alive(owner) is False
+        finally:
+            if holder.is_alive():
+                holder.kill()
+        mine = f"this-host:{os.getpid()}:{uid('rt')}"
+        store.attach(mine)
+        assert store.alive(mine) is True
+        second = open_store(postgres_url)
+        try:
+            with pytest.raises(StoreError, match="attached by another"):
+                second.attach(mine)
+            assert second.alive(mine) is True
+            store.detach(mine)
+            assert second.alive(mine) is None  # detached: not dead, unknown
+            second.attach(mine)  # the owner may come back
+            assert store.alive(mine) is True
+        finally:
+            second.close()
+        assert store.alive(mine) is None  # close detaches
+    finally:
+        store.close()
+
+
+def test_sqlite_liveness_is_a_pid_check_on_this_host(tmp_path: Path) -> None:
+    import socket
+
+    store = open_store(tmp_path / "store.db")
+    try:
+        host = socket.gethostname()
+        child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0,))
+        child.start()
+        child.join()
+        assert store.alive(f"{host}:{child.pid}:x") is False
+        assert store.alive(f"{host}:{os.getppid()}:x") is True
+        assert store.alive(f"{host}:{os.getpid()}:x") is None  # this process tells for itself
+        assert store.alive(f"another-{host}:{os.getppid()}:x") is None
+        store.attach("a")  # nothing to hold
+        store.detach("a")
+    finally:
+        store.close()
+
+
+def test_memory_liveness_is_unknown() -> None:
+    store = open_store("memory:")
+    store.attach("w1")
+    assert store.alive("w1") is None and store.alive("w2") is None
+    store.detach("w1")
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+def _one_line(error: pytest.ExceptionInfo[StoreUnavailable], *absent: str) -> str:
+    message = str(error.value)
+    assert "\n" not in message and message
+    for secret in absent:
+        assert secret not in message
+    return message
+
+
+def test_an_unknown_scheme_is_refused_with_the_password_masked() -> None:
+    with pytest.raises(StoreUnavailable) as error:
+        open_store("redis://user:hunter2@localhost/0")
+    message = _one_line(error, "hunter2")
+    assert message.startswith("redis://user:***@localhost/0") and "unknown store scheme" in message
+
+
+def test_an_unreachable_server_is_one_line_with_the_password_masked() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as error:
+        open_store(f"postgresql://blade:s3cr3t-pw@127.0.0.1:{port}/blade")
+    message = _one_line(error, "s3cr3t-pw")
+    assert message.startswith(f"postgresql://blade:***@127.0.0.1:{port}/blade: ")
+    assert "refused" in message.lower()
+    assert time.monotonic() - started < 10
+
+
+def test_postgres_bad_credentials_are_one_line_without_the_password(postgres_url: str) -> None:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(postgres_url)
+    wrong = urlunsplit(
+        parts._replace(
+            netloc=f"{parts.username}:not-the-pw-{uid('x')}@{parts.hostname}:{parts.port}"
+        )
+    )
+    with pytest.raises(StoreUnavailable) as error:
+        open_store(wrong)
+    message = _one_line(error, "not-the-pw-")
+    assert "***" in message and "password authentication failed" in message
+    assert parts.password is None or parts.password not in message
+
+
+def test_postgres_a_newer_schema_version_is_refused_and_nothing_written(postgres_url: str) -> None:
+    import psycopg
+
+    open_store(postgres_url).close()
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("UPDATE blade_schema_version SET version = 99")
+        before = db.execute("SELECT count(*) FROM blade_events").fetchone()
+    with pytest.raises(StoreUnavailable) as error:
+        open_store(postgres_url)
+    message = _one_line(error, urlsplit_password(postgres_url))
+    assert "schema version 99 is newer" in message and "***" in message
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        assert db.execute("SELECT version FROM blade_schema_version").fetchall() == [(99,)]
+        assert db.execute("SELECT count(*) FROM blade_events").fetchone() == before
+
+
+def test_sqlite_a_newer_schema_version_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    open_store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreUnavailable) as error:
+        open_store(f"sqlite:///{path}")
+    assert "schema version 99 is newer" in _one_line(error)
+    assert path.read_bytes() == before
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("these are my notes, not a database\n" * 50)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(StoreUnavailable) as error:
+        open_store(path)
+    message = _one_line(error)
+    assert str(path) in message and "not a blade-runtime store" in message
+    assert path.read_text() == "these are my notes, not a database\n" * 50
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def urlsplit_password(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).password or "\0"
+
+
+# -- what goes in comes out ---------------------------------------------------------------------
+
+# JSON as the runtime has it: str keys, finite floats, and text that UTF-8 can encode (a lone
+# surrogate cannot be stored by a durable store; see the module's doc of each).
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
+_json: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(payload=_json, key=_text)
+def test_json_values_round_trip(backend: Backend, payload: Any, key: str) -> None:
+    store = backend.shared()
+    call = a_call(input={key: payload}, run_id=uid("run"))
+    call.entry, call.context = payload, {"k": payload}
+    store.begin(call, ev(call, "started", {"p": payload}))
+    action = an_action(call)
+    action.payload = payload
+    call.state = "suspended"
+    store.suspend(call, action, ev(call, "suspended"), known=True)
+    assert store.call(call.call_id) == call
+    assert store.action(action.action_id) == action
+    resolved = store.resolve(action.action_id, submitted(resume=payload), ev(call, "resumed"))
+    assert resolved.action.resume == payload and resolved.call_input == {key: payload}
+    if backend.durable:
+        assert store.events(call.run_id)[0].payload == {"p": payload}
