@@ -318,6 +318,19 @@ def compare_spec(released: Released, spec: ResolvedSpec) -> Iterator[Finding]:
         yield spec_level("SUSPEND_POINT_ADDED", None, point, "stored calls cannot resume it")
     for point in sorted(old_points - new_points):
         yield spec_level("SUSPEND_POINT_REMOVED", point, None, "pending actions cannot resume")
+    old_deadlines: Mapping[str, int] = old.get("deadlines", {})
+    new_deadlines: Mapping[str, int] = new.get("deadlines", {})
+    for point in sorted(old_points & new_points):
+        before, after = old_deadlines.get(point), new_deadlines.get(point)
+        if after is not None and (before is None or after < before):
+            yield finding(
+                f"suspend point {point!r}",
+                "",
+                "DEADLINE_SHORTENED",
+                before,
+                after,
+                "a pending action that waited as long as before would now expire (TIMEOUT)",
+            )
     for channel in sorted(_channels(new_schemas) - _channels(old_schemas)):
         if channel in released.data_names:
             yield spec_level(

@@ -712,7 +712,13 @@ def manifest(plan: BuildPlan) -> str:
             entry["dataSchemas"] = {s.key: s.bundled for s in spec.data}
         if spec.suspend:
             entry["suspend"] = {
-                p.key: {"suspendSchema": p.bundled, "resumeSchema": r.bundled}
+                p.key: {
+                    "suspendSchema": p.bundled,
+                    "resumeSchema": r.bundled,
+                    **(
+                        {"expiresAfterMs": spec.deadlines[p.key]} if p.key in spec.deadlines else {}
+                    ),
+                }
                 for p, r in spec.suspend
             }
         if spec.children:

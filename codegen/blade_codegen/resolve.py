@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ class ResolvedSpec:
     wire: dict[str, Any]  # what the fingerprint hashes: the contract compatibility compares
     deprecated: bool = False
     children: tuple[str, ...] = ()  # ids of the tools it may call through ctx.tools
+    deadlines: Mapping[str, int] = field(default_factory=dict)  # suspend point: expiresAfterMs
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -142,8 +144,10 @@ def fingerprint(wire: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(wire).encode()).hexdigest()
 
 
-def _wire(spec_id: str, execution: str, slots: list[Slot]) -> dict[str, Any]:
-    return {
+def _wire(
+    spec_id: str, execution: str, slots: list[Slot], deadlines: Mapping[str, int]
+) -> dict[str, Any]:
+    wire: dict[str, Any] = {
         "id": spec_id,
         "execution": execution,
         "schemas": {
@@ -152,6 +156,9 @@ def _wire(spec_id: str, execution: str, slots: list[Slot]) -> dict[str, Any]:
             if s.role != "context"
         },
     }
+    if deadlines:  # only when there are any: specs without deadlines keep their fingerprints
+        wire["deadlines"] = dict(sorted(deadlines.items()))
+    return wire
 
 
 def resolve(tree: SpecTree) -> ResolvedSet:
@@ -191,7 +198,12 @@ def resolve(tree: SpecTree) -> ResolvedSet:
             (slots[("suspend", point, "suspendSchema")], slots[("suspend", point, "resumeSchema")])
             for point in spec.get("suspend", {})
         )
-        wire = _wire(spec["id"], spec.get("execution", "backend"), list(slots.values()))
+        deadlines = {
+            point: int(body["expiresAfterMs"])
+            for point, body in spec.get("suspend", {}).items()
+            if "expiresAfterMs" in body
+        }
+        wire = _wire(spec["id"], spec.get("execution", "backend"), list(slots.values()), deadlines)
         resolved.append(
             ResolvedSpec(
                 source=source,
@@ -212,6 +224,7 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 wire=wire,
                 deprecated=bool(spec.get("deprecated", False)),
                 children=tuple(spec.get("children", ())),
+                deadlines=deadlines,
             )
         )
     if problems:
