@@ -130,3 +130,23 @@ def test_pre_commit_hooks_run_their_commands(project: Path) -> None:
     add_spec(project / "tools", spec("extra.more.v1"))
     stale = runner.invoke(main, shlex.split(hooks["blade-codegen-build-check"]["entry"])[1:])
     assert stale.exit_code == 1
+
+
+def test_help_lists_whole_summaries_and_shows_defaults() -> None:
+    runner = CliRunner()
+    listing = runner.invoke(main, ["--help"]).output
+    assert "..." not in listing.split("Commands:")[1]
+    words = " ".join(listing.split())
+    assert "stub Write a typed implementation module for the tool ID, never over an existing" in (
+        words
+    )
+    for command in main.commands.values():
+        assert (command.help or "").split("\n")[0].split(". ")[0].split()[0] in words
+    build_help = " ".join(runner.invoke(main, ["build", "--help"]).output.split())
+    assert "[default: [tool.blade-codegen] out, else generated/]" in build_help
+    assert "[default: [tool.blade-codegen] package, else blade_specs]" in build_help
+    assert "[default: blade.lock.json beside SPECS_DIR]" in build_help
+    check_help = " ".join(runner.invoke(main, ["check", "--help"]).output.split())
+    assert "[default: lock]" in check_help and "[default: text]" in check_help
+    pack_help = " ".join(runner.invoke(main, ["pack", "--help"]).output.split())
+    assert "[default: dist]" in pack_help

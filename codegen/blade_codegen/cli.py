@@ -30,7 +30,7 @@ EXIT_USAGE = 2
 EXIT_INVALID = 3
 EXIT_WRITE = 4
 EXIT_BREAKING = 5
-LOCK_HELP = "The lock file (default: blade.lock.json beside SPECS_DIR)."
+LOCK_HELP = "The lock file.  [default: blade.lock.json beside SPECS_DIR]"
 # blade_runtime.export.EXPORT_FORMATS, spelled out: importing blade_runtime (pydantic, asyncio)
 # would add 0.1 s to every command's start-up. A test holds the two lists equal.
 EXPORT_FORMATS = ("blade", "openai", "anthropic", "mcp")
@@ -41,7 +41,28 @@ def _valid_package(name: str) -> bool:
     return all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Each command's summary in the listing is its whole first sentence, never cut."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(
+    cls=_Group,
+    context_settings={
+        "help_option_names": ["-h", "--help"],
+        "show_default": True,
+        "max_content_width": 100,
+    },
+)
 @click.version_option(__version__, prog_name="blade-codegen")
 def main() -> None:
     """Compile tool spec files into typed Python: models, interfaces and a manifest.
@@ -54,8 +75,16 @@ def main() -> None:
 
 @main.command()
 @click.argument("specs_dir", required=False, type=click.Path(path_type=Path, file_okay=False))
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), help="Output folder.")
-@click.option("--package", help="Python package name of the generated code.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output folder.  [default: [tool.blade-codegen] out, else generated/]",
+)
+@click.option(
+    "--package",
+    help="Python package name of the generated code.  "
+    "[default: [tool.blade-codegen] package, else blade_specs]",
+)
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the output is stale.")
 @click.option(
     "--lock", "lock_file", type=click.Path(path_type=Path, dir_okay=False), help=LOCK_HELP
@@ -185,7 +214,11 @@ def _build_once(
     show_default=True,
     help="blade (our manifest), openai (function tools), anthropic (tools), mcp (tools/list).",
 )
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Write to this file.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write to this file.  [default: standard output]",
+)
 def export(specs_dir: Path | None, format_: str, out: Path | None) -> None:
     """Print the model-facing tool list of SPECS_DIR, from the spec files alone.
 
@@ -303,7 +336,13 @@ def default_lock(specs: Path) -> Path:
 @click.option(
     "--lock", "lock_file", type=click.Path(path_type=Path, dir_okay=False), help=LOCK_HELP
 )
-@click.option("--format", "format_", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="text: one line per finding; json: one document for machines.",
+)
 def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_: str) -> None:
     """Report every change that breaks a released contract (exit 1), or none (exit 0).
 
@@ -477,7 +516,11 @@ def pack(
 )
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--namespace", required=True, help="Id namespace: specs are NS.<tool-name>.v1.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), help="Specs folder.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Specs folder.  [default: [tool.blade-codegen] specs, else specs/]",
+)
 @click.option(
     "--name-prefix", default="", help="Prefix for the names (e.g. github.), to keep them unique."
 )
