@@ -621,3 +621,22 @@ def test_results_serialize_to_json(deploy: Any) -> None:
     json.dumps(result.content)
     error = run(runtime.call("deploy_service", {}))
     assert json.loads(json.dumps(error.content))["error"] == "INVALID_INPUT"
+
+
+def test_the_memory_store_keeps_settled_calls_data_for_a_bounded_while(deploy: Any) -> None:
+    from blade_runtime.memory import MemoryStore
+
+    async def impl(ctx: Any) -> Any:
+        await ctx.data.write(
+            "progress", deploy.DeployServiceProgressData(step="build", status="done")
+        )
+        return deployed(deploy)
+
+    store = MemoryStore(keep_settled=3)
+    runtime = Runtime(store=store)
+    runtime.register(deploy.SPEC, impl)
+    for i in range(5):
+        assert isinstance(run(runtime.call("deploy_service", GOOD, call_id=f"c{i}")), ToolSuccess)
+    kept = [i for i in range(5) if store.data(f"c{i}", "progress")]
+    assert kept == [2, 3, 4]  # the last three settled calls, oldest forgotten first
+    assert store.data("c4", "progress")[0].value == {"step": "build", "status": "done"}

@@ -97,8 +97,9 @@ class MemoryStore:
     def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
         with self._lock:
             call = self._calls.get(call_id)
-            if call is None:
-                return  # never recorded (the fast path): nothing to settle
+            if call is None:  # not recorded (it only wrote data): keep its data for a while
+                self._retire(call_id)
+                return
             if call.state != "running" or call.owner != owner:
                 raise LeaseLost(call_id, owner)
             call.state = "settled"
