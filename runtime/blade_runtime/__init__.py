@@ -4,6 +4,7 @@ Generated code imports only this package, pydantic and the standard library, so 
 users install neither the code generator nor its dependencies.
 """
 
+from blade_runtime.caller import CallContext, Principal
 from blade_runtime.context import (
     ActionRef,
     CallInfo,
@@ -19,6 +20,7 @@ from blade_runtime.context import (
 from blade_runtime.execution import ChildToolError
 from blade_runtime.export import ExportedTool, ExportFormat, ToolExport, WireNames, export_tools
 from blade_runtime.hooks import HookEvent, HookInput, HookOutput
+from blade_runtime.memory import MemoryStore
 from blade_runtime.results import ErrorCode, ToolError, ToolResult, ToolSkipped, ToolSuccess
 from blade_runtime.runtime import (
     FallbackCall,
@@ -39,12 +41,15 @@ from blade_runtime.spec import (
     ToolSpec,
     load_schemas,
 )
+from blade_runtime.store import Store, StoreError, StoreUnavailable
+from blade_runtime.urls import open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ActionRef",
     "BackendToolSpec",
+    "CallContext",
     "CallInfo",
     "CancellationSignal",
     "ChildToolError",
@@ -62,12 +67,17 @@ __all__ = [
     "HookOutput",
     "InitialEntry",
     "JsonObject",
+    "MemoryStore",
     "PermissionRequest",
+    "Principal",
     "Registration",
     "RegistrationError",
     "ResumeEntry",
     "Runtime",
     "SideEffect",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
     "SuspendPoint",
     "Suspended",
     "SuspensionEpisode",
@@ -83,4 +93,5 @@ __all__ = [
     "__version__",
     "export_tools",
     "load_schemas",
+    "open_store",
 ]
