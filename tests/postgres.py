@@ -79,8 +79,11 @@ class Cluster:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_cluster() -> Cluster:
-    """Start a private cluster (see the module's doc), or raise RuntimeError saying why not."""
+def start_cluster(*, durable: bool = False) -> Cluster:
+    """Start a private cluster (see the module's doc), or raise RuntimeError saying why not.
+
+    The tests' cluster runs with ``fsync=off`` (its data need not survive a crash of the OS);
+    ``durable=True`` keeps PostgreSQL's defaults, as a benchmark of commits needs."""
     initdb, pg_ctl = find_binary("initdb"), find_binary("pg_ctl")
     if initdb is None or pg_ctl is None:
         raise RuntimeError(
@@ -132,10 +135,9 @@ def start_cluster() -> Cluster:
     failure = ""
     for _ in range(5):  # a free port may be taken between the probe and the start: try another
         port = _free_port()
-        options = (
-            f"-k {folder} -c listen_addresses=127.0.0.1 -p {port} -c max_connections=200 "
-            "-c fsync=off -c full_page_writes=off"  # test data: a crash of the OS may lose it
-        )
+        options = f"-k {folder} -c listen_addresses=127.0.0.1 -p {port} -c max_connections=200"
+        if not durable:  # test data: a crash of the OS may lose it
+            options += " -c fsync=off -c full_page_writes=off"
         done = cluster._run(
             pg_ctl,
             "-D",

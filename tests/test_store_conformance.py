@@ -749,6 +749,84 @@ def test_postgres_a_rolled_back_event_is_never_numbered_nor_notified(postgres_ur
         store.close()
 
 
+def test_postgres_survives_its_connections_being_cut(postgres_url: str) -> None:
+    """The server ends every session of the store (a restart, a failover): the operation that
+    meets a dead connection fails as StoreUnavailable (one line, password masked), the next
+    one gets a new connection, and the LISTEN thread listens again."""
+    import psycopg
+
+    store, writer = open_store(postgres_url), open_store(postgres_url)
+    try:
+        begun(store)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            store.events("run-1")  # the LISTEN thread is up
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(StoreUnavailable) as error:
+            for _ in range(3):  # each pooled connection that was cut fails once
+                store.calls()
+        _one_line(error, urlsplit_password(postgres_url))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert len(store.calls()) == 1
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline
+
+        async def woken() -> float:
+            store.events("run-1")
+            await store.changed(0.01)
+            await asyncio.sleep(1.5)  # the LISTEN thread reconnects (listen_retry_s)
+            store.events("run-1")
+            await store.changed(0.01)
+            store.events("run-1")
+            started = time.monotonic()
+            waiting = asyncio.ensure_future(store.changed(5.0))
+            await asyncio.sleep(0.1)
+            while True:
+                try:
+                    begun(writer)
+                    break
+                except StoreUnavailable:
+                    continue
+            await waiting
+            return time.monotonic() - started
+
+        assert asyncio.run(woken()) < 2.0
+    finally:
+        store.close()
+        writer.close()
+
+
+def test_postgres_processes_opening_a_new_database_migrate_it_once(postgres_url: str) -> None:
+    import psycopg
+
+    opened: list[Store] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def open_one() -> None:
+        barrier.wait()
+        try:
+            opened.append(open_store(postgres_url))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for store in opened:
+        store.close()
+    assert errors == [] and len(opened) == 4
+    with psycopg.connect(postgres_url) as db:
+        assert db.execute("SELECT version FROM blade_schema_version").fetchall() == [(1,)]
+
+
 # -- liveness --------------------------------------------------------------------------------------
 
 
