@@ -496,13 +496,15 @@ def test_claims_take_only_calls_another_runtime_cannot_finish(backend: Backend) 
         assert {e.call_id for e in claimed} == {ready.call_id, lapsed.call_id, of_the_dead.call_id}
 
 
-def test_a_claim_may_name_its_call_and_is_bounded(store: Store) -> None:
+def test_a_claim_may_name_its_call_and_tools_and_is_bounded(store: Store) -> None:
     calls = [resumable(store) for _ in range(5)]
+    assert store.claim("me", 30.0, names={"another-tool"}) == []  # tools it cannot run
+    assert store.claim("me", 30.0, names=set()) == []
     [one] = store.claim("me", 30.0, call_id=calls[3].call_id)
     assert one.call.call_id == calls[3].call_id
     assert store.claim("me", 30.0, call_id=calls[3].call_id) == []
     assert len(store.claim("me", 30.0, limit=2)) == 2
-    assert len(store.claim("me", 30.0)) == 2
+    assert len(store.claim("me", 30.0, names={"refund", "another-tool"})) == 2
 
 
 def test_concurrent_sweeps_from_threads_never_share_a_call(backend: Backend) -> None:

@@ -487,11 +487,14 @@ class PostgresStore:
         lease_s: float,
         *,
         dead: Collection[str] = (),
+        names: Collection[str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
         at = clock()
         only: LiteralString = " AND call_id = %(only)s" if call_id is not None else ""
+        if names is not None:
+            only += " AND name = ANY(%(names)s)"
         # ``picked`` locks its rows (skipping those another sweep holds, and re-checking the
         # WHERE on the committed row for those it had to wait for): the previous state and
         # owner it returns are those the update replaces.
@@ -511,6 +514,7 @@ class PostgresStore:
             "at": at,
             "dead": list(dead),
             "only": call_id,
+            "names": None if names is None else list(names),
             "limit": limit,
             "owner": owner,
             "until": at + lease_s,
