@@ -1,0 +1,594 @@
+"""The HTTP API: every route in process (httpx over ASGI) and over uvicorn on 127.0.0.1;
+tenants kept apart; refused requests write nothing; one execution per idempotency key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from http_support import ALICE, BOB, REFUND, ROOT, authenticate, runtime_of, serving, snapshot
+
+from blade_runtime.http import STATUS, HttpError, create_app
+from blade_runtime.memory import MemoryStore
+from blade_runtime.results import ErrorCode
+from blade_runtime.runtime import Runtime
+from blade_runtime.sqlite import SQLiteStore
+
+MODES = ["asgi", "uvicorn"]
+
+
+@contextlib.asynccontextmanager
+async def client_for(app: Any, mode: str) -> AsyncIterator[httpx.AsyncClient]:
+    if mode == "asgi":
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            yield client
+    else:
+        with serving(app) as server:
+            async with httpx.AsyncClient(base_url=server.url) as client:
+                yield client
+
+
+async def sse(app: Any, path: str, headers: dict[str, str], count: int) -> list[dict[str, Any]]:
+    """Read ``count`` Server-Sent Events of ``path`` from the ASGI app, then disconnect."""
+    body = bytearray()
+    status: list[int] = []
+    done = asyncio.Event()
+    disconnect = asyncio.Event()
+    raw_path, _, query = path.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": raw_path,
+        "raw_path": raw_path.encode(),
+        "query_string": query.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+
+    async def receive() -> dict[str, Any]:
+        if not scope.get("_sent"):
+            scope["_sent"] = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        elif message["type"] == "http.response.body":
+            body.extend(message.get("body", b""))
+            if body.count(b"\ndata: ") >= count or not message.get("more_body"):
+                done.set()
+
+    task = asyncio.ensure_future(app(scope, receive, send))
+    try:
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        disconnect.set()
+        await asyncio.wait_for(task, 10)
+    if status[0] != 200:
+        return [{"status": status[0], **json.loads(bytes(body))}]
+    events = []
+    for block in bytes(body).decode().split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if ": " in line and line[0] != ":"
+        )
+        if "data" in fields:
+            events.append(
+                {"id": fields.get("id"), "event": fields["event"], **json.loads(fields["data"])}
+            )
+    return events
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path, example_package: Any) -> SQLiteStore:
+    return SQLiteStore(tmp_path / "api.db")
+
+
+def test_every_error_code_has_one_status() -> None:
+    for code in ErrorCode:
+        assert code in STATUS, f"{code} has no HTTP status"
+    assert STATUS[ErrorCode.INVALID_SUBMISSION] == 422
+    assert STATUS[ErrorCode.UNKNOWN_ACTION] == 404
+    assert STATUS[ErrorCode.ACTION_ALREADY_RESOLVED] == 409
+    assert STATUS[HttpError.UNAUTHENTICATED] == 401
+    assert STATUS[HttpError.BODY_TOO_LARGE] == 413
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_route(mode: str, sqlite_store: SQLiteStore) -> None:
+    runtime, tools = runtime_of(sqlite_store)
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> None:
+        async with client_for(app, mode) as http:
+            listed = (await http.get("/v1/tools", headers=ALICE)).json()["tools"]
+            assert {t["name"] for t in listed} == {
+                "lookup_customer",
+                "refund_payment",
+                "check_page",
+            }
+
+            # a call, and its retry under the same key: one execution, the same answer
+            key = {**ALICE, "Idempotency-Key": "lookup-1"}
+            first = await http.post(
+                "/v1/tools/lookup_customer/calls?run_id=r1",
+                json={"customer_id": "cus_1"},
+                headers=key,
+            )
+            again = await http.post(
+                "/v1/tools/lookup_customer/calls?run_id=r1",
+                json={"customer_id": "cus_1"},
+                headers=key,
+            )
+            assert first.status_code == again.status_code == 200
+            assert first.json() == again.json()
+            assert first.json()["output"] == {"found": False}
+            assert first.json()["call_id"] == "lookup-1"
+            assert tools.lookups == 1
+            invalid = await http.post(
+                "/v1/tools/lookup_customer/calls", json={"customer_id": 7}, headers=ALICE
+            )
+            assert invalid.status_code == 422 and invalid.json()["code"] == "INVALID_INPUT"
+            unknown = await http.post("/v1/tools/nope/calls", json={}, headers=ALICE)
+            assert unknown.status_code == 404
+            assert unknown.json()["code"] == "TOOL_HANDLER_NOT_FOUND"
+
+            # a suspension: listed, read, refused an invalid payload, resumed by a valid one
+            waiting = await http.post(
+                "/v1/tools/refund_payment/calls?run_id=r1", json=REFUND, headers=ALICE
+            )
+            assert waiting.status_code == 202, waiting.text
+            action = waiting.json()["action"]
+            assert action["kind"] == "payments.refund-payment.v1#approval"
+            assert action["input"]["prompt"] == "Refund 1250?"
+            assert action["submit_schema"]["required"] == ["approved", "approver"]
+            action_id = action["action_id"]
+            pending = (await http.get("/v1/actions?run_id=r1", headers=ALICE)).json()["actions"]
+            assert [a["action_id"] for a in pending] == [action_id]
+            by_tool = await http.get("/v1/actions?tool=check_page", headers=ALICE)
+            assert by_tool.json()["actions"] == []
+            one = await http.get(f"/v1/actions/{action_id}", headers=ALICE)
+            assert one.json()["state"] == "pending"
+            call = (await http.get(f"/v1/calls/{action['call_id']}", headers=ALICE)).json()
+            assert call["state"] == "suspended" and call["input"] == REFUND
+            calls = (await http.get("/v1/runs/r1/calls", headers=ALICE)).json()["calls"]
+            assert {c["name"] for c in calls} >= {"refund_payment"}
+
+            bad = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": "yes"}, headers=ALICE
+            )
+            assert bad.status_code == 422 and bad.json()["code"] == "INVALID_SUBMISSION"
+            assert set(bad.json()) == {"code", "message"}
+            assert runtime.store.action(action_id).state == "pending"  # type: ignore[union-attr]
+            done = await http.post(
+                f"/v1/tools/refund_payment/points/approval/submit/{action_id}",
+                json={"approved": True, "approver": "ann"},
+                headers=ALICE,
+            )
+            assert done.status_code == 200, done.text
+            assert done.json()["output"] == {"status": "refunded", "refund_id": "re_1"}
+            twice = await http.post(
+                f"/v1/actions/{action_id}/submit",
+                json={"approved": True, "approver": "ann"},
+                headers=ALICE,
+            )
+            assert twice.status_code == 409 and twice.json()["code"] == "ACTION_ALREADY_RESOLVED"
+            resolved = await http.get("/v1/actions?state=submitted", headers=ALICE)
+            assert [a["action_id"] for a in resolved.json()["actions"]] == [action_id]
+
+            # cancel and fail
+            second = await http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
+            second_id = second.json()["action"]["action_id"]
+            cancelled = await http.post(
+                f"/v1/actions/{second_id}/cancel", json={"reason": "duplicate"}, headers=ALICE
+            )
+            assert cancelled.status_code == 200 and cancelled.json()["code"] == "CANCELLED"
+            again_cancel = await http.post(f"/v1/actions/{second_id}/cancel", headers=ALICE)
+            assert again_cancel.status_code == 409
+            page = await http.post(
+                "/v1/tools/check_page/calls", json={"url": "https://example.com"}, headers=ALICE
+            )
+            assert page.status_code == 202
+            page_id = page.json()["action"]["action_id"]
+            failed = await http.post(
+                f"/v1/actions/{page_id}/fail", json={"error": "browser down"}, headers=ALICE
+            )
+            assert failed.json()["code"] == "TOOL_FAILED"
+            assert failed.json()["message"] == "browser down"
+            third = await http.post(
+                "/v1/tools/check_page/calls", json={"url": "https://example.com"}, headers=ALICE
+            )
+            third_id = third.json()["action"]["action_id"]
+            output = await http.post(
+                f"/v1/tools/check_page/output/submit/{third_id}",
+                json={"status_code": 200, "title": "Example"},
+                headers=ALICE,
+            )
+            assert output.status_code == 200
+            assert output.json()["output"] == {"status_code": 200, "title": "Example"}
+            wrong_route = await http.post(
+                f"/v1/tools/refund_payment/points/approval/submit/{page_id}",
+                json={"approved": True, "approver": "x"},
+                headers=ALICE,
+            )
+            assert wrong_route.status_code == 404
+
+            document = (await http.get("/v1/openapi.json")).json()
+            schemas = document["components"]["schemas"]
+            call_route = document["paths"]["/v1/tools/refund_payment/calls"]["post"]
+            body = call_route["requestBody"]["content"]["application/json"]["schema"]
+            assert schemas[body["$ref"].rsplit("/", 1)[1]]["required"] == [
+                "payment_id",
+                "amount",
+                "reason",
+            ]
+            submit_route = document["paths"][
+                "/v1/tools/refund_payment/points/approval/submit/{action_id}"
+            ]["post"]
+            ref = submit_route["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+            assert schemas[ref.rsplit("/", 1)[1]]["properties"]["approved"] == {"type": "boolean"}
+            assert _refs_resolve(document)
+
+    asyncio.run(scenario())
+
+    async def events() -> None:
+        got = await sse(app, "/v1/runs/r1/events?after=0", ALICE, 6)
+        kinds = [e["event"] for e in got]
+        assert kinds == ["started", "result", "started", "suspended", "resumed", "result"], kinds
+        assert all(e["run_id"] == "r1" for e in got)
+        first = int(got[0]["id"])
+        resumed = await sse(app, "/v1/runs/r1/events", {**ALICE, "Last-Event-ID": str(first)}, 1)
+        assert int(resumed[0]["id"]) > first
+        assert resumed[0]["seq"] == got[1]["seq"]
+
+    asyncio.run(events())
+
+
+def _refs_resolve(document: dict[str, Any]) -> bool:
+    """Every $ref of the document points at something in it."""
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                target: Any = document
+                for part in ref[2:].split("/"):
+                    target = target[part.replace("~1", "/").replace("~0", "~")]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    return True
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_events_stream_live_over_uvicorn_and_in_process(
+    mode: str, sqlite_store: SQLiteStore
+) -> None:
+    """A subscriber sees events committed after it connected (in process: the ASGI app; over
+    uvicorn: a real streaming response)."""
+    runtime, _ = runtime_of(sqlite_store)
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> list[str]:
+        async with client_for(app, mode) as http:
+            await http.post(
+                "/v1/tools/refund_payment/calls?run_id=live", json=REFUND, headers=ALICE
+            )
+            if mode == "asgi":
+                got = await sse(app, "/v1/runs/live/events?after=0", ALICE, 2)
+                return [e["event"] for e in got]
+            kinds: list[str] = []
+            async with http.stream("GET", "/v1/runs/live/events?after=0", headers=ALICE) as r:
+                assert r.headers["content-type"].startswith("text/event-stream")
+                posted = False
+                async for line in r.aiter_lines():
+                    if line.startswith("event: "):
+                        kinds.append(line[7:])
+                    if len(kinds) == 2 and not posted:
+                        posted = True
+                        actions = (await http.get("/v1/actions", headers=ALICE)).json()["actions"]
+                        await http.post(
+                            f"/v1/actions/{actions[0]['action_id']}/submit",
+                            json={"approved": False, "approver": "z"},
+                            headers=ALICE,
+                        )
+                    if "result" in kinds:
+                        break
+            return kinds
+
+    kinds = asyncio.run(scenario())
+    assert kinds[:2] == ["started", "suspended"]
+    if mode == "uvicorn":
+        assert kinds[-2:] == ["resumed", "result"] or kinds[-1] == "result"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_refused_requests_answer_as_specified_and_write_nothing(
+    mode: str, sqlite_store: SQLiteStore
+) -> None:
+    runtime, tools = runtime_of(sqlite_store)
+    app = create_app(runtime, authenticate=authenticate, max_body_bytes=2000)
+
+    async def scenario() -> None:
+        async with client_for(app, mode) as http:
+            waiting = await http.post(
+                "/v1/tools/refund_payment/calls?run_id=alice-run",
+                json=REFUND,
+                headers={**ALICE, "Idempotency-Key": "alice-key"},
+            )
+            action = waiting.json()["action"]
+            action_id, call_id = action["action_id"], action["call_id"]
+            before = snapshot(runtime.store)
+            entries = tools.refund_entries
+            approve = {"approved": True, "approver": "mallory"}
+
+            async def refused(method: str, path: str, code: str, status: int, **kw: Any) -> None:
+                answer = await http.request(method, path, **kw)
+                assert answer.status_code == status, (path, answer.text)
+                assert answer.json()["code"] == code, (path, answer.text)
+                assert set(answer.json()) == {"code", "message"}
+                assert "\n" not in answer.json()["message"]
+                assert "token-" not in answer.text
+                assert snapshot(runtime.store) == before, path
+
+            for headers in ({}, {"Authorization": "Bearer token-wrong"}, {"Authorization": "x"}):
+                for method, path in (
+                    ("POST", "/v1/tools/lookup_customer/calls"),
+                    ("GET", f"/v1/actions/{action_id}"),
+                    ("GET", "/v1/actions"),
+                    ("POST", f"/v1/actions/{action_id}/submit"),
+                    ("POST", f"/v1/actions/{action_id}/cancel"),
+                    ("POST", f"/v1/actions/{action_id}/fail"),
+                    ("GET", f"/v1/calls/{call_id}"),
+                    ("GET", "/v1/runs/alice-run/calls"),
+                    ("GET", "/v1/runs/alice-run/events"),
+                    ("GET", "/v1/tools"),
+                ):
+                    await refused(
+                        method, path, "UNAUTHENTICATED", 401, headers=headers, json=approve
+                    )
+
+            # another tenant: alice's records do not exist for bob
+            await refused("GET", f"/v1/actions/{action_id}", "UNKNOWN_ACTION", 404, headers=BOB)
+            await refused(
+                "POST",
+                f"/v1/actions/{action_id}/submit",
+                "UNKNOWN_ACTION",
+                404,
+                headers=BOB,
+                json=approve,
+            )
+            await refused(
+                "POST",
+                f"/v1/tools/refund_payment/points/approval/submit/{action_id}",
+                "UNKNOWN_ACTION",
+                404,
+                headers=BOB,
+                json=approve,
+            )
+            await refused(
+                "POST", f"/v1/actions/{action_id}/cancel", "UNKNOWN_ACTION", 404, headers=BOB
+            )
+            await refused(
+                "POST",
+                f"/v1/actions/{action_id}/fail",
+                "UNKNOWN_ACTION",
+                404,
+                headers=BOB,
+                json={"error": "no"},
+            )
+            await refused("GET", f"/v1/calls/{call_id}", "UNKNOWN_CALL", 404, headers=BOB)
+            await refused("GET", "/v1/runs/alice-run/events", "UNKNOWN_RUN", 404, headers=BOB)
+            await refused(
+                "POST",
+                "/v1/tools/refund_payment/calls",
+                "IDEMPOTENCY_CONFLICT",
+                409,
+                headers={**BOB, "Idempotency-Key": "alice-key"},
+                json=REFUND,
+            )
+            bobs = await http.get("/v1/actions", headers=BOB)
+            assert bobs.json() == {"actions": []}
+            assert (await http.get("/v1/runs/alice-run/calls", headers=BOB)).json() == {"calls": []}
+
+            # bodies: too large, not JSON, not UTF-8; routes that do not exist
+            big = {"approved": True, "approver": "x" * 5000}
+            await refused(
+                "POST",
+                f"/v1/actions/{action_id}/submit",
+                "BODY_TOO_LARGE",
+                413,
+                headers=ALICE,
+                json=big,
+            )
+            await refused(
+                "POST",
+                "/v1/tools/lookup_customer/calls",
+                "BODY_TOO_LARGE",
+                413,
+                headers={**ALICE, "Content-Type": "application/json"},
+                content=b"{" + b" " * 3000 + b"}",
+            )
+            for raw in (b'{"approved": tru', b"\xff\xfe", b"[NaN]", b'{"a": 1} x'):
+                await refused(
+                    "POST",
+                    f"/v1/actions/{action_id}/submit",
+                    "MALFORMED_REQUEST",
+                    400,
+                    headers={**ALICE, "Content-Type": "application/json"},
+                    content=raw,
+                )
+            await refused(
+                "POST",
+                f"/v1/actions/{action_id}/submit",
+                "UNSUPPORTED_MEDIA_TYPE",
+                415,
+                headers={**ALICE, "Content-Type": "text/plain"},
+                content=b"{}",
+            )
+            await refused("GET", "/v1/nothing", "NOT_FOUND", 404, headers=ALICE)
+            await refused("GET", "/elsewhere", "NOT_FOUND", 404)
+            await refused(
+                "DELETE", f"/v1/actions/{action_id}", "METHOD_NOT_ALLOWED", 405, headers=ALICE
+            )
+            assert tools.refund_entries == entries
+
+            # the operator sees every tenant
+            seen = await http.get(f"/v1/actions/{action_id}", headers=ROOT)
+            assert seen.status_code == 200
+            every = (await http.get("/v1/actions", headers=ROOT)).json()["actions"]
+            assert [a["action_id"] for a in every] == [action_id]
+            assert (await http.get(f"/v1/calls/{call_id}", headers=ROOT)).status_code == 200
+            stored = runtime.store.call(call_id)
+            assert stored is not None and stored.tenant == "acme"
+            record = runtime.store.action(action_id)
+            assert record is not None and record.tenant == "acme"
+
+    asyncio.run(scenario())
+
+
+def test_another_tenants_events_are_left_out_of_a_shared_run(sqlite_store: SQLiteStore) -> None:
+    runtime, _ = runtime_of(sqlite_store)
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with client_for(app, "asgi") as http:
+            await http.post(
+                "/v1/tools/refund_payment/calls?run_id=shared", json=REFUND, headers=BOB
+            )
+            await http.post(
+                "/v1/tools/check_page/calls?run_id=shared",
+                json={"url": "https://a.example"},
+                headers=ALICE,
+            )
+        return await sse(app, "/v1/runs/shared/events?after=0", ALICE, 1)
+
+    got = asyncio.run(scenario())
+    assert [e["event"] for e in got] == ["pending"]
+    mine = runtime.store.calls(tenant="acme")
+    assert {e["call_id"] for e in got} == {c.call_id for c in mine}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+def test_the_same_idempotency_key_twice_at_once_runs_once(
+    mode: str, store_kind: str, tmp_path: Path, example_package: Any
+) -> None:
+    store = MemoryStore() if store_kind == "memory" else SQLiteStore(tmp_path / "s.db")
+    runtime, tools = runtime_of(store)
+    tools.delay_s = 0.2
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> list[httpx.Response]:
+        async with client_for(app, mode) as http:
+            headers = {**ALICE, "Idempotency-Key": "same"}
+
+            def post() -> Any:
+                return http.post(
+                    "/v1/tools/lookup_customer/calls",
+                    json={"customer_id": "cus_9"},
+                    headers=headers,
+                )
+
+            answers = list(await asyncio.gather(post(), post(), post()))
+            answers.append(await post())
+            other = await http.post(
+                "/v1/tools/lookup_customer/calls", json={"customer_id": "cus_8"}, headers=headers
+            )
+            assert other.status_code == 409 and other.json()["code"] == "IDEMPOTENCY_CONFLICT"
+            return answers
+
+    answers = asyncio.run(scenario())
+    assert tools.lookups == 1
+    assert {a.status_code for a in answers} == {200}
+    assert all(a.json() == answers[0].json() for a in answers)
+
+
+def test_a_retry_in_another_server_process_of_a_call_returns_its_stored_result(
+    tmp_path: Path, example_package: Any
+) -> None:
+    """Two apps (as two server processes) on one SQLite store: the second answers a retry of a
+    call the first ran from the store, without running the tool."""
+    path = tmp_path / "shared.db"
+    first, first_tools = runtime_of(SQLiteStore(path))
+    second, second_tools = runtime_of(SQLiteStore(path))
+    apps = [create_app(r, authenticate=authenticate) for r in (first, second)]
+
+    async def scenario() -> list[httpx.Response]:
+        answers = []
+        for app in apps:
+            async with client_for(app, "asgi") as http:
+                answers.append(
+                    await http.post(
+                        "/v1/tools/refund_payment/calls",
+                        json=REFUND,
+                        headers={**ALICE, "Idempotency-Key": "refund-7"},
+                    )
+                )
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert [a.status_code for a in answers] == [202, 202]
+    assert answers[0].json() == answers[1].json()
+    assert first_tools.refund_entries == 1 and second_tools.refund_entries == 0
+
+
+def test_anonymous_access_only_on_loopback(example_package: Any) -> None:
+    runtime, _ = runtime_of()
+    app = create_app(runtime, authenticate=lambda request: None, allow_anonymous=True)
+    closed = create_app(runtime, authenticate=lambda request: None)
+
+    async def scenario() -> tuple[int, int, int]:
+        local = httpx.ASGITransport(app=app, client=("127.0.0.1", 1))
+        async with httpx.AsyncClient(transport=local, base_url="http://127.0.0.1") as http:
+            ok = (await http.get("/v1/actions")).status_code
+        async with httpx.AsyncClient(transport=local, base_url="http://api.example.com") as http:
+            remote = await http.get("/v1/actions")
+            assert remote.json()["code"] == "ANONYMOUS_REFUSED"
+        shut = httpx.ASGITransport(app=closed, client=("127.0.0.1", 1))
+        async with httpx.AsyncClient(transport=shut, base_url="http://127.0.0.1") as http:
+            refused = (await http.get("/v1/actions")).status_code
+        return ok, remote.status_code, refused
+
+    assert asyncio.run(scenario()) == (200, 403, 401)
+
+
+def test_authenticate_may_be_async_and_its_failure_says_nothing_of_it(example_package: Any) -> None:
+    runtime, _ = runtime_of()
+
+    async def slow(request: Any) -> Any:
+        await asyncio.sleep(0)
+        return authenticate(request)
+
+    def broken(request: Any) -> Any:
+        raise RuntimeError("secret-token-xyz leaked")
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        answers = []
+        for fn in (slow, broken):
+            app = create_app(runtime, authenticate=fn)
+            async with client_for(app, "asgi") as http:
+                answers.append(await http.get("/v1/actions", headers=ALICE))
+        return answers[0], answers[1]
+
+    good, bad = asyncio.run(scenario())
+    assert good.status_code == 200
+    assert bad.status_code == 500 and "secret" not in bad.text
+    with pytest.raises(TypeError):
+        create_app(Runtime(), authenticate=None)  # type: ignore[arg-type]
