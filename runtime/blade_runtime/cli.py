@@ -4,9 +4,16 @@
     blade-runtime pending show ACTION_ID --store URL
     blade-runtime pending submit ACTION_ID [JSON | -] --store URL
     blade-runtime pending cancel ACTION_ID --store URL [--reason TEXT]
+    blade-runtime serve MODULE:RUNTIME --store URL [--host 127.0.0.1] [--port 8000]
+                        [--auth MODULE:FUNCTION | --allow-anonymous]
+    blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
 
 URL is what ``blade_runtime.open_store`` takes: sqlite:///path.db, a plain file path, or
 postgresql://user:password@host/db (``blade-runtime[postgres]``); the store must exist.
+
+``mcp`` serves a runtime's tools over MCP (``blade-runtime[mcp]``): on stdio, or on streamable
+HTTP at a loopback address; RUNTIME is a Runtime, or a function returning one (called with
+``store=`` when --store is given).
 
 A submission is validated exactly as the runtime validates it, against the schema recorded with
 the action, before anything is written. Submitting a client tool's output settles its call; a
@@ -71,7 +78,53 @@ def main(argv: list[str] | None = None) -> int:
             required=True,
             help="the store's URL (sqlite:///PATH, PATH, postgresql://...)",
         )
+    serve = commands.add_parser(
+        "mcp",
+        help="serve a runtime's tools over MCP",
+        description="Serve a runtime's tools over MCP: stdio, or streamable HTTP with --http.",
+    )
+    serve.add_argument("target", metavar="MODULE:RUNTIME", help="a Runtime or a factory")
+    serve.add_argument("--store", help="the store's URL, passed to the factory as store=")
+    serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP on a loopback address")
+    serve.add_argument("--inbox-url", help="the approval inbox, for nested resume schemas")
+    serve.add_argument("--principal", metavar="ID@TENANT", help="who every call is for")
+    http = commands.add_parser(
+        "serve",
+        help="serve the HTTP API and the approval inbox",
+        description="Serve a runtime over HTTP (blade-runtime[http]) with its recovery loop; "
+        "stops cleanly on SIGTERM. See blade_runtime.serve.",
+    )
+    http.add_argument("target", metavar="MODULE:RUNTIME", help="a Runtime or a factory(store=)")
+    http.add_argument("--store", required=True, help="the store's URL")
+    http.add_argument("--host", default="127.0.0.1", help="address to bind")
+    http.add_argument("--port", type=int, default=8000, help="port to bind")
+    http.add_argument("--auth", metavar="MODULE:FUNCTION", help="authenticate(request)")
+    http.add_argument("--allow-anonymous", action="store_true", help="local development only")
     args = parser.parse_args(argv)
+    if args.group == "serve":
+        from blade_runtime.serve import serve
+
+        return serve(
+            args.target,
+            store_url=args.store,
+            host=args.host,
+            port=args.port,
+            auth=args.auth,
+            allow_anonymous=args.allow_anonymous,
+        )
+    if args.group == "mcp":
+        try:
+            from blade_runtime.mcp import run_cli
+        except ImportError as missing:
+            print(f"error: {missing}: pip install 'blade-runtime[mcp]'", file=sys.stderr)
+            return EXIT_USAGE
+        return run_cli(
+            args.target,
+            store_url=args.store,
+            http=args.http,
+            inbox_url=args.inbox_url,
+            principal=args.principal,
+        )
     store = _open(args.store)
     if store is None:
         return EXIT_STORE

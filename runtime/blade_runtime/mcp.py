@@ -1,0 +1,596 @@
+"""The runtime's tools served over MCP, on the official SDK's low-level server (``[mcp]`` extra).
+
+    server = mcp_server(runtime, principal=Principal("ann", "acme"))   # mcp.server.lowlevel.Server
+    await serve_stdio(runtime)                                          # stdio
+    app = mcp_asgi_app(runtime, authenticate=...)                       # streamable HTTP (ASGI)
+
+``tools/list`` is the runtime's MCP export (names, schemas, annotations from kind and side effect;
+the SDK advertises the schemas, the runtime applies them). ``tools/call`` goes through
+``runtime.call``: a result carries structured content and its JSON text; an error is an
+``isError`` result whose structured content holds our stable code (``{"error": CODE,
+"message": ...}``, the code also in ``_meta``).
+
+A call that waits on a pending action becomes MCP's input-required flow (protocol 2026-07-28)
+when the client can elicit: a form elicitation when the resume schema is flat (top-level
+primitive properties), else a URL elicitation to the approval inbox (``inbox_url=``). The
+request state carries only the action's id: on the retry the action is looked up in the store
+and checked against the principal stored with its call (and its tenant), never trusted from the
+client; an accepted form goes to ``runtime.submit`` (an invalid answer asks again and leaves the
+action pending), a decline to ``runtime.cancel``, a dismissal leaves it pending. Any worker
+sharing the store can take the retry. Older protocol versions, and clients that cannot elicit,
+get the pending action as an ordinary result (``{"pending": ..., "action_id": ...}``); it is an
+``isError`` result only where the tool announces an output schema, which a call that has no
+output yet cannot match.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import JsonValue
+
+from blade_runtime.caller import CallContext, Principal
+from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.runtime import Runtime
+from blade_runtime.store import ActionRecord
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+__all__ = [
+    "RESUME_KEY",
+    "Authenticate",
+    "McpTools",
+    "flat_form_schema",
+    "mcp_asgi_app",
+    "mcp_server",
+    "serve_stdio",
+]
+
+RESUME_KEY = "resume"
+"""The key of the one input request a suspended call asks for."""
+META = "io.blade"  # our keys in a result's _meta
+_STATE_PREFIX = "blade1."
+
+Authenticate: TypeAlias = Callable[
+    [ServerRequestContext[Any, Any]], Principal | Awaitable[Principal | None] | None
+]
+"""The application's function from an MCP request (``ctx.request`` is the HTTP request on
+streamable HTTP) to its authenticated principal, or None for none."""
+
+_PRIMITIVE = frozenset({"string", "number", "integer", "boolean"})
+_FORM_KEYS = frozenset(
+    {
+        "type",
+        "title",
+        "description",
+        "default",
+        "enum",
+        "enumNames",
+        "oneOf",
+        "format",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "items",
+        "minItems",
+        "maxItems",
+    }
+)
+_FORM_FORMATS = frozenset({"date", "date-time", "email", "uri"})
+
+
+def flat_form_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``schema`` as an MCP form's requested schema when it is flat (an object of top-level
+    primitive properties, or arrays of enum strings), else None (a URL elicitation is needed).
+
+    Only the keywords a form may carry are kept; the runtime still validates the answer against
+    the whole resume schema (a pattern, say), and asks again when it is refused."""
+    if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
+        return None
+    if any(key in schema for key in ("$ref", "allOf", "anyOf", "oneOf", "if", "patternProperties")):
+        return None
+    properties: dict[str, Any] = {}
+    for name, prop in schema["properties"].items():
+        form = _form_property(prop)
+        if form is None:
+            return None
+        properties[name] = form
+    requested: dict[str, Any] = {"type": "object", "properties": properties}
+    required = schema.get("required")
+    if isinstance(required, list) and required:
+        requested["required"] = [str(name) for name in required]
+    return requested
+
+
+def _form_property(prop: Any) -> dict[str, Any] | None:
+    if not isinstance(prop, dict):
+        return None
+    kind = prop.get("type")
+    if kind is None and isinstance(prop.get("enum"), list):
+        if not all(isinstance(value, str) for value in prop["enum"]):
+            return None
+        kind = "string"
+    if kind == "array":
+        items = prop.get("items")
+        if not isinstance(items, dict) or not isinstance(items.get("enum"), list):
+            return None
+        if not all(isinstance(value, str) for value in items["enum"]):
+            return None
+    elif kind not in _PRIMITIVE:
+        return None
+    if "enum" in prop and not all(isinstance(value, str) for value in prop["enum"]):
+        return None  # forms offer string choices only
+    form = {key: value for key, value in prop.items() if key in _FORM_KEYS}
+    form["type"] = kind
+    if form.get("format") not in (None, *_FORM_FORMATS):
+        del form["format"]
+    return form
+
+
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    names: tuple[str, ...]
+    result: types.ListToolsResult
+    from_wire: Mapping[str, str]
+    to_wire: Mapping[str, str]
+    structured: frozenset[str]  # wire names that announce an output schema
+
+
+class McpTools:
+    """The two MCP handlers over one runtime (``mcp_server`` wires them into a Server)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        principal: Principal | None = None,
+        authenticate: Authenticate | None = None,
+        inbox_url: str | None = None,
+        run_id: str = "mcp",
+    ) -> None:
+        """``principal``: who every call is for (a stdio server has one user); ``authenticate``:
+        or the application's function of the request. ``inbox_url``: the approval inbox, for
+        resume schemas a form cannot hold (``{action_id}`` in it is replaced by the action's id;
+        otherwise the id is appended as a path segment)."""
+        self.runtime = runtime
+        self.principal = principal
+        self.authenticate = authenticate
+        self.inbox_url = inbox_url
+        self.run_id = run_id
+        self._listing: _Listing | None = None
+
+    # -- tools/list ---------------------------------------------------------------------------
+
+    def listing(self) -> _Listing:
+        names = tuple(r.name for r in self.runtime.registrations())
+        if self._listing is not None and self._listing.names == names:
+            return self._listing
+        exported = self.runtime.export("mcp")
+        document = exported.document
+        assert isinstance(document, dict) and isinstance(document["tools"], list)
+        tools: list[types.Tool] = []
+        structured: set[str] = set()
+        for entry in document["tools"]:
+            assert isinstance(entry, dict)
+            name = str(entry["name"])
+            registration = next(
+                r for r in self.runtime.registrations() if r.name == exported.names.name(name)
+            )
+            exported_tool = registration.exported()
+            hints = entry.get("annotations")
+            annotations = types.ToolAnnotations(
+                read_only_hint=isinstance(hints, dict) and hints.get("readOnlyHint") is True,
+                idempotent_hint=isinstance(hints, dict) and hints.get("idempotentHint") is True,
+                # a write or execute tool may destroy; a pure tool never does
+                destructive_hint=(
+                    None
+                    if exported_tool.kind == "read_only"
+                    else exported_tool.side_effect != "pure"
+                ),
+            )
+            output = entry.get("outputSchema")
+            if isinstance(output, dict):
+                structured.add(name)
+            tools.append(
+                types.Tool(
+                    name=name,
+                    description=str(entry["description"]),
+                    input_schema=dict(entry["inputSchema"]),  # type: ignore[arg-type]
+                    output_schema=dict(output) if isinstance(output, dict) else None,
+                    annotations=annotations,
+                )
+            )
+        self._listing = _Listing(
+            names,
+            types.ListToolsResult(tools=tools),
+            exported.names.from_wire,
+            exported.names.to_wire,
+            frozenset(structured),
+        )
+        return self._listing
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return self.listing().result
+
+    # -- tools/call ---------------------------------------------------------------------------
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        principal = await self._principal(ctx)
+        listing = self.listing()
+        name = listing.from_wire.get(params.name, params.name)
+        if params.request_state is not None:
+            return await self._retry(ctx, params, principal, name)
+        result = await self.runtime.call(
+            name,
+            params.arguments or {},
+            run_id=self.run_id,
+            context=CallContext(principal=principal),
+        )
+        return self._answer(ctx, result, params.name)
+
+    async def _principal(self, ctx: ServerRequestContext[Any, Any]) -> Principal | None:
+        if self.authenticate is None:
+            return self.principal
+        found = self.authenticate(ctx)
+        if inspect.isawaitable(found):
+            found = await found
+        return found
+
+    def _answer(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        result: ToolResult[Any],
+        wire: str,
+        note: str | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if isinstance(result, ToolPending):
+            action = self.runtime.store.action(result.action.action_id)
+            if action is not None:
+                asked = self._ask(ctx, action, note)
+                if asked is not None:
+                    return asked
+            return self._pending_result(result.content, wire, result.action.action_id)
+        if isinstance(result, ToolError):
+            return _error(result.code, result.message)
+        return _success(result.content, ctx.protocol_version)
+
+    def _ask(
+        self, ctx: ServerRequestContext[Any, Any], action: ActionRecord, note: str | None
+    ) -> types.InputRequiredResult | None:
+        """The input-required result asking for the action's resume payload, or None where
+        this client cannot answer one (older protocol, no elicitation, no inbox)."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return None
+        capabilities = ctx.session.client_capabilities
+        elicitation = None if capabilities is None else capabilities.elicitation
+        if elicitation is None:
+            return None
+        form_ok = elicitation.form is not None or elicitation.url is None
+        message = _message(action, note)
+        form = flat_form_schema(action.submit_schema)
+        params: types.ElicitRequestFormParams | types.ElicitRequestURLParams
+        if form is not None and form_ok:
+            params = types.ElicitRequestFormParams(message=message, requested_schema=form)
+        elif self.inbox_url is not None and elicitation.url is not None:
+            params = types.ElicitRequestURLParams(
+                message=message, url=self._inbox(action.action_id)
+            )
+        else:
+            return None
+        return types.InputRequiredResult(
+            input_requests={RESUME_KEY: types.ElicitRequest(params=params)},
+            request_state=_state(action.action_id),
+        )
+
+    def _inbox(self, action_id: str) -> str:
+        assert self.inbox_url is not None
+        if "{action_id}" in self.inbox_url:
+            return self.inbox_url.replace("{action_id}", action_id)
+        return f"{self.inbox_url.rstrip('/')}/{action_id}"
+
+    async def _retry(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        params: types.CallToolRequestParams,
+        principal: Principal | None,
+        name: str,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        action_id = _action_of(params.request_state)
+        action = None if action_id is None else self.runtime.store.action(action_id)
+        if action is None or action.name != name or not self._may_answer(principal, action):
+            # another principal's action does not exist for this one
+            return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
+        if action.state != "pending":
+            return self._settled(ctx, action, params.name)
+        response = (params.input_responses or {}).get(RESUME_KEY)
+        if not isinstance(response, types.ElicitResult):
+            return self._again(ctx, action, params.name, None)
+        if response.action == "decline":
+            cancelled = self.runtime.cancel(action.action_id, "declined by the user")
+            return self._answer(ctx, cancelled, params.name)
+        if response.action == "cancel" or response.content is None:
+            # dismissed, or a URL elicitation the user agreed to open: the action waits on
+            return self._settled(ctx, action, params.name)
+        answer: dict[str, Any] = dict(response.content)
+        submitted = await self.runtime.submit(action.action_id, answer)
+        if isinstance(submitted, ToolError) and submitted.code == ErrorCode.INVALID_SUBMISSION:
+            return self._again(ctx, action, params.name, submitted.message)
+        return self._answer(ctx, submitted, params.name)
+
+    def _again(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        action: ActionRecord,
+        wire: str,
+        note: str | None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        asked = self._ask(ctx, action, note)
+        if asked is not None:
+            return asked
+        return self._pending_result(_pending_json(action), wire, action.action_id)
+
+    def _settled(
+        self, ctx: ServerRequestContext[Any, Any], action: ActionRecord, wire: str
+    ) -> types.CallToolResult:
+        """What the action's call has come to, as the store records it (another worker, the
+        inbox or an operator may have resolved it): its result once settled, or the pending
+        action while it waits."""
+        if action.state == "pending":
+            return self._pending_result(_pending_json(action), wire, action.action_id)
+        call = self.runtime.store.call(action.call_id)
+        recorded = None if call is None or call.state != "settled" else call.result
+        if isinstance(recorded, dict):
+            if recorded.get("status") == "error":
+                code = ErrorCode(str(recorded.get("code")))
+                return _error(code, str(recorded.get("message", "")))
+            if recorded.get("status") == "success":
+                return _success(recorded.get("content"), ctx.protocol_version)
+        if call is not None and call.state == "suspended":
+            # the call went on to wait on a newer action: the model asks about that one
+            newer = self.runtime.store.actions(call_id=call.call_id)
+            if newer:
+                return self._pending_result(_pending_json(newer[-1]), wire, newer[-1].action_id)
+        return self._pending_result(
+            {"pending": _action_name(action), "action_id": action.action_id, "resolved": True},
+            wire,
+            action.action_id,
+        )
+
+    def _may_answer(self, principal: Principal | None, action: ActionRecord) -> bool:
+        """Whether ``principal`` may resolve ``action``: its tenant, and the principal stored with
+        its call (an operator may answer any)."""
+        if principal is not None and principal.operator:
+            return True
+        tenant = "" if principal is None else principal.tenant
+        if action.tenant != tenant:
+            return False
+        call = self.runtime.store.call(action.call_id)
+        stored = None if call is None else CallContext.from_json(call.context)
+        owner = None if stored is None else stored.principal
+        if owner is None:
+            return True  # an anonymous call: its tenant decides
+        return principal is not None and principal.id == owner.id
+
+    def _pending_result(
+        self, content: JsonValue, wire: str, action_id: str
+    ) -> types.CallToolResult:
+        structured = wire in self.listing().structured
+        return types.CallToolResult(
+            content=[types.TextContent(text=_text(content))],
+            structured_content=None if structured else content,
+            is_error=structured,
+            _meta={META: {"status": "pending", "action_id": action_id}},
+        )
+
+
+def _success(content: JsonValue, version: str) -> types.CallToolResult:
+    structured = (
+        content if isinstance(content, dict) or version in MODERN_PROTOCOL_VERSIONS else None
+    )
+    return types.CallToolResult(
+        content=[types.TextContent(text=_text(content))], structured_content=structured
+    )
+
+
+def _error(code: ErrorCode, message: str) -> types.CallToolResult:
+    content: JsonValue = {"error": code.value, "message": message}
+    return types.CallToolResult(
+        content=[types.TextContent(text=_text(content))],
+        structured_content=content,
+        is_error=True,
+        _meta={META: {"status": "error", "code": code.value}},
+    )
+
+
+def _text(content: JsonValue) -> str:
+    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+
+
+def _action_name(action: ActionRecord) -> str:
+    return action.name if action.point is None else f"{action.name}.{action.point}"
+
+
+def _pending_json(action: ActionRecord) -> JsonValue:
+    return {"pending": _action_name(action), "action_id": action.action_id}
+
+
+def _message(action: ActionRecord, note: str | None) -> str:
+    payload = action.payload
+    prompt = payload.get("prompt") if isinstance(payload, dict) else None
+    text = prompt if isinstance(prompt, str) else f"{_action_name(action)}: {_text(payload)}"
+    return text if note is None else f"{text}\n\nThe last answer was refused: {note}"
+
+
+def _state(action_id: str) -> str:
+    """The request state: the action's id, nothing the server would have to trust."""
+    return _STATE_PREFIX + base64.urlsafe_b64encode(action_id.encode()).decode()
+
+
+def _action_of(state: str | None) -> str | None:
+    if state is None or not state.startswith(_STATE_PREFIX):
+        return None
+    try:
+        return base64.urlsafe_b64decode(state[len(_STATE_PREFIX) :].encode()).decode()
+    except ValueError:
+        return None
+
+
+# -- servers and transports ---------------------------------------------------------------------
+
+
+def mcp_server(
+    runtime: Runtime,
+    *,
+    name: str = "blade-runtime",
+    principal: Principal | None = None,
+    authenticate: Authenticate | None = None,
+    inbox_url: str | None = None,
+    run_id: str = "mcp",
+) -> Server[Any]:
+    """A low-level MCP server serving ``runtime``'s tools (see the module's doc)."""
+    from blade_runtime import __version__
+
+    tools = McpTools(
+        runtime,
+        principal=principal,
+        authenticate=authenticate,
+        inbox_url=inbox_url,
+        run_id=run_id,
+    )
+    return Server(
+        name,
+        version=__version__,
+        on_list_tools=tools.list_tools,
+        on_call_tool=tools.call_tool,
+    )
+
+
+async def serve_stdio(
+    runtime: Runtime,
+    *,
+    principal: Principal | None = None,
+    inbox_url: str | None = None,
+) -> None:
+    """Serve ``runtime`` over this process's stdin and stdout until the client closes them."""
+    from mcp.server.stdio import stdio_server
+
+    server = mcp_server(runtime, principal=principal, inbox_url=inbox_url)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def mcp_asgi_app(
+    runtime: Runtime,
+    *,
+    authenticate: Authenticate | None = None,
+    principal: Principal | None = None,
+    anonymous: bool = False,
+    inbox_url: str | None = None,
+    path: str = "/mcp",
+    host: str = "127.0.0.1",
+    stateless: bool = True,
+) -> Starlette:
+    """The streamable-HTTP MCP endpoint at ``path`` as an ASGI app (its lifespan runs the SDK's
+    session manager). Every request is authenticated by ``authenticate``; with neither it nor a
+    fixed ``principal``, pass ``anonymous=True`` (for loopback only: ``host`` sets the SDK's DNS
+    rebinding protection). ``stateless``: no MCP session affinity, so any worker sharing the
+    store answers any request."""
+    if authenticate is None and principal is None and not anonymous:
+        raise ValueError("pass authenticate= (or principal=), or anonymous=True for loopback")
+    server = mcp_server(
+        runtime, principal=principal, authenticate=authenticate, inbox_url=inbox_url
+    )
+    return server.streamable_http_app(
+        streamable_http_path=path, stateless_http=stateless, json_response=True, host=host
+    )
+
+
+def load_runtime(target: str, store_url: str | None) -> Runtime:
+    """``MODULE:ATTRIBUTE``: a Runtime, or a function returning one (called with ``store=`` the
+    opened ``store_url`` when given)."""
+    import importlib
+
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"{target!r}: expected MODULE:RUNTIME")
+    found: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    if isinstance(found, Runtime):
+        if store_url is not None:
+            raise ValueError(f"{target} is a Runtime with its own store; --store needs a factory")
+        return found
+    if not callable(found):
+        raise ValueError(f"{target} is neither a Runtime nor a function returning one")
+    if store_url is None:
+        made = found()
+    else:
+        from blade_runtime.urls import open_store
+
+        made = found(store=open_store(store_url))
+    if not isinstance(made, Runtime):
+        raise ValueError(f"{target}() did not return a Runtime")
+    return made
+
+
+def run_cli(
+    target: str,
+    *,
+    store_url: str | None = None,
+    http: str | None = None,
+    inbox_url: str | None = None,
+    principal: str | None = None,
+) -> int:
+    """``blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT]``: serve over stdio
+    (or streamable HTTP on a loopback address) until the client (or a signal) ends it."""
+    import sys
+
+    import anyio
+
+    from blade_runtime.store import StoreError
+
+    who = None
+    if principal is not None:
+        ident, _, tenant = principal.partition("@")
+        who = Principal(ident, tenant)
+    try:
+        runtime = load_runtime(target, store_url)
+    except StoreError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    except (ImportError, AttributeError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if http is None:
+        anyio.run(lambda: serve_stdio(runtime, principal=who, inbox_url=inbox_url))
+        return 0
+    host, _, port = http.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
+        print(
+            f"error: --http {http}: a loopback HOST:PORT (elsewhere, serve mcp_asgi_app with "
+            "authenticate= from your own ASGI server)",
+            file=sys.stderr,
+        )
+        return 2
+    import uvicorn
+
+    app = mcp_asgi_app(
+        runtime, principal=who, anonymous=who is None, inbox_url=inbox_url, host=host
+    )
+    uvicorn.run(app, host=host, port=int(port), log_level="warning")
+    return 0

@@ -1,0 +1,185 @@
+"""Tools for the MCP and adapter tests, importable by worker processes (``make_runtime``).
+
+``SPECS`` are built into the package ``blade_agent_specs`` (tests build it into a temporary
+folder and put it on the path, also for subprocesses). Every entry of ``transfer`` that moves
+money appends a line to the file ``$BLADE_EFFECTS`` (when set): a side effect counted across
+processes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from blade_runtime import ResumeEntry
+from blade_runtime.runtime import Runtime
+from blade_runtime.store import Store
+
+PACKAGE = "blade_agent_specs"
+
+TRANSFER = {
+    "id": "bank.transfer.v1",
+    "name": "transfer",
+    "description": "Move money to an account; a human confirms first.",
+    "kind": "write",
+    "sideEffect": "non_idempotent",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "minLength": 1},
+            "amount": {"type": "integer", "minimum": 1},
+        },
+        "required": ["to", "amount"],
+        "additionalProperties": False,
+    },
+    "outputSchema": {
+        "type": "object",
+        "properties": {"status": {"enum": ["sent", "refused"]}, "by": {"type": "string"}},
+        "required": ["status", "by"],
+    },
+    "suspend": {
+        "confirm": {
+            "suspendSchema": {
+                "type": "object",
+                "properties": {"prompt": {"type": "string"}},
+                "required": ["prompt"],
+            },
+            "resumeSchema": {
+                "type": "object",
+                "properties": {
+                    "approved": {"type": "boolean"},
+                    "approver": {"type": "string", "pattern": "^[a-z]+$"},
+                },
+                "required": ["approved", "approver"],
+                "additionalProperties": False,
+            },
+        }
+    },
+}
+
+PLAN = {
+    "id": "ops.plan.v1",
+    "name": "plan",
+    "description": "Plan a change; a human edits the steps (a nested answer).",
+    "kind": "execute",
+    "sideEffect": "idempotent",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"goal": {"type": "string"}},
+        "required": ["goal"],
+    },
+    "suspend": {
+        "review": {
+            "suspendSchema": {
+                "type": "object",
+                "properties": {"prompt": {"type": "string"}},
+                "required": ["prompt"],
+            },
+            "resumeSchema": {
+                "type": "object",
+                "properties": {
+                    "steps": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"title": {"type": "string"}},
+                            "required": ["title"],
+                        },
+                    }
+                },
+                "required": ["steps"],
+            },
+        }
+    },
+}
+
+LOOKUP = {
+    "id": "crm.find.v1",
+    "name": "find",
+    "description": "Find a customer by id.",
+    "kind": "read_only",
+    "sideEffect": "pure",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "customer_id": {"type": "integer"},
+            "note": {"type": "string"},
+        },
+        "required": ["customer_id"],
+        "additionalProperties": False,
+    },
+    "outputSchema": {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+        "required": ["id", "name"],
+    },
+}
+
+SPECS = (TRANSFER, PLAN, LOOKUP)
+
+
+def _effect(line: str) -> None:
+    path = os.environ.get("BLADE_EFFECTS")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+
+async def transfer(ctx: Any) -> Any:
+    from blade_agent_specs.bank import transfer_v1 as spec
+
+    if isinstance(ctx.entry, ResumeEntry):
+        answer = ctx.entry.payload
+        if not answer.approved:
+            return spec.TransferOutput(status="refused", by=answer.approver)
+        _effect(f"sent {ctx.input.amount} to {ctx.input.to} by {answer.approver} pid {os.getpid()}")
+        return spec.TransferOutput(status="sent", by=answer.approver)
+    prompt = f"Send {ctx.input.amount} to {ctx.input.to}?"
+    ctx.suspend("confirm", spec.TransferConfirmSuspend(prompt=prompt))
+
+
+async def plan(ctx: Any) -> Any:
+    from blade_agent_specs.ops import plan_v1 as spec
+
+    if isinstance(ctx.entry, ResumeEntry):
+        return {"steps": [step.title for step in ctx.entry.payload.steps]}
+    ctx.suspend("review", spec.PlanReviewSuspend(prompt=f"Review the plan for {ctx.input.goal}"))
+
+
+async def find(ctx: Any) -> Any:
+    from blade_agent_specs.crm import find_v1 as spec
+
+    return spec.FindOutput(id=ctx.input.customer_id, name=f"customer {ctx.input.customer_id}")
+
+
+def register(runtime: Runtime) -> Runtime:
+    from blade_agent_specs.bank import transfer_v1
+    from blade_agent_specs.crm import find_v1
+    from blade_agent_specs.ops import plan_v1
+
+    runtime.register(transfer_v1.SPEC, transfer)
+    runtime.register(plan_v1.SPEC, plan)
+    runtime.register(find_v1.SPEC, find)
+    return runtime
+
+
+def make_runtime(store: Store | None = None) -> Runtime:
+    """A runtime with the three tools (``blade-runtime mcp tests.agent_tools:make_runtime``)."""
+    return register(Runtime(store=store))
+
+
+def build_package(root: Any) -> Any:
+    """Write ``SPECS`` under ``root/specs``, build them into ``root/out`` and return ``root/out``
+    (put it on ``sys.path``, and on ``PYTHONPATH`` for workers)."""
+    import json
+    from pathlib import Path
+
+    from blade_codegen.build import build
+
+    base = Path(root)
+    for data in SPECS:
+        path = base / "specs" / (str(data["id"]).replace(".", "/", 1) + ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data), "utf-8")
+    build(base / "specs", base / "out", PACKAGE)
+    return base / "out"

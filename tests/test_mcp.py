@@ -1,0 +1,446 @@
+"""The MCP server (blade_runtime.mcp) through the SDK's own client: in memory, stdio, HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+
+from blade_runtime.caller import OPERATOR, Principal
+from blade_runtime.mcp import RESUME_KEY, flat_form_schema, mcp_asgi_app, mcp_server
+from blade_runtime.results import ToolSuccess
+from blade_runtime.runtime import Runtime
+from blade_runtime.sqlite import SQLiteStore
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+import agent_tools  # noqa: E402
+
+BIN = Path(sys.executable).parent
+ANN = Principal("ann", "acme")
+SEND = {"to": "bob", "amount": 5}
+
+Elicit = Callable[[Any, Any], Awaitable[types.ElicitResult]]
+
+
+def run(coroutine: Awaitable[Any]) -> Any:
+    async def main() -> Any:
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out: Path = agent_tools.build_package(tmp_path_factory.mktemp("agent"))
+    if str(out) not in sys.path:
+        sys.path.insert(0, str(out))
+    return out
+
+
+@pytest.fixture
+def runtime(built: Path) -> Runtime:
+    return agent_tools.make_runtime()
+
+
+def answers(*payloads: dict[str, Any] | str, seen: list[Any] | None = None) -> Elicit:
+    """An elicitation callback answering with each payload in turn ("decline", "cancel")."""
+    queue = list(payloads)
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        if seen is not None:
+            seen.append(params)
+        answer = queue.pop(0)
+        if answer in ("decline", "cancel"):
+            return types.ElicitResult(action=answer)  # type: ignore[arg-type]
+        assert isinstance(answer, dict)
+        return types.ElicitResult(action="accept", content=answer)
+
+    return elicit
+
+
+def structured(result: types.CallToolResult) -> Any:
+    assert result.content and isinstance(result.content[0], types.TextContent)
+    text = json.loads(result.content[0].text)
+    if result.structured_content is not None:
+        assert result.structured_content == text
+    return text
+
+
+# -- tools/list and plain calls -------------------------------------------------------------
+
+
+def test_list_tools_carries_the_spec_schemas_and_annotations(runtime: Runtime) -> None:
+    async def main() -> dict[str, types.Tool]:
+        async with Client(mcp_server(runtime)) as client:
+            return {tool.name: tool for tool in (await client.list_tools()).tools}
+
+    tools = run(main())
+    assert sorted(tools) == ["find", "plan", "transfer"]
+    assert tools["transfer"].input_schema == agent_tools.TRANSFER["inputSchema"]
+    assert tools["transfer"].output_schema == agent_tools.TRANSFER["outputSchema"]
+    assert tools["plan"].output_schema is None
+    find, transfer = tools["find"].annotations, tools["transfer"].annotations
+    assert find is not None and transfer is not None
+    assert find.read_only_hint is True and find.idempotent_hint is True
+    assert transfer.read_only_hint is False and transfer.idempotent_hint is False
+    assert transfer.destructive_hint is True
+
+
+def test_calls_give_structured_content_and_errors_our_code(runtime: Runtime) -> None:
+    async def main() -> tuple[types.CallToolResult, ...]:
+        async with Client(mcp_server(runtime)) as client:
+            ok = await client.call_tool("find", {"customer_id": 7})
+            coerced = await client.call_tool("find", {"customer_id": "7"})
+            unknown = await client.call_tool("nope", {})
+            return ok, coerced, unknown
+
+    ok, coerced, unknown = run(main())
+    assert not ok.is_error and ok.structured_content == {"id": 7, "name": "customer 7"}
+    assert structured(ok) == {"id": 7, "name": "customer 7"}
+    assert coerced.is_error  # "7" is not an integer: the schema decides, nothing is coerced
+    assert structured(coerced)["error"] == "INVALID_INPUT"
+    assert "/customer_id" in structured(coerced)["message"]
+    assert coerced.meta is not None and coerced.meta["io.blade"]["code"] == "INVALID_INPUT"
+    assert structured(unknown)["error"] == "TOOL_HANDLER_NOT_FOUND"
+
+
+# -- the input-required flow ----------------------------------------------------------------
+
+
+def test_form_elicitation_asks_again_on_an_invalid_answer(runtime: Runtime, tmp_path: Path) -> None:
+    effects = tmp_path / "effects"
+    os.environ["BLADE_EFFECTS"] = str(effects)
+    seen: list[Any] = []
+    states: list[list[str]] = []
+
+    async def elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        states.append([a.state for a in runtime.store.actions(state=None)])
+        return await inner(ctx, params)
+
+    inner = answers(
+        {"approved": True, "approver": "Ann!"}, {"approved": True, "approver": "ann"}, seen=seen
+    )
+
+    async def main() -> types.CallToolResult:
+        async with Client(
+            mcp_server(runtime, principal=ANN), elicitation_callback=elicit
+        ) as client:
+            return await client.call_tool("transfer", SEND)
+
+    try:
+        result = run(main())
+    finally:
+        del os.environ["BLADE_EFFECTS"]
+    assert not result.is_error and result.structured_content == {"status": "sent", "by": "ann"}
+    assert [p.mode for p in seen] == ["form", "form"]
+    assert seen[0].message == "Send 5 to bob?"
+    assert seen[0].requested_schema == {
+        "type": "object",
+        "properties": {"approved": {"type": "boolean"}, "approver": {"type": "string"}},
+        "required": ["approved", "approver"],
+    }
+    assert "must match the pattern" in seen[1].message  # the refusal, and the action still waits
+    assert states == [["pending"], ["pending"]]
+    assert effects.read_text().count("sent 5 to bob") == 1
+
+
+def test_decline_cancels_and_dismissal_leaves_it_pending(runtime: Runtime) -> None:
+    async def main() -> tuple[types.CallToolResult, types.CallToolResult]:
+        server = mcp_server(runtime, principal=ANN)
+        async with Client(server, elicitation_callback=answers("decline")) as client:
+            declined = await client.call_tool("transfer", SEND)
+        async with Client(server, elicitation_callback=answers("cancel")) as client:
+            dismissed = await client.call_tool("transfer", SEND)
+        return declined, dismissed
+
+    declined, dismissed = run(main())
+    assert declined.is_error and structured(declined)["error"] == "CANCELLED"
+    waiting = runtime.pending()
+    assert len(waiting) == 1 and structured(dismissed)["action_id"] == waiting[0].action_id
+    assert dismissed.meta is not None and dismissed.meta["io.blade"]["status"] == "pending"
+    states = sorted(a.state for a in runtime.store.actions(state=None))
+    assert states == ["cancelled", "pending"]
+
+
+def test_nested_resume_schema_is_a_url_elicitation_to_the_inbox(runtime: Runtime) -> None:
+    seen: list[Any] = []
+
+    async def at_the_inbox(ctx: Any, params: Any) -> types.ElicitResult:
+        seen.append(params)
+        # the user opens the page and submits there (the inbox runs runtime.submit)
+        action_id = params.url.rsplit("/", 1)[1]
+        submitted = await runtime.submit(action_id, {"steps": [{"title": "a"}, {"title": "b"}]})
+        assert isinstance(submitted, ToolSuccess)
+        return types.ElicitResult(action="accept")
+
+    async def main() -> types.CallToolResult:
+        server = mcp_server(runtime, principal=ANN, inbox_url="https://inbox.example/actions")
+        async with Client(server, elicitation_callback=at_the_inbox) as client:
+            return await client.call_tool("plan", {"goal": "ship"})
+
+    result = run(main())
+    assert [p.mode for p in seen] == ["url"]
+    assert seen[0].url.startswith("https://inbox.example/actions/act_")
+    assert structured(result) == {"steps": ["a", "b"]}
+
+
+def test_no_inbox_or_no_elicitation_or_older_protocol_gets_the_pending_action(
+    runtime: Runtime,
+) -> None:
+    async def main() -> list[types.CallToolResult]:
+        got = []
+        async with Client(mcp_server(runtime), elicitation_callback=answers()) as client:
+            got.append(await client.call_tool("plan", {"goal": "x"}))  # nested, no inbox_url
+        async with Client(mcp_server(runtime)) as client:  # cannot elicit
+            got.append(await client.call_tool("transfer", SEND))
+        async with Client(mcp_server(runtime), mode="legacy", elicitation_callback=answers()) as c:
+            assert c.protocol_version not in ("2026-07-28",)
+            got.append(await c.call_tool("transfer", SEND))
+            got.append(await c.call_tool("plan", {"goal": "y"}))
+        return got
+
+    nested, blind, legacy, legacy_plan = run(main())
+    pending = {a.action_id: a for a in runtime.pending()}
+    assert len(pending) == 4
+    for result in (nested, blind, legacy, legacy_plan):
+        assert structured(result)["action_id"] in pending
+        assert result.meta is not None and result.meta["io.blade"]["status"] == "pending"
+    # a tool without an output schema: an ordinary result; with one, the client would refuse
+    # content that does not match it, so the pending action is an isError result
+    assert not nested.is_error and not legacy_plan.is_error
+    assert structured(legacy_plan)["pending"] == "plan.review"
+    assert (
+        blind.is_error and legacy.is_error and structured(legacy)["pending"] == "transfer.confirm"
+    )
+
+
+def test_the_retry_is_checked_against_the_stored_principal(runtime: Runtime) -> None:
+    async def first_leg(client: Client) -> types.InputRequiredResult:
+        leg = await client.session.call_tool("transfer", SEND, allow_input_required=True)
+        assert isinstance(leg, types.InputRequiredResult)
+        return leg
+
+    async def retry(server: Any, state: str | None, name: str = "transfer") -> Any:
+        response = types.ElicitResult(action="accept", content={"approved": True, "approver": "x"})
+        async with Client(server, elicitation_callback=answers()) as client:
+            return await client.session.call_tool(
+                name,
+                SEND,
+                input_responses={RESUME_KEY: response},
+                request_state=state,
+                allow_input_required=True,
+            )
+
+    async def main() -> list[Any]:
+        async with Client(mcp_server(runtime, principal=ANN), elicitation_callback=answers()) as c:
+            leg = await first_leg(c)
+        mallory = mcp_server(runtime, principal=Principal("mallory", "acme"))
+        other_tenant = mcp_server(runtime, principal=Principal("ann", "evil"))
+        operator = mcp_server(runtime, principal=Principal("op", "x", frozenset({OPERATOR})))
+        return [
+            await retry(mallory, leg.request_state),
+            await retry(other_tenant, leg.request_state),
+            await retry(mcp_server(runtime, principal=ANN), "blade1.bm9wZQ=="),
+            await retry(mcp_server(runtime, principal=ANN), leg.request_state, name="plan"),
+            await retry(operator, leg.request_state),
+        ]
+
+    *refused, by_operator = run(main())
+    for result in refused:
+        assert isinstance(result, types.CallToolResult) and result.is_error
+        assert structured(result)["error"] == "UNKNOWN_ACTION"
+    assert isinstance(by_operator, types.CallToolResult)
+    assert by_operator.structured_content == {"status": "sent", "by": "x"}
+
+
+def test_flat_form_schema() -> None:
+    assert flat_form_schema({"type": "object", "properties": {"a": {"type": "object"}}}) is None
+    assert flat_form_schema({"type": "object", "properties": {"a": {"$ref": "#/x"}}}) is None
+    assert flat_form_schema({"type": "array"}) is None
+    form = flat_form_schema(
+        {
+            "type": "object",
+            "properties": {
+                "tags": {"type": "array", "items": {"enum": ["a", "b"]}},
+                "when": {"type": "string", "format": "date", "pattern": "x"},
+                "level": {"enum": ["low", "high"]},
+            },
+        }
+    )
+    assert form == {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}},
+            "when": {"type": "string", "format": "date"},
+            "level": {"type": "string", "enum": ["low", "high"]},
+        },
+    }
+
+
+def test_http_app_needs_an_authenticator_or_anonymous(runtime: Runtime) -> None:
+    with pytest.raises(ValueError, match="authenticate"):
+        mcp_asgi_app(runtime)
+    assert mcp_asgi_app(runtime, anonymous=True) is not None
+
+
+# -- stdio and streamable HTTP, in other processes ------------------------------------------
+
+
+def _env(built: Path, effects: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(built), str(TESTS), env.get("PYTHONPATH", "")])
+    env["BLADE_EFFECTS"] = str(effects)
+    return env
+
+
+def test_stdio_server_runs_the_flow(built: Path, tmp_path: Path) -> None:
+    db = tmp_path / "blade.db"
+    params = StdioServerParameters(
+        command=str(BIN / "blade-runtime"),
+        args=["mcp", "agent_tools:make_runtime", "--store", str(db), "--principal", "ann@acme"],
+        env=_env(built, tmp_path / "effects"),
+    )
+    seen: list[Any] = []
+
+    async def main() -> tuple[list[str], types.CallToolResult]:
+        elicit = answers(
+            {"approved": "yes", "approver": "ann"}, {"approved": True, "approver": "ann"}, seen=seen
+        )
+        async with Client(params, elicitation_callback=elicit) as client:
+            names = [tool.name for tool in (await client.list_tools()).tools]
+            return names, await client.call_tool("transfer", SEND)
+
+    names, result = run(main())
+    assert names == ["find", "plan", "transfer"]
+    assert result.structured_content == {"status": "sent", "by": "ann"}
+    assert len(seen) == 2 and "/approved" in seen[1].message
+    store = SQLiteStore(db)
+    try:
+        (action,) = store.actions(state=None)
+        assert action.state == "submitted" and action.tenant == "acme"
+    finally:
+        store.close()
+    assert (tmp_path / "effects").read_text().count("sent") == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def http_worker(built: Path, db: Path, effects: Path) -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            str(BIN / "blade-runtime"),
+            "mcp",
+            "agent_tools:make_runtime",
+            "--store",
+            str(db),
+            "--http",
+            f"127.0.0.1:{port}",
+            "--principal",
+            "ann@acme",
+        ],
+        env=_env(built, effects),
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                assert process.stderr is not None
+                raise AssertionError(process.stderr.read().decode())
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_http_first_leg_on_one_worker_retry_on_another(built: Path, tmp_path: Path) -> None:
+    db, effects = tmp_path / "blade.db", tmp_path / "effects"
+    SQLiteStore(db).close()  # both workers open the same file
+
+    async def main(first: str, second: str) -> tuple[Any, Any, Any]:
+        async with Client(first, elicitation_callback=answers()) as client:
+            listed = [tool.name for tool in (await client.list_tools()).tools]
+            assert listed == ["find", "plan", "transfer"]
+            leg = await client.session.call_tool("transfer", SEND, allow_input_required=True)
+        assert isinstance(leg, types.InputRequiredResult) and leg.input_requests
+        ask = leg.input_requests[RESUME_KEY]
+        assert isinstance(ask, types.ElicitRequest) and ask.params.mode == "form"
+        bad = types.ElicitResult(action="accept", content={"approved": True, "approver": "B0b"})
+        good = types.ElicitResult(action="accept", content={"approved": True, "approver": "bob"})
+        async with Client(second, elicitation_callback=answers()) as client:
+            again = await client.session.call_tool(
+                "transfer",
+                SEND,
+                input_responses={RESUME_KEY: bad},
+                request_state=leg.request_state,
+                allow_input_required=True,
+            )
+            done = await client.call_tool(
+                "transfer",
+                SEND,
+                input_responses={RESUME_KEY: good},
+                request_state=leg.request_state,
+            )
+        return leg, again, done
+
+    with http_worker(built, db, effects) as first, http_worker(built, db, effects) as second:
+        leg, again, done = run(main(first, second))
+    assert isinstance(again, types.InputRequiredResult)  # refused: asked again, still pending
+    assert again.request_state == leg.request_state
+    assert done.structured_content == {"status": "sent", "by": "bob"}
+    lines = effects.read_text().splitlines()
+    assert len(lines) == 1  # the side effect ran once, in the second worker
+    store = SQLiteStore(db)
+    try:
+        (action,) = store.actions(state=None)
+        call = store.call(action.call_id)
+        assert call is not None and call.state == "settled"
+        assert call.owner != "" and str(call.owner.split(":")[1]) in lines[0]
+    finally:
+        store.close()
+
+
+def test_cli_refuses_a_bad_target(built: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(BIN / "blade-runtime"), "mcp", "agent_tools"],
+        env=_env(built, tmp_path / "e"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "MODULE:RUNTIME" in done.stderr
+
+
+def test_pending_flow_in_process_keeps_the_typed_view(runtime: Runtime) -> None:
+    async def main() -> Any:
+        async with Client(mcp_server(runtime, principal=ANN)) as client:
+            await client.call_tool("transfer", SEND)
+        return runtime.pending(principal=ANN)
+
+    (action,) = run(main())
+    assert action.name == "transfer.confirm" and action.input.prompt == "Send 5 to bob?"
+    assert runtime.pending(principal=Principal("eve", "other")) == []
