@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +203,39 @@ def mcp_package(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert write_mcp_corpus(root / "specs") == 312
     build(root / "specs", root / "out", "blade_mcp")
     return _import_package(root / "out", "blade_mcp")
+
+
+# The import path as the session found it: site-packages, PYTHONPATH, .pth entries.
+_ENVIRONMENT = frozenset(Path(p or ".").resolve() for p in sys.path)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _hermetic_spec_packages() -> Iterator[None]:
+    """Spec packages installed in the environment that runs the tests (say, by trying the
+    README's ``pack`` example, or on PYTHONPATH) are invisible to the generator in this process:
+    only the ones a test installs itself (a folder it puts on sys.path) count, so no result
+    depends on them."""
+    from blade_codegen import dependencies
+
+    real_locate, real_installed = dependencies.locate, dependencies.installed_spec_packages
+
+    def in_environment(folder: Path) -> bool:
+        return folder.resolve().parent in _ENVIRONMENT
+
+    def locate(name: str) -> dependencies.Dependency | dependencies.Unavailable:
+        found = real_locate(name)
+        if isinstance(found, dependencies.Dependency) and in_environment(found.folder):
+            return dependencies.Unavailable(name, f"the spec package {name} is not installed", "")
+        return found
+
+    def installed_spec_packages() -> list[dependencies.Dependency]:
+        return [d for d in real_installed() if not in_environment(d.folder)]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(dependencies, "locate", locate)
+    patch.setattr(dependencies, "installed_spec_packages", installed_spec_packages)
+    yield
+    patch.undo()
 
 
 def pytest_report_header() -> str:

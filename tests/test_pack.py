@@ -149,9 +149,15 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> Packages:
     return Packages(root, first_wheel, root / "first" / "blade.lock.json", second_wheel, python)
 
 
+def _isolated() -> dict[str, str]:
+    """This process's environment without PYTHONPATH: the fresh environment sees only what is
+    installed in it."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+
+
 def _run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(python), *args], capture_output=True, text=True, check=False, cwd="/"
+        [str(python), *args], capture_output=True, text=True, check=False, cwd="/", env=_isolated()
     )
 
 
@@ -172,6 +178,7 @@ def _mypy(python: Path, *scripts: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         cwd=scripts[0].parent,
+        env=_isolated(),
     )
 
 
@@ -383,3 +390,26 @@ def test_a_rebuild_notices_an_upgraded_spec_package(installed_first: Path, tmp_p
     metadata.write_text(metadata.read_text("utf-8").replace("Version: 1.0.0", "Version: 1.0.1"))
     assert build(specs, tmp_path / "out", "audit").status == "written"
     assert build(specs, tmp_path / "out", "audit").status == "unchanged"
+
+
+def test_a_child_two_installed_packages_hold_is_refused_not_picked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blade_codegen import dependencies
+
+    tools = {"crm.lookup-customer.v1": {"id": "crm.lookup-customer.v1"}}
+    twins = [
+        dependencies.Dependency(name, "1.0.0", name.replace("-", "_"), tmp_path / name, tools)
+        for name in ("blade-tool-crm", "blade-tool-examples")
+    ]
+    monkeypatch.setattr(dependencies, "installed_spec_packages", lambda: twins)
+    specs = tmp_path / "specs"
+    add_spec(specs, spec("audit.review.v1", children=["crm.lookup-customer.v1"]))
+    with pytest.raises(SpecError) as refused:
+        build(specs, tmp_path / "out", "audit")
+    assert "audit/review.v1.json:" in str(refused.value)
+    assert (
+        "/children/0: child 'crm.lookup-customer.v1' is a tool of each of blade-tool-crm 1.0.0, "
+        "blade-tool-examples 1.0.0"
+    ) in str(refused.value)
+    assert not (tmp_path / "out").exists()

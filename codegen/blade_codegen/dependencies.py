@@ -95,9 +95,14 @@ def with_dependencies(tree: SpecTree) -> SpecTree:
         spec_id for d in found.values() if isinstance(d, Dependency) for spec_id in d.tools
     }
     if wanted:
+        holders: dict[str, list[str]] = {}
         for dependency in installed_spec_packages():
-            if dependency.name not in found and wanted & dependency.tools.keys():
+            held = wanted & dependency.tools.keys()
+            if dependency.name not in found and held:
                 found[dependency.name] = dependency
+                for spec_id in held:
+                    holders.setdefault(spec_id, []).append(dependency.label)
+        problems.extend(_ambiguous_children(tree, holders))
     if not found:
         return tree
     return replace(
@@ -113,6 +118,26 @@ def installed(tree: SpecTree) -> list[Dependency]:
 def holder(tree: SpecTree, spec_id: str) -> Dependency | None:
     """The spec package of the tree that holds the tool ``spec_id``, if one does."""
     return next((d for d in installed(tree) if spec_id in d.tools), None)
+
+
+def _ambiguous_children(tree: SpecTree, holders: Mapping[str, list[str]]) -> list[Problem]:
+    """A child id that several installed spec packages hold: which one is meant is not for the
+    order of the installation to decide."""
+    problems = []
+    for source in tree.specs:
+        children = source.data.get("children") if isinstance(source.data, dict) else None
+        for index, child in enumerate(children if isinstance(children, list) else []):
+            found = holders.get(child) if isinstance(child, str) else None
+            if found and len(found) > 1:
+                problems.append(
+                    source.problem(
+                        ("children", index),
+                        f"child {child!r} is a tool of each of {', '.join(found)}",
+                        "uninstall all but one, or name the one to use with a blade: reference "
+                        "to one of its schemas",
+                    )
+                )
+    return problems
 
 
 def _foreign_children(tree: SpecTree) -> set[str]:
