@@ -72,11 +72,31 @@ class Cluster:
         command = list(args)
         if self.user is not None:
             command = ["runuser", "-u", self.user, "--", *command]
-        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(  # from its own folder: the postgres user may not enter ours
+            command, cwd=self.folder, capture_output=True, text=True, timeout=120, check=False
+        )
 
     def stop(self) -> None:
         self._run(self.pg_ctl, "-D", str(self.folder / "data"), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _reap_orphans(pg_ctl: str, user: str | None) -> None:
+    """Stop and remove the clusters of test sessions that died without stopping theirs (a
+    killed pytest): each folder names the pid of the process that started it."""
+    for folder in glob.glob("/tmp/blade-pg-*"):
+        try:
+            pid = int((Path(folder) / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # its session still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        Cluster(Path(folder), 0, "", pg_ctl, user).stop()
 
 
 def start_cluster(*, durable: bool = False) -> Cluster:
@@ -104,7 +124,9 @@ def start_cluster(*, durable: bool = False) -> Cluster:
                 "running as root and there is no 'postgres' user to run the server as "
                 f"(installing the postgresql package creates it), or set {ENV}"
             ) from None
+    _reap_orphans(pg_ctl, user)
     folder = Path(tempfile.mkdtemp(prefix="blade-pg-", dir="/tmp"))
+    (folder / "owner.pid").write_text(str(os.getpid()))
     if user is not None:
         os.chown(folder, account.pw_uid, account.pw_gid)
     password = secrets.token_hex(16)
