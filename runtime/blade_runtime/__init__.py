@@ -17,11 +17,19 @@ from blade_runtime.context import (
     SuspensionEpisode,
     ToolFailed,
 )
+from blade_runtime.events import ActionOrigin, PendingAction
 from blade_runtime.execution import ChildToolError
 from blade_runtime.export import ExportedTool, ExportFormat, ToolExport, WireNames, export_tools
 from blade_runtime.hooks import HookEvent, HookInput, HookOutput
 from blade_runtime.memory import MemoryStore
-from blade_runtime.results import ErrorCode, ToolError, ToolResult, ToolSkipped, ToolSuccess
+from blade_runtime.results import (
+    ErrorCode,
+    ToolError,
+    ToolPending,
+    ToolResult,
+    ToolSkipped,
+    ToolSuccess,
+)
 from blade_runtime.runtime import (
     FallbackCall,
     PermissionRequest,
@@ -41,12 +49,14 @@ from blade_runtime.spec import (
     ToolSpec,
     load_schemas,
 )
+from blade_runtime.sqlite import SQLiteStore
 from blade_runtime.store import Store, StoreError, StoreUnavailable
 from blade_runtime.urls import open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActionOrigin",
     "ActionRef",
     "BackendToolSpec",
     "CallContext",
@@ -68,12 +78,14 @@ __all__ = [
     "InitialEntry",
     "JsonObject",
     "MemoryStore",
+    "PendingAction",
     "PermissionRequest",
     "Principal",
     "Registration",
     "RegistrationError",
     "ResumeEntry",
     "Runtime",
+    "SQLiteStore",
     "SideEffect",
     "Store",
     "StoreError",
@@ -85,6 +97,7 @@ __all__ = [
     "ToolExport",
     "ToolFailed",
     "ToolKind",
+    "ToolPending",
     "ToolResult",
     "ToolSkipped",
     "ToolSpec",
