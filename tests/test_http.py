@@ -592,3 +592,158 @@ def test_authenticate_may_be_async_and_its_failure_says_nothing_of_it(example_pa
     assert bad.status_code == 500 and "secret" not in bad.text
     with pytest.raises(TypeError):
         create_app(Runtime(), authenticate=None)  # type: ignore[arg-type]
+
+
+# -- blade-runtime serve ---------------------------------------------------------------------
+
+SERVED = """
+from blade_runtime.runtime import Runtime
+from http_support import Tools, authenticate
+
+
+def factory(store):
+    runtime = Runtime(store=store)
+    Tools().register(runtime)
+    return runtime
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_serve_runs_the_api_and_recovery_and_stops_cleanly_on_sigterm(
+    tmp_path: Path, built_examples: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    bin_dir = Path(sys.executable).parent
+    (tmp_path / "served.py").write_text(SERVED)
+    db = tmp_path / "served.db"
+    SQLiteStore(db).close()
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(built_examples), str(Path(__file__).parent)]),
+    }
+    command = [str(bin_dir / "blade-runtime"), "serve", "served:factory"]
+    process = subprocess.Popen(
+        [
+            *command,
+            "--store",
+            f"sqlite:///{db}",
+            "--port",
+            str(port),
+            "--auth",
+            "served:authenticate",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=10) as http:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    if http.get("/v1/tools", headers=ALICE).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert process.poll() is None and time.monotonic() < deadline, "no server"
+                time.sleep(0.1)
+            waiting = http.post(
+                "/v1/tools/refund_payment/calls?run_id=s", json=REFUND, headers=ALICE
+            )
+            assert waiting.status_code == 202
+            action = waiting.json()["action"]
+            # an operator resolves it from elsewhere; the server's recovery loop resumes it
+            submitted = subprocess.run(
+                [
+                    str(bin_dir / "blade-runtime"),
+                    "pending",
+                    "submit",
+                    action["action_id"],
+                    '{"approved": true, "approver": "ops"}',
+                    "--store",
+                    f"sqlite:///{db}",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+            )
+            assert submitted.returncode == 0, submitted.stderr
+            deadline = time.monotonic() + 10
+            while True:
+                call = http.get(f"/v1/calls/{action['call_id']}", headers=ALICE).json()
+                if call["state"] == "settled":
+                    break
+                assert time.monotonic() < deadline, call
+                time.sleep(0.1)
+            assert call["result"]["content"] == {"status": "refunded", "refund_id": "re_1"}
+            left = http.post("/v1/tools/refund_payment/calls?run_id=s", json=REFUND, headers=ALICE)
+            assert left.status_code == 202
+
+            streamed: list[str] = []
+
+            def listen() -> None:
+                with (
+                    contextlib.suppress(httpx.HTTPError),
+                    httpx.stream(
+                        "GET", f"{base}/v1/runs/s/events?after=0", headers=ALICE, timeout=30
+                    ) as stream,
+                ):
+                    for line in stream.iter_lines():
+                        streamed.append(line)
+
+            listener = threading.Thread(target=listen, daemon=True)
+            listener.start()
+            deadline = time.monotonic() + 10
+            while not any(line.startswith("event: ") for line in streamed):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, stderr
+    assert time.monotonic() - started < 15
+    assert "Traceback" not in stderr and "token-" not in stderr
+    assert "blade-runtime stopped" in stderr
+    listener.join(10)
+    store = SQLiteStore(db)
+    try:
+        assert [a.action_id for a in store.actions()] == [left.json()["action"]["action_id"]]
+        assert store.call(action["call_id"]).state == "settled"  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_serve_refuses_what_it_cannot_serve_safely(tmp_path: Path) -> None:
+    from blade_runtime.cli import main
+
+    db = tmp_path / "s.db"
+    SQLiteStore(db).close()
+    store = f"sqlite:///{db}"
+    assert main(["serve", "x:y", "--store", store]) == 2  # no --auth
+    assert main(["serve", "x:y", "--store", store, "--allow-anonymous", "--host", "0.0.0.0"]) == 2
+    assert main(["serve", "nosuchmodule:y", "--store", store, "--allow-anonymous"]) == 2
+    assert (
+        main(["serve", "x:y", "--store", str(tmp_path / "no" / "s.db"), "--allow-anonymous"]) == 3
+    )

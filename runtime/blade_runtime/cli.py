@@ -102,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     http.add_argument("--allow-anonymous", action="store_true", help="local development only")
     args = parser.parse_args(argv)
     if args.group == "serve":
-        from blade_runtime.serve import serve
+        from blade_runtime.serve import serve as run_serve
 
-        return serve(
+        return run_serve(
             args.target,
             store_url=args.store,
             host=args.host,

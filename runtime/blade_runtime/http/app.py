@@ -106,6 +106,13 @@ class Api:
         self._tenants: OrderedDict[str, tuple[str, str]] = OrderedDict()  # call -> (tenant, run)
         self._openapi: tuple[int, bytes] | None = None
         self._names: dict[str, Registration[Any]] | None = None
+        self.streams: set[Any] = set()  # open event subscriptions
+
+    def close_streams(self) -> None:
+        """End every open event stream (a server shutting down): clients reconnect elsewhere
+        with Last-Event-ID."""
+        for subscription in list(self.streams):
+            subscription.close()
 
     # -- the request's principal and body ----------------------------------------------------
 
@@ -632,6 +639,7 @@ def create_app(
 async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIterator[str]:
     """Server-Sent Events of one run: ``id`` is the event's sequence number (resume with
     Last-Event-ID), ``event`` its kind; events of calls of other tenants are left out."""
+    api.streams.add(subscription)
     try:
         yield "retry: 1000\n\n"
         iterator = subscription.__aiter__()
@@ -661,6 +669,7 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
             head = f"id: {event.seq}\n" if event.seq else ""
             yield f"{head}event: {event.kind}\ndata: {data}\n\n"
     finally:
+        api.streams.discard(subscription)
         subscription.close()
 
 
