@@ -1,0 +1,198 @@
+"""A Pydantic AI toolset from a runtime (``pip install 'blade-runtime[pydantic-ai]'``).
+
+    toolset = BladeToolset(runtime, principal=Principal("ann", "acme"))
+    agent = Agent(model, toolsets=[toolset], output_type=[str, DeferredToolRequests])
+    result = await agent.run("Refund pay_1")
+    if isinstance(result.output, DeferredToolRequests):            # a call waits on an action
+        answers = {call.tool_call_id: {"approved": True, "approver": "ann"}
+                   for call in result.output.calls}
+        results = await toolset.resume(result.output, answers)     # ResumeRefused if invalid
+        result = await agent.run(message_history=result.all_messages(),
+                                 deferred_tool_results=results)
+
+Each registration is a tool whose parameters are the spec's input schema, unchanged. Pydantic AI
+validates nothing (its argument validator accepts any JSON object); the runtime validates the
+arguments against the schema (``"12"`` for an integer is refused, as the schema says) and the
+model is asked to retry with the runtime's sentence (``ModelRetry``). A suspension is a deferred
+call (``CallDeferred``, kind ``question``) whose metadata holds the action's id, payload and resume
+schema. ``resume`` validates every answer against the schema stored with its action before
+anything is submitted (one invalid answer: ``ResumeRefused``, nothing submitted, every action still
+pending), then resumes each through ``runtime.submit``; the values Pydantic AI hands back to the
+model are the runtime's results. Errors other than invalid input are the model-facing error JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import JsonValue
+from pydantic_ai import (
+    CallDeferred,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelRetry,
+    RunContext,
+)
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
+
+from blade_runtime import actions
+from blade_runtime.caller import CallContext, Principal
+from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.runtime import Runtime
+
+__all__ = ["BladeToolset", "ResumeRefused", "pending_metadata"]
+
+_ANY = SchemaValidator(core_schema.any_schema())  # the runtime validates, never pydantic AI
+
+
+class ResumeRefused(Exception):
+    """Answers the actions' resume schemas refuse, by tool call id; nothing was submitted."""
+
+    def __init__(self, refused: Mapping[str, str]) -> None:
+        self.refused = dict(refused)
+        super().__init__("; ".join(f"{call}: {why}" for call, why in self.refused.items()))
+
+
+def pending_metadata(result: ToolPending, runtime: Runtime) -> dict[str, Any]:
+    """What a deferred call carries: the action's id and name, its payload, its resume schema."""
+    action = runtime.store.action(result.action.action_id)
+    return {
+        "action_id": result.action.action_id,
+        "name": result.action.name,
+        "payload": result.action.payload,
+        "resume_schema": None if action is None else action.submit_schema,
+    }
+
+
+class BladeToolset(AbstractToolset[Any]):
+    """The runtime's callable registrations as Pydantic AI tools (see the module's doc)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        principal: Principal | None = None,
+        context: Callable[[RunContext[Any]], CallContext | None] | None = None,
+        run_id: str = "pydantic-ai",
+        max_retries: int = 1,
+        id: str | None = "blade",
+    ) -> None:
+        """``principal``: who every call is for; ``context``: or a function of the run context
+        (its ``deps``, say) giving the call context. ``max_retries``: how often the model may
+        correct arguments the schema refused."""
+        self.runtime = runtime
+        self.principal = principal
+        self.context = context
+        self.run_id = run_id
+        self.max_retries = max_retries
+        self._id = id
+        self._tools: tuple[tuple[str, ...], dict[str, ToolDefinition]] | None = None
+
+    @property
+    def id(self) -> str | None:
+        return self._id
+
+    def definitions(self) -> dict[str, ToolDefinition]:
+        names = tuple(r.name for r in self.runtime.registrations())
+        if self._tools is None or self._tools[0] != names:
+            exported = self.runtime.export("openai")  # the strictest common name rule
+            document = exported.document
+            assert isinstance(document, list)
+            found: dict[str, ToolDefinition] = {}
+            for entry in document:
+                assert isinstance(entry, dict) and isinstance(entry["function"], dict)
+                function = entry["function"]
+                wire = str(function["name"])
+                registration = next(
+                    r for r in self.runtime.registrations() if r.name == exported.names.name(wire)
+                )
+                parameters = function["parameters"]
+                assert isinstance(parameters, dict)
+                found[wire] = ToolDefinition(
+                    name=wire,
+                    description=str(function["description"]),
+                    parameters_json_schema=dict(parameters),
+                    strict=False,  # the schema as written: no provider rewrite of it
+                    metadata={"blade_name": registration.name, "spec_id": registration.spec.id},
+                )
+            self._tools = (names, found)
+        return self._tools[1]
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        return {
+            name: ToolsetTool(
+                toolset=self,
+                tool_def=definition,
+                max_retries=self.max_retries,
+                args_validator=_ANY,
+            )
+            for name, definition in self.definitions().items()
+        }
+
+    def _call_context(self, ctx: RunContext[Any]) -> CallContext:
+        if self.context is not None:
+            made = self.context(ctx)
+            if made is not None:
+                return made
+        return CallContext(principal=self.principal)
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        metadata = tool.tool_def.metadata or {}
+        registered = str(metadata.get("blade_name", name))
+        call_id = None
+        if ctx.run_id is not None and ctx.tool_call_id is not None:
+            call_id = f"{ctx.run_id}/{ctx.tool_call_id}"  # a replayed tool call is a duplicate
+        result = await self.runtime.call(
+            registered,
+            tool_args,
+            call_id=call_id,
+            run_id=self.run_id,
+            context=self._call_context(ctx),
+        )
+        return self._value(result)
+
+    def _value(self, result: ToolResult[Any]) -> JsonValue:
+        if isinstance(result, ToolPending):
+            raise CallDeferred(pending_metadata(result, self.runtime), kind="question")
+        if isinstance(result, ToolError) and result.code == ErrorCode.INVALID_INPUT:
+            raise ModelRetry(result.message)
+        return result.content
+
+    async def resume(
+        self, requests: DeferredToolRequests, answers: Mapping[str, JsonValue]
+    ) -> DeferredToolResults:
+        """Resume the deferred calls answered in ``answers`` (by tool call id) through
+        ``runtime.submit``; every answer is validated against its action's stored schema first,
+        and one refused answer refuses them all (``ResumeRefused``), before anything is submitted
+        or Pydantic AI sees a value. A call this runtime did not defer is refused too."""
+        targets: dict[str, str] = {}
+        refused: dict[str, str] = {}
+        for call_id, answer in answers.items():
+            meta = requests.metadata.get(call_id) or {}
+            action_id = meta.get("action_id")
+            action = (
+                None if not isinstance(action_id, str) else self.runtime.store.action(action_id)
+            )
+            if action is None:
+                refused[call_id] = "no pending action of this runtime for this tool call"
+                continue
+            if action.state != "pending":
+                refused[call_id] = actions.already_resolved(action)
+                continue
+            invalid = actions.invalid_submission(action, answer)
+            if invalid is not None:
+                refused[call_id] = invalid
+            targets[call_id] = action.action_id
+        if refused:
+            raise ResumeRefused(refused)
+        results = DeferredToolResults()
+        for call_id, action_id in targets.items():
+            settled = await self.runtime.submit(action_id, answers[call_id])
+            results.calls[call_id] = settled.content
+        return results
