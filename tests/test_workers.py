@@ -1,0 +1,766 @@
+"""Many worker processes over one durable store: claimed re-entry, leases, the recovery loop,
+expiry, events across processes; and a redacting post hook on every store.
+
+Workers are real processes (``tests/process_worker.py``), each opening the store by its URL.
+Every entry of an implementation appends one line to a shared file (O_APPEND), so the tests
+count what ran, in whichever process. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import process_worker
+import pytest
+from process_worker import SPECS, Tools
+
+from blade_runtime import actions, cli
+from blade_runtime.memory import MemoryStore
+from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+from blade_runtime.runtime import Runtime
+from blade_runtime.store import Store, StoreError
+from blade_runtime.urls import open_store
+
+DURABLE = ("sqlite", "postgres")
+BIN = Path(sys.executable).parent
+WORKER = Path(process_worker.__file__)
+
+
+def run(coroutine: Awaitable[Any]) -> Any:
+    async def main() -> Any:
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+@pytest.fixture(scope="session")
+def worker_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test tools of ``process_worker.SPECS`` built into ``blade_workers`` and importable."""
+    from blade_codegen.build import build
+
+    root = tmp_path_factory.mktemp("workers")
+    for spec in SPECS.values():
+        path = root / "specs" / "work" / f"{spec['name']}.v1.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(spec), "utf-8")
+    build(root / "specs", root / "out", process_worker.PACKAGE)
+    out = root / "out"
+    if str(out) not in sys.path:
+        sys.path.insert(0, str(out))
+    return out
+
+
+@pytest.fixture(params=DURABLE)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh durable store, by URL: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        path = f"sqlite:///{tmp_path / 'workers.db'}"
+        open_store(path).close()  # created (and migrated) before any worker opens it
+        return path
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@dataclass
+class Cluster:
+    """The worker processes of one test, their shared files, and helpers to read them."""
+
+    url: str
+    package: Path
+    folder: Path
+    procs: list[subprocess.Popen[str]]
+
+    @property
+    def entries_file(self) -> Path:
+        return self.folder / "entries"
+
+    @property
+    def go(self) -> Path:
+        return self.folder / "go"
+
+    @property
+    def stop(self) -> Path:
+        return self.folder / "stop"
+
+    @property
+    def ready(self) -> Path:
+        return self.folder / "ready"
+
+    def spawn(self, **config: Any) -> subprocess.Popen[str]:
+        """A worker with ``config`` (see process_worker.main); store and files filled in."""
+        config = {
+            "store": self.url,
+            "entries": str(self.entries_file),
+            "ready": str(self.ready),
+            **config,
+        }
+        paths = [str(self.package), str(WORKER.parent), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        proc = subprocess.Popen(
+            [sys.executable, str(WORKER), json.dumps(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def entries(self) -> list[tuple[str, str, str, int]]:
+        """(call id, entry, tool, pid) of every recorded entry, in the order written."""
+        if not self.entries_file.exists():
+            return []
+        found = []
+        for line in self.entries_file.read_text().splitlines():
+            call_id, entry, tool, pid = line.split()
+            found.append((call_id, entry, tool, int(pid)))
+        return found
+
+    def ready_count(self) -> int:
+        return len(self.ready.read_text().splitlines()) if self.ready.exists() else 0
+
+    def start(self, count: int) -> None:
+        """Wait until ``count`` workers are ready, then let them all go at once."""
+        wait_until(lambda: self.ready_count() >= count, 60, f"{count} workers ready", self)
+        self.go.touch()
+
+    def results(self, proc: subprocess.Popen[str], timeout: float = 30) -> list[dict[str, Any]]:
+        """The worker's result lines once it exited cleanly."""
+        out, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, f"worker {proc.pid} exited {proc.returncode}: {err}"
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def kill(self, proc: subprocess.Popen[str]) -> None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def cluster(store_url: str, worker_package: Path, tmp_path: Path) -> Iterator[Cluster]:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    workers = Cluster(store_url, worker_package, folder, [])
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
+def wait_until(
+    done: Callable[[], bool], limit_s: float, what: str, workers: Cluster | None = None
+) -> None:
+    """Poll ``done`` until it holds; fail naming ``what`` after ``limit_s`` (or when a worker
+    died with an error)."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        if workers is not None:
+            for proc in workers.procs:
+                if proc.poll() not in (None, 0, -signal.SIGKILL):
+                    _, err = proc.communicate()
+                    pytest.fail(f"worker {proc.pid} exited {proc.returncode}: {err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {limit_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def local_runtime(
+    workers: Cluster, *, lease_s: float = 5.0, host: str | None = None, **register: Any
+) -> tuple[Runtime, Store]:
+    """A runtime in the test process over the cluster's store, with the same tools."""
+    store = open_store(workers.url)
+    runtime = Runtime(store=store, lease_s=lease_s, host=host)
+    Tools(workers.entries_file).register(runtime, **register)
+    return runtime, store
+
+
+def suspend_calls(runtime: Runtime, tool: str, count: int, prefix: str) -> list[ToolPending]:
+    async def all_of() -> list[ToolResult[Any]]:
+        return [
+            await runtime.call(tool, {"n": i, "suspend": True}, call_id=f"{prefix}{i}")
+            for i in range(count)
+        ]
+
+    results: list[ToolResult[Any]] = run(all_of())
+    waiting = [r for r in results if isinstance(r, ToolPending)]
+    assert len(waiting) == count, results
+    return waiting
+
+
+def operator_submit(url: str, action_id: str, payload: Any, *, check: bool = True) -> int:
+    """What ``blade-runtime pending submit ACTION JSON --store URL`` does (its code, in this
+    process): validate, resolve with no owner, the call is left resumable. Its exit code."""
+    code = cli.main(["pending", "submit", action_id, json.dumps(payload), "--store", url])
+    assert code == 0 or not check
+    return code
+
+
+def resumes(workers: Cluster) -> Counter[str]:
+    return Counter(call_id for call_id, entry, _, _ in workers.entries() if entry == "resume")
+
+
+def settled(store: Store, call_ids: list[str]) -> bool:
+    return all((c := store.call(i)) is not None and c.state == "settled" for i in call_ids)
+
+
+# -- 1. four processes recovering at once ------------------------------------------------------
+
+
+def test_four_processes_recovering_at_once_resume_each_submitted_call_exactly_once(
+    cluster: Cluster,
+) -> None:
+    runtime, store = local_runtime(cluster)
+    waiting = suspend_calls(runtime, "charge", 20, "c")
+    for pending in waiting:
+        operator_submit(cluster.url, pending.action.action_id, {"approved": True})
+    assert {c.state for c in store.calls()} == {"resumable"}
+    procs = [cluster.spawn(go=str(cluster.go), recover_once=True) for _ in range(4)]
+    cluster.start(4)
+    results = [r for proc in procs for r in cluster.results(proc)]
+
+    call_ids = [p.call.call_id for p in waiting]
+    assert sorted(r["call_id"] for r in results) == sorted(call_ids)  # each taken up once
+    assert all(r["status"] == "success" for r in results), results
+    assert resumes(cluster) == Counter(call_ids)  # 20 resume entries, one per call
+    assert settled(store, call_ids)
+    for call_id in call_ids:
+        record = store.call(call_id)
+        assert record is not None
+        assert record.result == {
+            "status": "success",
+            "content": {"n": int(call_id[1:]), "entry": "resume", "note": "ok"},
+        }
+    run(runtime.close())
+    store.close()
+
+
+# -- 2. a worker killed while it holds a lease -------------------------------------------------
+
+THREE = [("k-charge", "charge"), ("k-sync", "sync"), ("k-fetch", "fetch")]
+
+
+def start_hanging(workers: Cluster, lease_s: float, host: str) -> subprocess.Popen[str]:
+    """A worker whose three calls (one per side effect) block in their implementation; returns
+    once all three entries ran, their starts committed under the worker's lease."""
+    proc = workers.spawn(
+        lease_s=lease_s,
+        host=host,
+        hang=["charge", "sync", "fetch"],
+        calls=[[call_id, tool, {"n": 1}] for call_id, tool in THREE],
+    )
+    wait_until(lambda: len(workers.entries()) == 3, 30, "three blocked entries", workers)
+    return proc
+
+
+def assert_contract(workers: Cluster, store: Store, victim: int) -> None:
+    """The side-effect contract after the victim died in all three calls."""
+    charge, sync, fetch = (store.call(call_id) for call_id, _ in THREE)
+    assert charge is not None and sync is not None and fetch is not None
+    interrupted: Any = charge.result
+    assert interrupted == {
+        "status": "error",
+        "code": "INTERRUPTED",
+        "message": interrupted["message"],
+    }
+    assert "reconcile" in interrupted["message"]
+    for replayed in (sync, fetch):
+        assert replayed.state == "settled"
+        assert replayed.result == {
+            "status": "success",
+            "content": {"n": 1, "entry": "initial", "note": "ok"},
+        }
+    by_call = Counter((call_id, pid == victim) for call_id, _, _, pid in workers.entries())
+    assert by_call == {
+        ("k-charge", True): 1,  # ran once, in the victim; never again
+        ("k-sync", True): 1,
+        ("k-sync", False): 1,  # replayed once, elsewhere
+        ("k-fetch", True): 1,
+        ("k-fetch", False): 1,
+    }
+
+
+def test_a_killed_worker_s_calls_are_taken_after_its_lease_by_the_contract(
+    cluster: Cluster,
+) -> None:
+    lease_s = 2.0
+    victim = start_hanging(cluster, lease_s, host="host-a")
+    cluster.kill(victim)
+    runtime, store = local_runtime(cluster, lease_s=lease_s, host="host-b")
+    leases = {call_id: store.call(call_id) for call_id, _ in THREE}
+    expiry = max(c.lease_until for c in leases.values() if c is not None)
+    assert all(c is not None and c.state == "running" for c in leases.values())
+    early = run(runtime.recover())
+    checked_at = time.time()
+    postgres = cluster.url.startswith("postgresql")
+    if not postgres:
+        # Another host's pid cannot be checked: on SQLite only the lease frees the calls.
+        assert checked_at < expiry, "the sweep came too late to test the lease (overloaded?)"
+        assert early == [], "a sweep took calls whose lease had not expired"
+    taken: list[ToolResult[Any]] = list(early)
+    deadline = time.monotonic() + lease_s + 10
+    while len(taken) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        taken += run(runtime.recover())
+    assert sorted(r.call.call_id for r in taken) == sorted(c for c, _ in THREE)
+    if not postgres:
+        assert time.time() >= expiry
+    interrupted = next(r for r in taken if r.call.call_id == "k-charge")
+    assert isinstance(interrupted, ToolError) and interrupted.code == ErrorCode.INTERRUPTED
+    assert_contract(cluster, store, victim.pid)
+    assert run(runtime.recover()) == []  # nothing left to take
+    run(runtime.close())
+    store.close()
+
+
+# -- 3. two hosts, one killed ------------------------------------------------------------------
+
+
+def test_the_surviving_host_recovers_the_dead_host_s_calls(cluster: Cluster) -> None:
+    postgres = cluster.url.startswith("postgresql")
+    # On PostgreSQL the dead host's advisory lock is released with its session: a lease far
+    # longer than the wait below shows that death is seen without waiting for the lease.
+    lease_s = 60.0 if postgres else 1.0
+    survivor = cluster.spawn(lease_s=lease_s, host="host-b", loop=0.2, stop=str(cluster.stop))
+    victim = start_hanging(cluster, lease_s, host="host-a")
+    store = open_store(cluster.url)
+    cluster.kill(victim)
+    killed_at = time.time()
+    ids = [call_id for call_id, _ in THREE]
+    wait_until(lambda: settled(store, ids), 15, "the survivor's recovery", cluster)
+    if postgres:
+        assert time.time() < killed_at + lease_s  # sooner than the lease: the lock said dead
+    assert survivor.poll() is None  # it recovered them while it kept running
+    replays = [pid for call_id, _, _, pid in cluster.entries() if pid != victim.pid]
+    assert replays == [survivor.pid, survivor.pid]
+    assert_contract(cluster, store, victim.pid)
+    cluster.stop.touch()
+    assert cluster.results(survivor) == []  # the loop's results are in the store
+    store.close()
+
+
+# -- 4. a submit racing a recovery sweep -------------------------------------------------------
+
+
+def test_a_submit_racing_recovery_sweeps_and_an_operator_re_enters_once(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runtime, store = local_runtime(cluster)
+    waiting = suspend_calls(runtime, "charge", 10, "r")
+    action_ids = [p.action.action_id for p in waiting]
+    call_ids = [p.call.call_id for p in waiting]
+    common = {"go": str(cluster.go), "stop": str(cluster.stop)}
+    submitter = cluster.spawn(
+        submits=[[a, {"approved": True, "note": "runtime"}] for a in action_ids], **common
+    )
+    sweepers = [cluster.spawn(sweep=True, limit=1, **common) for _ in range(2)]
+    cluster.start(3)
+    operator_won = {
+        a
+        for a in action_ids
+        if operator_submit(cluster.url, a, {"approved": True, "note": "operator"}, check=False) == 0
+    }
+    wait_until(lambda: settled(store, call_ids), 20, "every call settled", cluster)
+    cluster.stop.touch()
+    submitted = {r["call_id"]: r for r in cluster.results(submitter)}
+    swept = [r for proc in sweepers for r in cluster.results(proc)]
+    capsys.readouterr()
+
+    assert resumes(cluster) == Counter(call_ids)  # exactly one re-entry per call
+    by_call = {call_id: pid for call_id, entry, _, pid in cluster.entries() if entry == "resume"}
+    for pending in waiting:
+        call_id, action_id = pending.call.call_id, pending.action.action_id
+        record = store.call(call_id)
+        assert record is not None and record.state == "settled"
+        content: Any = record.result["content"]  # type: ignore[index,call-overload]
+        if action_id in operator_won:  # resumable: one sweeper claimed and resumed it
+            assert submitted[call_id]["code"] == "ACTION_ALREADY_RESOLVED"
+            assert by_call[call_id] in {p.pid for p in sweepers}
+            assert content["note"] == "operator"
+        else:  # the runtime's submit claimed it with the resolve: no sweep could take it
+            assert submitted[call_id]["status"] == "success"
+            assert by_call[call_id] == submitter.pid
+            assert content["note"] == "runtime"
+    assert sorted(r["call_id"] for r in swept) == sorted(
+        p.call.call_id for p in waiting if p.action.action_id in operator_won
+    )
+    run(runtime.close())
+    store.close()
+
+
+# -- 5. an operator's CLI submit taken up by a live worker's loop ------------------------------
+
+
+def test_an_operator_cli_submit_is_taken_up_by_a_live_worker_loop(cluster: Cluster) -> None:
+    worker = cluster.spawn(loop=0.2, stop=str(cluster.stop))
+    wait_until(lambda: cluster.ready_count() == 1, 30, "the worker's loop", cluster)
+    runtime, store = local_runtime(cluster)
+    [pending] = suspend_calls(runtime, "sync", 1, "cli")
+    time.sleep(0.5)  # the loop sweeps meanwhile: a suspended call is not its to take
+    record = store.call("cli0")
+    assert record is not None and record.state == "suspended"
+    done = subprocess.run(
+        [
+            str(BIN / "blade-runtime"),
+            "pending",
+            "submit",
+            pending.action.action_id,
+            '{"approved": true, "note": "from the cli"}',
+            "--store",
+            cluster.url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: settled(store, ["cli0"]), 10, "the loop to resume the call", cluster)
+    assert worker.poll() is None  # no restart
+    record = store.call("cli0")
+    assert record is not None and record.result == {
+        "status": "success",
+        "content": {"n": 0, "entry": "resume", "note": "from the cli"},
+    }
+    assert [(e, pid) for c, e, _, pid in cluster.entries()] == [
+        ("initial", os.getpid()),
+        ("resume", worker.pid),
+    ]
+    cluster.stop.touch()
+    cluster.results(worker)
+    run(runtime.close())
+    store.close()
+
+
+# -- 6. hundreds of calls through four workers with random SIGKILLs ----------------------------
+
+
+def test_three_hundred_calls_through_four_workers_killed_at_random(cluster: Cluster) -> None:
+    rng = random.Random(12)
+    tools = ["charge", "sync", "fetch"]
+    plan: dict[int, list[list[Any]]] = {w: [] for w in range(4)}
+    side: dict[str, str] = {}
+    for i in range(300):
+        tool = tools[i % 3]
+        arguments = {"n": i, "sleep_ms": rng.randrange(50, 300), "suspend": i % 4 == 0}
+        call_id = f"m{i}"
+        side[call_id] = tool
+        plan[i % 4].append([call_id, tool, arguments])
+    config = {
+        "lease_s": 0.6,
+        "loop": 0.2,
+        "skip_known": True,  # a restarted worker calls again only what was never recorded
+        "concurrency": 3,
+        "stop": str(cluster.stop),
+        "max_s": 120,
+    }
+    workers = {w: cluster.spawn(calls=plan[w], **config) for w in range(4)}
+    store = open_store(cluster.url)
+    kills = 0
+    started = time.monotonic()
+    next_kill = started + 60.0  # the first once calls are under way
+
+    def everything_settled() -> bool:
+        answer_pending(cluster, store)
+        return len(store.calls(["settled"])) == 300
+
+    deadline = started + 60
+    while not everything_settled():
+        now = time.monotonic()
+        if kills == 0 and next_kill > now + 1 and len(cluster.entries()) >= 20:
+            next_kill = now
+        assert now < deadline, f"not settled: {Counter(c.state for c in store.calls())}"
+        if kills < 6 and now >= next_kill:
+            w = rng.randrange(4)
+            cluster.kill(workers[w])
+            workers[w] = cluster.spawn(calls=plan[w], **config)
+            kills += 1
+            next_kill = now + rng.uniform(0.2, 0.5)
+        for proc in workers.values():
+            assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.05)
+    cluster.stop.touch()
+    for proc in workers.values():
+        cluster.results(proc, timeout=60)
+
+    entries = Counter((call_id, entry) for call_id, entry, _, _ in cluster.entries())
+    interrupted = replayed = 0
+    for call_id, tool in side.items():
+        record = store.call(call_id)
+        assert record is not None and record.state == "settled", (call_id, record)  # not lost
+        result: Any = record.result
+        n = int(call_id[1:])
+        suspends = n % 4 == 0
+        if tool == "charge":  # never run twice: each entry at most once
+            assert entries[(call_id, "initial")] <= 1 and entries[(call_id, "resume")] <= 1
+            if result["status"] == "error":
+                assert result["code"] == "INTERRUPTED", (call_id, result)
+                interrupted += 1
+                continue
+        assert result["status"] == "success", (call_id, result)
+        expected = "resume" if suspends else "initial"
+        assert result["content"] == {"n": n, "entry": expected, "note": "ok"}
+        assert entries[(call_id, expected)] >= 1
+        replayed += entries[(call_id, expected)] > 1
+    assert store.calls(["running", "resumable", "suspended", "pending"]) == []  # none left
+    assert store.actions() == []
+    assert kills == 6
+    assert interrupted + replayed > 0  # kills hit running calls, and the contract held
+    store.close()
+
+
+def answer_pending(workers: Cluster, store: Store) -> None:
+    """An operator answering every pending approval as the CLI does (no owner: resumable)."""
+    for action in store.actions():
+        resolution, event = actions.resumption(action, {"approved": True}, owner=None)
+        with contextlib.suppress(StoreError):  # resolved meanwhile: not here, one operator
+            store.resolve(action.action_id, resolution, event)
+
+
+# -- 7. expiry under racing workers ------------------------------------------------------------
+
+
+def test_an_expired_action_settles_once_as_timeout_whoever_sweeps_and_a_late_submit_is_refused(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    procs = [cluster.spawn(loop=0.05, stop=str(cluster.stop)) for _ in range(4)]
+    wait_until(lambda: cluster.ready_count() == 4, 60, "four sweeping workers", cluster)
+    runtime, store = local_runtime(cluster, client_timeout_ms=500, expires_after_ms=500)
+
+    async def open_both() -> list[ToolResult[Any]]:
+        return [
+            await runtime.call("ask", {"question": "Ship it?"}, call_id="x-ask", run_id="x"),
+            await runtime.call("charge", {"n": 1, "suspend": True}, call_id="x-charge", run_id="x"),
+        ]
+
+    waiting = run(open_both())
+    assert all(isinstance(w, ToolPending) for w in waiting), waiting
+    ids = ["x-ask", "x-charge"]
+    wait_until(lambda: settled(store, ids), 15, "the workers to expire both actions", cluster)
+    assert all(proc.poll() is None for proc in procs)
+    results = [e for e in store.events("x") if e.kind == "result"]
+    assert sorted(e.call_id for e in results) == ids  # settled once each
+    for pending in waiting:
+        assert isinstance(pending, ToolPending)
+        action = store.action(pending.action.action_id)
+        assert action is not None and action.state == "expired"
+        record = store.call(pending.call.call_id)
+        assert record is not None and record.result == {
+            "status": "error",
+            "code": "TIMEOUT",
+            "message": "Nobody answered the pending action before its deadline, so the tool "
+            "call timed out.",
+        }
+        late = run(runtime.submit(pending.action.action_id, {"answer": "yes", "approved": True}))
+        assert isinstance(late, ToolError) and late.code == ErrorCode.ACTION_ALREADY_RESOLVED
+        assert f"{pending.action.action_id} expired at {action.resolved_at}" in late.message
+        assert "settled as TIMEOUT" in late.message
+        refused = operator_submit(cluster.url, pending.action.action_id, {}, check=False)
+        assert refused == cli.EXIT_REFUSED and "expired" in capsys.readouterr().err
+    assert [e[1] for e in cluster.entries()] == ["initial"]  # the charge never resumed
+    assert len([e for e in store.events("x") if e.kind == "result"]) == 2
+    cluster.stop.touch()
+    for proc in procs:
+        cluster.results(proc)
+    run(runtime.close())
+    store.close()
+
+
+# -- 8. a redacting post hook, on every store --------------------------------------------------
+
+SECRET = "sk-live-4f9a2b7c"
+
+
+@pytest.fixture(params=("memory", "sqlite", "postgres"))
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        store: Store = MemoryStore()
+    elif request.param == "sqlite":
+        store = open_store(tmp_path / "hooks.db")
+    else:
+        store = open_store(request.getfixturevalue("postgres_url"))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+WITHHELD = "The result was withheld: it holds a credential."
+
+
+def redacted_calls(store: Store, entries: Path) -> tuple[list[Any], list[Any]]:
+    """Calls whose outputs hold SECRET, under a post hook that redacts it (and one that aborts
+    the results of ``sync``): plain, through the typed client, resumed, typed and resumed,
+    aborted. Returns the five results and the events a subscription received."""
+    from blade_runtime.hooks import HookInput, HookOutput
+
+    Client = importlib.import_module(f"{process_worker.PACKAGE}.client").Client
+    charge_v1 = importlib.import_module(f"{process_worker.PACKAGE}.work.charge_v1")
+    fetch_v1 = importlib.import_module(f"{process_worker.PACKAGE}.work.fetch_v1")
+
+    runtime = Runtime(store=store)
+    Tools(entries, note=SECRET).register(runtime)
+
+    async def redact(event: HookInput) -> HookOutput | None:
+        output = event.output
+        if isinstance(output, dict) and output.get("note") == SECRET:
+            return HookOutput(modified_output={**output, "note": "[redacted]"})
+        return None
+
+    async def abort(event: HookInput) -> HookOutput:
+        return HookOutput(action="abort", reason=WITHHELD)
+
+    runtime.on("post_tool_use", redact)
+    runtime.on("post_tool_use", abort, tools=["sync"])
+    client = Client(runtime)
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        events = runtime.subscribe("h")
+        views: list[Any] = [
+            await runtime.call("fetch", {"n": 1}, call_id="h-plain", run_id="h"),
+            await client.fetch(fetch_v1.FetchInput(n=2), call_id="h-typed", run_id="h"),
+        ]
+        waiting = await runtime.call("charge", {"n": 3, "suspend": True}, call_id="h-s", run_id="h")
+        assert isinstance(waiting, ToolPending)
+        views.append(await runtime.submit(waiting.action.action_id, {"approved": True}))
+        typed = await client.charge(
+            charge_v1.ChargeInput(n=4, suspend=True), call_id="h-ts", run_id="h"
+        )
+        assert typed.status == "pending", typed
+        views.append(await typed.action.submit(charge_v1.ChargeApprovalResume(approved=True)))
+        aborted = await runtime.call("sync", {"n": 5, "suspend": True}, call_id="h-a", run_id="h")
+        assert isinstance(aborted, ToolPending)
+        views.append(await runtime.submit(aborted.action.action_id, {"approved": True}))
+        events.close()
+        return views, [event async for event in events]
+
+    views, streamed = run(scenario())
+    run(runtime.close())
+    return views, streamed
+
+
+def test_a_redacting_post_hook_leaves_the_secret_in_no_store_event_or_stream(
+    any_store: Store, worker_package: Path, tmp_path: Path
+) -> None:
+    views, streamed = redacted_calls(any_store, tmp_path / "entries")
+    plain, typed, resumed, typed_resumed, aborted = views
+    for result in (plain, resumed):
+        assert isinstance(result, ToolSuccess)
+        content: Any = result.content
+        assert content["note"] == "[redacted]"  # the hook ran on every path
+    assert typed.status == "success" and typed_resumed.status == "success"
+    assert isinstance(aborted, ToolError) and aborted.code == ErrorCode.HOOK_ABORTED
+    assert aborted.message == WITHHELD
+    recorded = {c.call_id: c.result for c in any_store.calls(run_id="h")}
+    assert recorded["h-a"] == {"status": "error", "code": "HOOK_ABORTED", "message": WITHHELD}
+    assert recorded["h-s"] == {
+        "status": "success",
+        "content": {"n": 3, "entry": "resume", "note": "[redacted]"},
+    }
+    results = [e.payload for e in streamed if e.kind == "result"]
+    assert len(results) == 5 and results[-1] == recorded["h-a"]
+
+    def shown(value: Any) -> str:
+        return json.dumps(value, default=repr)
+
+    assert SECRET not in shown(recorded), "the stored calls"
+    assert SECRET not in shown([e.payload for e in any_store.events("h")]), "the stored events"
+    assert SECRET not in shown([e.payload for e in streamed]), "the subscription"
+    assert SECRET not in shown([plain.content, resumed.content]), "the results' content"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the typed client's CallSuccess.output is built from ToolSuccess.output (the "
+    "implementation's value, which _post_hooks keeps) instead of the hook-rewritten content, so "
+    "a redacted secret is in client.<tool>() results and in their model_dump_json()",
+)
+def test_a_redacting_post_hook_leaves_the_secret_out_of_the_typed_client_s_view(
+    any_store: Store, worker_package: Path, tmp_path: Path
+) -> None:
+    views, _ = redacted_calls(any_store, tmp_path / "entries")
+    _, typed, _, typed_resumed, _ = views
+    assert typed.status == "success" and typed_resumed.status == "success"
+    for view in (typed, typed_resumed):
+        assert SECRET not in view.model_dump_json(), "the typed client's view"
+        assert view.output.note == "[redacted]"
+
+
+# -- 9. events across processes ----------------------------------------------------------------
+
+
+def test_a_subscription_receives_another_process_s_events_in_commit_order_and_resumes(
+    cluster: Cluster,
+) -> None:
+    runtime, store = local_runtime(cluster)
+
+    async def take(subscription: Any, count: int) -> list[Any]:
+        got: list[Any] = []
+
+        async def read() -> None:
+            async for event in subscription:
+                got.append(event)
+                if len(got) == count:
+                    return
+
+        await asyncio.wait_for(read(), 20)
+        return got
+
+    first_batch = [[f"e{i}", "fetch", {"n": i}] for i in range(5)] + [
+        [f"e-s{i}", "charge", {"n": i, "suspend": True}] for i in range(2)
+    ]
+
+    async def scenario() -> tuple[list[Any], list[Any], int]:
+        subscription = runtime.subscribe("ev")
+        cluster.spawn(run_id="ev", go=str(cluster.go), calls=first_batch, concurrency=2)
+        cluster.start(1)
+        first = await take(subscription, 14)  # started + result, started + suspended
+        subscription.close()
+        cut = first[6].seq
+        resumed = runtime.subscribe("ev", after=cut)
+        suspended = [a.action_id for a in store.actions(run_id="ev")]
+        assert len(suspended) == 2
+        cluster.spawn(
+            run_id="ev",
+            calls=[[f"f{i}", "sync", {"n": i}] for i in range(3)],
+            submits=[[a, {"approved": True}] for a in suspended],
+            concurrency=1,
+        )
+        rest = await take(resumed, 7 + 6 + 4)  # the tail of the first batch, then the new
+        resumed.close()
+        return first, rest, cut
+
+    first, rest, cut = run(scenario())
+    committed = store.events("ev")
+    assert len(committed) == 24
+    assert [e.seq for e in first] == [e.seq for e in committed[:14]]  # commit order
+    assert [e.seq for e in rest] == [e.seq for e in committed if e.seq > cut]  # no loss, no dup
+    seqs = [e.seq for e in first] + [e.seq for e in rest if e.seq > first[-1].seq]
+    assert seqs == sorted(set(seqs)) and all(s > 0 for s in seqs)  # strictly increasing
+    assert all(e.run_id == "ev" for e in first + rest)
+    kinds = Counter(e.kind for e in committed)
+    assert kinds == {"started": 10, "result": 10, "suspended": 2, "resumed": 2}
+    assert {(e.call_id, e.kind) for e in rest if e.kind == "resumed"} == {
+        ("e-s0", "resumed"),
+        ("e-s1", "resumed"),
+    }
+    run(runtime.close())
+    store.close()
