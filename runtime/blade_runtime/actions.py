@@ -7,8 +7,11 @@ A submission is validated before any of this, against the schema stored with the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import JsonValue
 
+from blade_runtime.permissions import ADMISSION, DEFAULT_DENIAL
 from blade_runtime.registry import compiled
 from blade_runtime.results import ErrorCode
 from blade_runtime.store import DEFAULT_LEASE_S, ActionRecord, Event, Resolution, now
@@ -60,6 +63,27 @@ def resumption(
     return resolution, Event(action.run_id, action.call_id, "resumed", payload, at)
 
 
+def answer(
+    action: ActionRecord, value: JsonValue, owner: str | None, lease_s: float = DEFAULT_LEASE_S
+) -> tuple[Resolution, Event]:
+    """A (validated) submission of a suspension or a permission request: what it resolves to.
+
+    A permission request made before the call ran: approved, the call resumes its first entry
+    (with the edited input, when the answer has one: stored with the decision); denied, the
+    call settles as PERMISSION_DENIED. Anything else: ``resumption``."""
+    if action.point != ADMISSION or not isinstance(value, dict):
+        return resumption(action, value, owner, lease_s)
+    if value.get("decision") == "deny":
+        message = str(value.get("message") or DEFAULT_DENIAL)
+        result = error_json(ErrorCode.PERMISSION_DENIED, message)
+        return _settling(action, "submitted", message, result)
+    resolution, event = resumption(action, value, owner, lease_s)
+    edited = value.get("input")
+    if isinstance(edited, dict):
+        resolution = replace(resolution, call_input=edited)
+    return resolution, event
+
+
 def cancellation(action: ActionRecord, reason: str) -> tuple[Resolution, Event, str]:
     """The call settles as CANCELLED; returns the model's sentence too."""
     message = f"The tool call was cancelled: {reason}."
@@ -82,7 +106,7 @@ def _settling(
 ) -> tuple[Resolution, Event]:
     at = now()
     resolution = Resolution(
-        "cancelled" if state == "cancelled" else "failed",
+        "submitted" if state == "submitted" else "cancelled" if state == "cancelled" else "failed",
         at,
         reason=reason,
         call_state="settled",

@@ -62,6 +62,8 @@ class CancelScope:
     _signal: CancellationSignal | None = None
     stored: Any = None
     """What the runtime recorded for this call, so that a cancelled call is settled there too."""
+    observed = False
+    """Whether lifecycle observers saw the call scheduled (so they see it settle)."""
 
     def __init__(
         self,

@@ -249,7 +249,7 @@ def _submit(store: Store, action_id: str, text: str) -> int:
         resolution, event = actions.completion(action, value)
         done = "the call completed with this output"
     else:
-        resolution, event = actions.resumption(action, value, owner=None)
+        resolution, event = actions.answer(action, value, owner=None)
         done = "a worker's recovery (loop or Runtime.recover()) resumes the call"
     return _resolve(store, action, resolution, event, done)
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
 from pydantic import JsonValue
 
 from blade_runtime.caller import CallContext
+
+if TYPE_CHECKING:
+    from blade_runtime.permissions import PermissionAnswer
 
 InputT = TypeVar("InputT", covariant=True)
 ContextT = TypeVar("ContextT", covariant=True)
@@ -153,6 +156,13 @@ class Execution(Protocol[InputT, ContextT]):
     def suspend_history(self) -> Sequence[SuspensionEpisode]: ...
 
     def fail(self, message: str) -> NoReturn: ...
+
+    def request_permission(self, prompt: str, details: JsonValue = None) -> NoReturn:
+        """Wait on a durable permission request before a sensitive step (see ``permission``)."""
+
+    @property
+    def permission(self) -> PermissionAnswer | None:
+        """The answer to ``request_permission`` when this entry resumes from one."""
 
     def display(self, content: JsonValue) -> None:
         """Set UI-facing content for the result; the model never reads it."""

@@ -30,9 +30,12 @@ from blade_runtime.cancel_scope import CancelScope
 from blade_runtime.context import CallInfo, CancellationSignal
 from blade_runtime.events import EventHub
 from blade_runtime.execution import CallData
+from blade_runtime.guard import Guard
 from blade_runtime.hooks import Hook, HookEvent
 from blade_runtime.jsonvalue import NotJson, checked
 from blade_runtime.leases import Leases
+from blade_runtime.observers import Observers
+from blade_runtime.permissions import Policy
 from blade_runtime.registry import Registration
 from blade_runtime.results import ErrorCode, ToolError, ToolResult, error_content
 from blade_runtime.spec import JsonObject
@@ -49,8 +52,6 @@ from blade_runtime.store import (
 
 log = logging.getLogger("blade_runtime")
 
-Permission: TypeAlias = Callable[["PermissionRequest"], Awaitable[str | None]]
-"""Decides whether a validated call may run: ``None`` allows it, a sentence denies it."""
 ErrorMapper: TypeAlias = Callable[[BaseException, CallInfo], str | None]
 """Turns an implementation's exception into a model-visible sentence (``None``: the generic one)."""
 FallbackHandler: TypeAlias = Callable[["FallbackCall"], Awaitable[JsonValue]]
@@ -64,16 +65,6 @@ INTERRUPTED_MESSAGE = (
     "effect. Check its effects (reconcile) before calling it again."
 )
 HOST = socket.gethostname()
-
-
-@dataclass(frozen=True, slots=True)
-class PermissionRequest:
-    """What the permission callback decides on: the input that will execute, after hooks."""
-
-    name: str
-    spec_id: str | None
-    call: CallInfo
-    input: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +95,7 @@ class RuntimeCore:
     store: Store
     timeout_ms: int | None
     hook_timeout_s: float
-    permission: Permission | None
+    permission: Policy | None
     error_mapper: ErrorMapper | None
     fallback: FallbackHandler | None
     cleanup_grace_s: float
@@ -126,6 +117,10 @@ class RuntimeCore:
         self._events = EventHub(store)
         self.owner = f"{host or HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._leases = Leases(store, self.owner, lease_s)
+        self._guard = Guard()
+        self._observers = Observers()
+        self._answer_schemas: dict[str, JsonObject] = {}
+        self._closing = False
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 

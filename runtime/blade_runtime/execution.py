@@ -24,7 +24,8 @@ from blade_runtime.context import (
     SuspensionEpisode,
     ToolFailed,
 )
-from blade_runtime.jsonvalue import NotJson, lossless, model_of
+from blade_runtime.jsonvalue import NotJson, checked, lossless, model_of
+from blade_runtime.permissions import STEP, PermissionAnswer, step_payload
 from blade_runtime.registry import Point, Typed
 from blade_runtime.spec import JsonObject, ToolSpec
 from blade_runtime.store import DataRecord, Event, Store, now
@@ -155,6 +156,7 @@ class ChildTools:
             self._call.run_id,
             tool.name,
             tool.id,
+            self._call.context,
         )
         return await self._caller(tool, input, child)
 
@@ -217,6 +219,26 @@ class ToolContext:
 
     def display(self, content: JsonValue) -> None:
         self._display = content
+
+    def request_permission(self, prompt: str, details: JsonValue = None) -> NoReturn:
+        """Ask a human before one sensitive step: this execution ends and waits on a durable
+        permission request; the tool is entered again with ``ctx.permission`` the answer."""
+        try:
+            shown = checked(details)
+        except NotJson as error:
+            raise SuspendRejected(
+                f"request_permission: the details are not JSON: {error}"
+            ) from None
+        raise Suspended(STEP, step_payload(self.call, prompt, shown))
+
+    @property
+    def permission(self) -> PermissionAnswer | None:
+        """The answer to ``request_permission`` when this entry resumes from one, else None."""
+        entry = self.entry
+        if isinstance(entry, ResumeEntry) and entry.point == STEP:
+            answer: PermissionAnswer = entry.payload
+            return answer
+        return None
 
     def suspend(self, point: str, payload: Any) -> NoReturn:
         """End this execution and wait at ``point``; the payload is validated first."""

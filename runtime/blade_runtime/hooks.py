@@ -10,7 +10,6 @@ the model reads, never the typed output.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,11 +18,14 @@ from typing import Literal, TypeAlias
 from pydantic import JsonValue
 
 from blade_runtime.context import CallInfo, CancellationSignal
+from blade_runtime.guard import Guard, Overran
 from blade_runtime.results import ToolError
 from blade_runtime.spec import JsonObject
 
 HookAction: TypeAlias = Literal["continue", "skip", "abort"]
-HookEventName: TypeAlias = Literal["pre_tool_use", "post_tool_use", "post_tool_use_failure"]
+HookEventName: TypeAlias = Literal[
+    "pre_tool_use", "post_tool_use", "post_tool_use_failure", "permission_request"
+]
 
 
 class HookEvent(StrEnum):
@@ -33,6 +35,8 @@ class HookEvent(StrEnum):
     """After a successful, validated output: observe, rewrite what the model reads, or abort."""
     POST_TOOL_USE_FAILURE = "post_tool_use_failure"
     """After an error result: observe, or rewrite what the model reads."""
+    PERMISSION_REQUEST = "permission_request"
+    """Every permission decision (allow, deny, ask; and a human's answer): observe only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,10 @@ class HookInput:
     """``post_tool_use``: the model-facing content of the result."""
     error: ToolError | None = None
     """``post_tool_use_failure``: the error result."""
+    decision: str | None = None
+    """``permission_request``: allow, deny or ask (a policy's), approve or deny (a human's)."""
+    reason: str | None = None
+    """``permission_request``: the denial's sentence, or the request's prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +108,26 @@ class HookTimedOut(Exception):
 
 
 async def dispatch(
-    hooks: Sequence[Hook], hook_input: HookInput, timeout_s: float | None
+    hooks: Sequence[Hook], hook_input: HookInput, timeout_s: float | None, guard: Guard
 ) -> HookVerdict:
-    """Run the callbacks in order, then merge their outputs (see the module docstring)."""
-    outputs: list[HookOutput | None] = []
+    """Run the callbacks in order, then merge their outputs (see the module docstring).
+
+    The callbacks run in a task of their own under ``guard``: past the budget they are
+    cancelled, and one that swallows the cancellation blocks the event until it ends."""
+
+    async def run_all() -> list[HookOutput | None]:
+        outputs: list[HookOutput | None] = []
+        for position, hook in enumerate(hooks):
+            try:
+                outputs.append(await hook.callback(hook_input))
+            except Exception as error:
+                raise HookRaised(position, error) from error
+        return outputs
+
     try:
-        async with asyncio.timeout(timeout_s):
-            for position, hook in enumerate(hooks):
-                try:
-                    outputs.append(await hook.callback(hook_input))
-                except Exception as error:
-                    raise HookRaised(position, error) from error
-    except TimeoutError as error:
-        raise HookTimedOut(f"{hook_input.event} hooks exceeded {timeout_s} s") from error
+        outputs = await guard.run(str(hook_input.event), run_all(), timeout_s)
+    except Overran as overran:
+        raise HookTimedOut(f"{hook_input.event} hooks exceeded {timeout_s} s ({overran})") from None
     return merge(outputs, hook_input.input)
 
 

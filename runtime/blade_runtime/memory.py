@@ -87,6 +87,8 @@ class MemoryStore:
             call.state = resolution.call_state
             call.entry = resolution.call_entry
             call.result = resolution.call_result
+            if resolution.call_input is not None:
+                call.input = dict(resolution.call_input)
             if resolution.call_owner is not None:
                 call.owner = resolution.call_owner
                 call.lease_until = clock() + resolution.lease_s

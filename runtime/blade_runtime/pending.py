@@ -31,6 +31,7 @@ from blade_runtime.core import error_result, nobody, submitted_json
 from blade_runtime.events import PendingAction
 from blade_runtime.execution import INITIAL
 from blade_runtime.jsonvalue import model_of
+from blade_runtime.permissions import ADMISSION, POINTS, STEP, STEP_POINT, PermissionPrompt
 from blade_runtime.pipeline import CallPipeline
 from blade_runtime.registry import Registration
 from blade_runtime.results import ErrorCode, ToolResult, ToolSuccess
@@ -78,19 +79,58 @@ class PendingActions(CallPipeline):
         registration = self._registrations.get(action.name)
         if action.point is None:
             return await self._complete_client(registration, call, action, value)
-        point = None if registration is None else registration.points.get(action.point)
-        if registration is None or point is None:
+        known = registration is not None and (
+            action.point in POINTS or action.point in registration.points
+        )
+        if registration is None or not known:
             return error_result(
                 call,
                 ErrorCode.TOOL_HANDLER_NOT_FOUND,
                 f"This runtime cannot resume {action.name}.{action.point}; it stays pending.",
             )
-        resolution, event = actions.resumption(action, value, self.owner, self.lease_s)
+        if action.point in POINTS:
+            refused = await self._answering(registration, call, action, value)
+            if refused is not None:
+                return refused
+        resolution, event = actions.answer(action, value, self.owner, self.lease_s)
         won = self._resolve(action, resolution, event)
         if isinstance(won, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, won)
+        if resolution.call_state == "settled":  # a denied permission request
+            return error_result(call, ErrorCode.PERMISSION_DENIED, str(resolution.reason))
         call.context = CallContext.from_json(won.call_context)
+        if action.point == ADMISSION:  # approved: the first entry runs now, with the final input
+            return await self._run(registration, call, won.call_input)
         return await self._resume(registration, call, action, value, won.call_input)
+
+    async def _answering(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        action: ActionRecord,
+        value: JsonValue,
+    ) -> ToolResult[Any] | None:
+        """A human's answer to a permission request, before it is accepted: the
+        ``permission_request`` hooks and the ``permission_resolved`` observers see it."""
+        assert isinstance(value, dict)
+        decision = "allow" if value.get("decision") == "approve" else "deny"
+        reason = value.get("message")
+        arguments = action.payload.get("input") if isinstance(action.payload, dict) else None
+        final = value.get("input") if isinstance(value.get("input"), dict) else arguments
+        inputs: JsonObject = final if isinstance(final, dict) else {}
+        text = reason if isinstance(reason, str) else None
+        refused = await self._permission_hooks(call, inputs, None, decision, text)
+        if refused is None and self._observers.any:
+            refused = await self._observe(
+                "permission_resolved",
+                registration,
+                call,
+                inputs,
+                decision=decision,
+                reason=text,
+                action_id=action.action_id,
+            )
+        return refused
 
     def _resolve(
         self, action: ActionRecord, resolution: Resolution, event: Event
@@ -113,7 +153,7 @@ class PendingActions(CallPipeline):
         arguments: JsonObject,
     ) -> ToolResult[Any]:
         assert action.point is not None
-        point = registration.points[action.point]
+        point = STEP_POINT if action.point == STEP else registration.points[action.point]
         entry = ResumeEntry(
             action.point,
             model_of(point.resume.adapter.validate_python, value),
@@ -213,7 +253,9 @@ class PendingActions(CallPipeline):
     def _view(self, action: ActionRecord) -> PendingAction[Any]:
         registration = self._registrations.get(action.name)
         typed: Any = action.payload
-        if registration is not None:
+        if action.point in POINTS:
+            typed = model_of(PermissionPrompt.model_validate, action.payload)
+        elif registration is not None:
             if action.point is None:
                 typed = model_of(registration.spec.input_type.model_validate, action.payload)
             elif action.point in registration.points:

@@ -32,7 +32,6 @@ from blade_runtime.core import (
     GENERIC_INVALID_OUTPUT,
     Attempt,
     FallbackCall,
-    PermissionRequest,
     RuntimeCore,
     error_result,
     log,
@@ -41,6 +40,7 @@ from blade_runtime.core import (
 )
 from blade_runtime.events import PendingAction
 from blade_runtime.execution import INITIAL, CallData, ChildToolError, ChildTools, ToolContext
+from blade_runtime.guard import Overran
 from blade_runtime.hooks import (
     Hook,
     HookEvent,
@@ -51,6 +51,19 @@ from blade_runtime.hooks import (
     dispatch,
 )
 from blade_runtime.jsonvalue import NotJson, checked, model_of
+from blade_runtime.observers import Lifecycle, ObserverFailed
+from blade_runtime.permissions import (
+    ADMISSION,
+    STEP,
+    STEP_POINT,
+    Ask,
+    Deny,
+    PermissionPrompt,
+    PermissionRequest,
+    answer_schema,
+    decision_of,
+    request_payload,
+)
 from blade_runtime.registry import Registration
 from blade_runtime.results import (
     ErrorCode,
@@ -134,6 +147,12 @@ class CallPipeline(RuntimeCore):
         """Post-hooks, then record and announce what they let the model read."""
         if self._post_any:
             result = await self._finish(registration, call, arguments, scope.signal, result)
+        if scope.observed and registration is not None and not isinstance(result, ToolPending):
+            failed = await self._observe(
+                "settled", registration, call, arguments, result=result_json(result)
+            )
+            if failed is not None:
+                result = failed
         attempt: Attempt | None = scope.stored
         if isinstance(result, ToolPending) or (attempt is None and not self._events.active):
             return result
@@ -166,6 +185,10 @@ class CallPipeline(RuntimeCore):
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
         name = call.name
+        if self._closing:
+            return error_result(
+                call, ErrorCode.TOOL_UNAVAILABLE, "The tool runtime is shutting down; try again."
+            )
         if registration is None:
             if self.fallback is None:
                 return error_result(
@@ -218,9 +241,16 @@ class CallPipeline(RuntimeCore):
         """Run one entry of the implementation (or open a client tool's pending action). The
         result is not recorded here: ``_conclude`` does it, after the post-hooks. ``claimed``:
         the store records the call as running under this runtime already (a resume, a replay)."""
+        admitting = not claimed and entry is INITIAL  # a new invocation, not a re-entry
+        if admitting and self._observers.any:
+            scope.observed = True  # a scheduled call is observed when it settles too
+            failed = await self._observe("scheduled", registration, call, arguments)
+            if failed is not None:
+                return failed
         context = None
-        if registration.context is not None or (self.permission is not None and entry is INITIAL):
-            context, refused = await self._prepare(registration, call, arguments, scope, entry)
+        asks = admitting and self.permission is not None
+        if registration.context is not None or asks:
+            context, refused = await self._prepare(registration, call, arguments, scope, asks)
             if refused is not None:
                 return refused
         if registration.implementation is None:
@@ -238,6 +268,10 @@ class CallPipeline(RuntimeCore):
                 )
         elif self._events.active:
             self._events.publish(self._event(call, "started", None))
+        if self._observers.any:
+            failed = await self._observe("execution_started", registration, call, arguments)
+            if failed is not None:
+                return failed
         ctx = ToolContext(registration.spec.input_type, arguments, call, scope, registration.points)
         if context is not None:
             ctx.context = context
@@ -259,6 +293,8 @@ class CallPipeline(RuntimeCore):
             return self._tool_error(call, error)
         finally:
             scope.stop()
+        if scope.reason is not None:  # it swallowed its cancellation: the call still ended
+            return self._cancelled(call, scope)
         return self._output(registration, call, output, ctx._display)
 
     async def _prepare(
@@ -267,10 +303,10 @@ class CallPipeline(RuntimeCore):
         call: CallInfo,
         arguments: JsonObject,
         scope: CancelScope,
-        entry: InitialEntry | ResumeEntry[Any, Any],
+        asks: bool,
     ) -> tuple[Any, ToolResult[Any] | None]:
-        """The server context, and the permission of an initial entry: (context, None), or
-        (None, the result that ends the call)."""
+        """The server context, and the permission of a new call: (context, None), or (None,
+        the result that ends the call: a denial, or a pending permission request)."""
         try:
             context = None
             if registration.context is not None:
@@ -278,17 +314,136 @@ class CallPipeline(RuntimeCore):
                 if inspect.isawaitable(context):
                     scope.bind()
                     context = await context
-            if self.permission is not None and entry is INITIAL:
-                scope.bind()
-                request = PermissionRequest(call.name, registration.spec.id, call, arguments)
-                denied = await self.permission(request)
-                if denied is not None:
-                    return None, error_result(call, ErrorCode.PERMISSION_DENIED, denied)
+            if asks:
+                decided = await self._permit(registration, call, arguments, scope)
+                if decided is not None:
+                    return None, decided
         except Exception as error:
             return None, self._tool_error(call, error)
         if scope.reason is not None:
             return None, self._cancelled(call, scope)
         return context, None
+
+    async def _permit(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+    ) -> ToolResult[Any] | None:
+        """The policy's decision on the final input: None (allowed), a denial, or a durable
+        permission request (the call waits on it). An async policy is cancellation-bounded, and
+        one that outlives its call's cancellation blocks later permission checks."""
+        assert self.permission is not None
+        spec = registration.spec
+        request = PermissionRequest(
+            call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope.signal
+        )
+        answer = self.permission(request)
+        if inspect.isawaitable(answer):
+            scope.bind()
+            try:
+                answer = await self._guard.run("permission", answer, None, scope.signal)
+            except Overran as overran:
+                log.error("%s (call %s): permission: %s", call.name, call.call_id, overran)
+                return error_result(
+                    call, ErrorCode.HOOK_TIMEOUT, "The permission check did not finish."
+                )
+        decision = decision_of(answer)
+        label = type(decision).__name__.lower()
+        reason = decision.message if isinstance(decision, Deny) else None
+        if isinstance(decision, Ask):
+            reason = decision.prompt
+        refused = await self._permission_hooks(call, arguments, scope, label, reason)
+        if refused is not None:
+            return refused
+        boundary = "permission_requested" if isinstance(decision, Ask) else "permission_resolved"
+        if self._observers.any:
+            failed = await self._observe(
+                boundary, registration, call, arguments, decision=label, reason=reason
+            )
+            if failed is not None:
+                return failed
+        if isinstance(decision, Ask):
+            return self._ask(registration, call, arguments, request, decision)
+        if isinstance(decision, Deny):
+            return error_result(call, ErrorCode.PERMISSION_DENIED, decision.message)
+        return None
+
+    def _ask(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        request: PermissionRequest,
+        decision: Ask,
+    ) -> ToolResult[Any]:
+        """Store a permission request (a pending action of its own kind) and its waiting call."""
+        schema = self._answer_schemas.get(registration.spec.id)
+        if schema is None:
+            schema = answer_schema(registration.spec.input_schema)
+            self._answer_schemas[registration.spec.id] = schema
+        payload = request_payload(request, decision.prompt)
+        action = self._action(call, ADMISSION, payload, schema)
+        record = self._record(registration, call, arguments, "suspended")
+        event = self._event(call, "suspended", {"action_id": action.action_id, "point": ADMISSION})
+        try:
+            self._emit(self.store.suspend, record, action, event)
+        except Exception as error:
+            return self._tool_error(call, error)
+        view = PendingAction.of(action, PermissionPrompt.model_validate(payload))
+        return ToolPending(call, view, pending_content(view))
+
+    async def _observe(
+        self,
+        boundary: str,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        **more: Any,
+    ) -> ToolError | None:
+        """Run the observers of ``boundary``; the error that stops the call if one raised."""
+        spec = registration.spec
+        event = Lifecycle(boundary, call, spec.id, arguments, spec.side_effect, spec.kind, **more)
+        try:
+            await self._observers.notify(event)
+        except ObserverFailed as failed:
+            log.error("%s (call %s): %s", call.name, call.call_id, failed, exc_info=failed)
+            return error_result(call, ErrorCode.OBSERVER_FAILED, GENERIC_ERROR)
+        return None
+
+    async def _permission_hooks(
+        self,
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope | None,
+        decision: str,
+        reason: str | None,
+    ) -> ToolError | None:
+        """``permission_request`` hooks observe a decision; one that fails stops the call."""
+        hooks = self._hooks_for(HookEvent.PERMISSION_REQUEST, call.name)
+        if not hooks:
+            return None
+        signal = CancellationSignal() if scope is None else scope.signal
+        event = HookInput(
+            HookEvent.PERMISSION_REQUEST,
+            call.name,
+            call.spec_id or None,
+            call,
+            arguments,
+            signal,
+            decision=decision,
+            reason=reason,
+        )
+        try:
+            await dispatch(hooks, event, self.hook_timeout_s, self._guard)
+        except HookRaised as raised:
+            log.error("permission_request %s for %s (call %s)", raised, call.name, call.call_id)
+            return error_result(call, ErrorCode.HOOK_FAILED, GENERIC_ERROR)
+        except HookTimedOut as timed_out:
+            log.error("%s for %s (call %s)", timed_out, call.name, call.call_id)
+            return error_result(call, ErrorCode.HOOK_TIMEOUT, "The permission check timed out.")
+        return None
 
     def _start(
         self,
@@ -430,7 +585,8 @@ class CallPipeline(RuntimeCore):
         attempt: Attempt | None,
     ) -> ToolResult[Any]:
         """The implementation suspended: store its pending action (and the call, suspended)."""
-        point = registration.points[suspended.point]  # ctx.suspend checked the name
+        # ctx.suspend checked the name; ctx.request_permission uses the runtime's own point
+        point = STEP_POINT if suspended.point == STEP else registration.points[suspended.point]
         action = self._action(
             call, suspended.point, suspended.payload, point.resume.schema, point.expires_after_s
         )
@@ -484,7 +640,7 @@ class CallPipeline(RuntimeCore):
             HookEvent.PRE_TOOL_USE, call.name, call.spec_id or None, call, arguments, signal
         )
         try:
-            verdict = await dispatch(hooks, event, self.hook_timeout_s)
+            verdict = await dispatch(hooks, event, self.hook_timeout_s, self._guard)
         except HookRaised as raised:
             log.error("pre_tool_use %s for %s (call %s)", raised, call.name, call.call_id)
             return error_result(call, ErrorCode.HOOK_FAILED, GENERIC_ERROR)
@@ -526,7 +682,7 @@ class CallPipeline(RuntimeCore):
             error=result if isinstance(result, ToolError) else None,
         )
         try:
-            verdict = await dispatch(hooks, hook_input, self.hook_timeout_s)
+            verdict = await dispatch(hooks, hook_input, self.hook_timeout_s, self._guard)
         except (HookRaised, HookTimedOut) as problem:
             log.error("%s %s for %s (call %s)", event, problem, call.name, call.call_id)
             if not success:

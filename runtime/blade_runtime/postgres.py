@@ -364,23 +364,46 @@ class PostgresStore:
             raise self._unavailable(error) from None
 
     def _migrate(self, db: psycopg.Connection[TupleRow]) -> None:
-        with db.transaction():
-            db.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _MIGRATION_LOCK))
-            db.execute("CREATE TABLE IF NOT EXISTS blade_schema_version (version integer NOT NULL)")
-            row = db.execute("SELECT max(version) FROM blade_schema_version").fetchone()
-            version = int(row[0]) if row and row[0] is not None else 0
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"{self.url}: store schema version {version} is newer than this "
-                    f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
+        """Bring the schema to ``SCHEMA_VERSION``. An up-to-date database is only read (a role
+        without CREATE may use it); migrating takes an advisory lock and reads again, so of
+        several processes opening a new database at once one migrates it."""
+        if self._version(db) == SCHEMA_VERSION:
+            return
+        # A session lock taken before the transaction begins: the transaction then reads the
+        # catalog as another migrator committed it (a lock taken inside it may not).
+        db.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_CLASS, _MIGRATION_LOCK))
+        try:
+            with db.transaction():
+                version = self._version(db)
+                if version == SCHEMA_VERSION:
+                    return
+                if version == 0:
+                    db.execute(
+                        "CREATE TABLE IF NOT EXISTS blade_schema_version (version integer NOT NULL)"
+                    )
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in MIGRATIONS[step]:
+                        db.execute(statement)
+                db.execute("DELETE FROM blade_schema_version")
+                db.execute(
+                    "INSERT INTO blade_schema_version (version) VALUES (%s)", (SCHEMA_VERSION,)
                 )
-            if version == SCHEMA_VERSION:
-                return
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    db.execute(statement)
-            db.execute("DELETE FROM blade_schema_version")
-            db.execute("INSERT INTO blade_schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
+        finally:
+            db.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_CLASS, _MIGRATION_LOCK))
+
+    def _version(self, db: psycopg.Connection[TupleRow]) -> int:
+        """The schema version of the database (0: none yet); a newer one is refused."""
+        row = db.execute("SELECT to_regclass('blade_schema_version') IS NOT NULL").fetchone()
+        if not row or not row[0]:
+            return 0
+        found = db.execute("SELECT max(version) FROM blade_schema_version").fetchone()
+        version = int(found[0]) if found and found[0] is not None else 0
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"{self.url}: store schema version {version} is newer than this "
+                f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
+            )
+        return version
 
     # -- the Store interface -------------------------------------------------------------------
 
@@ -437,6 +460,7 @@ class PostgresStore:
             f"RETURNING {_ACTION_COLUMNS}), "
             "c AS (UPDATE blade_calls SET state = %(call_state)s, entry = %(entry)s, "
             "result = %(result)s, owner = COALESCE(%(call_owner)s, blade_calls.owner), "
+            "input = COALESCE(%(call_input)s, blade_calls.input), "
             "lease_until = %(lease_until)s FROM a WHERE blade_calls.call_id = a.call_id "
             "RETURNING blade_calls.input, blade_calls.context) "
             f"SELECT a.*, c.input, c.context, {_EVENT} FROM a LEFT JOIN c ON true"
@@ -453,6 +477,7 @@ class PostgresStore:
             "entry": _dump(resolution.call_entry),
             "result": _dump(resolution.call_result),
             "call_owner": resolution.call_owner,
+            "call_input": None if resolution.call_input is None else _dump(resolution.call_input),
             "lease_until": at + resolution.lease_s if resolution.call_owner else 0.0,
         }
         with self._db() as db:

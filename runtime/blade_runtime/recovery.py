@@ -25,6 +25,7 @@ from blade_runtime.caller import CallContext
 from blade_runtime.context import CallInfo
 from blade_runtime.core import HOST, INTERRUPTED_MESSAGE, Attempt, error_result, log
 from blade_runtime.pending import PendingActions
+from blade_runtime.permissions import ADMISSION
 from blade_runtime.results import ErrorCode, ToolResult
 from blade_runtime.store import Claimed
 
@@ -106,6 +107,10 @@ class Recovery(PendingActions):
             interrupted = error_result(call, ErrorCode.INTERRUPTED, INTERRUPTED_MESSAGE)
             return self._settled(call, interrupted, Attempt(recorded=True))
         entry = record.entry
+        if isinstance(entry, dict) and entry.get("point") == ADMISSION:
+            # Its permission was granted (and the final input stored with the decision): the
+            # first entry runs, without asking again.
+            return await self._run(registration, call, record.input)
         if isinstance(entry, dict) and entry.get("action_id"):
             action = self.store.action(str(entry["action_id"]))
             if action is not None:

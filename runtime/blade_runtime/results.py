@@ -62,6 +62,8 @@ class ErrorCode(StrEnum):
     """The process stopped during a non-idempotent call: its effects need reconciliation."""
     DUPLICATE_CALL = "DUPLICATE_CALL"
     """A call with this call id is already recorded; nothing ran (read the recorded one)."""
+    OBSERVER_FAILED = "OBSERVER_FAILED"
+    """A lifecycle observer raised at one of the call's boundaries; the call stopped there."""
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     """The store could not record the call's start, so the implementation did not run."""
 

@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from blade_runtime.cancel_scope import GRACE_S
-from blade_runtime.core import (
-    DEFAULT_TIMEOUT_MS,
-    ErrorMapper,
-    FallbackCall,
-    FallbackHandler,
-    Permission,
-    PermissionRequest,
-)
+from blade_runtime.core import DEFAULT_TIMEOUT_MS, ErrorMapper, FallbackCall, FallbackHandler, log
 from blade_runtime.events import Subscription
 from blade_runtime.export import ExportFormat, ToolExport, export_tools
 from blade_runtime.hooks import Hook, HookCallback, HookEvent, HookEventName
 from blade_runtime.memory import MemoryStore
+from blade_runtime.permissions import PermissionRequest, Policy
 from blade_runtime.recovery import Recovery
 from blade_runtime.registry import (
     NAME,
@@ -45,6 +40,7 @@ ContextT = TypeVar("ContextT")
 ExecutionT = TypeVar("ExecutionT")
 
 __all__ = [
+    "CloseReport",
     "FallbackCall",
     "PermissionRequest",
     "Registration",
@@ -70,7 +66,7 @@ class Runtime(Recovery):
         disallowed: Collection[str] = (),
         timeout_ms: int | None = None,
         hook_timeout_ms: int = DEFAULT_TIMEOUT_MS,
-        permission: Permission | None = None,
+        permission: Policy | None = None,
         error_mapper: ErrorMapper | None = None,
         fallback: FallbackHandler | None = None,
         cleanup_grace_s: float = GRACE_S,
@@ -81,7 +77,10 @@ class Runtime(Recovery):
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
         ``lease_s``: how long this runtime's claim on a running call holds without a heartbeat
         (another worker may take the call over after it; renewed every third of it).
-        ``host``: this machine's name in the runtime's owner id (default: the host name)."""
+        ``host``: this machine's name in the runtime's owner id (default: the host name).
+        ``permission``: the policy deciding each new call on its final input (allow, deny or
+        ask: see ``blade_runtime.permissions``; ``permissions.by_kind()`` asks for every
+        ``write`` and ``execute`` tool)."""
         self._init_core(MemoryStore() if store is None else store, lease_s, host)
         self.allowed = None if allowed is None else frozenset(allowed)
         self.disallowed = frozenset(disallowed)
@@ -221,12 +220,45 @@ class Runtime(Recovery):
             cancelled += isinstance(settled, ToolError) and settled.code == ErrorCode.CANCELLED
         return cancelled
 
-    async def close(self) -> None:
-        """Stop the heartbeat and tell the store this runtime is gone (its calls become
-        claimable at once); the store itself stays open (its owner closes it)."""
+    def observe(self, observer: object) -> None:
+        """Add a durable lifecycle observer (see ``blade_runtime.observers``): its methods run,
+        in order of registration, at each boundary of every call and complete before it."""
+        self._observers.add(observer)
+
+    async def close(self, timeout_s: float = 5.0) -> CloseReport:
+        """Refuse new calls, cancel the running ones and wait up to ``timeout_s`` for their
+        cleanup; then stop the heartbeat and tell the store this runtime is gone (its calls
+        become claimable at once). Returns what it abandoned: calls still running, and hook or
+        permission callbacks still running past their budget. The store stays open (its owner
+        closes it)."""
         if self._closed:
-            return
+            return CloseReport((), 0)
+        self._closing = self._restricted = True
+        for scope in list(self._running.values()):
+            scope.cancel("cancelled", "the runtime is closing")
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self._running and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        abandoned = tuple(sorted(self._running))
+        stuck = len(self._guard.stuck())
         self._closed = True
         self._leases.close()
         self.store.detach(self.owner)
-        await asyncio.sleep(0)
+        if abandoned or stuck:
+            log.error(
+                "closing: %d call(s) still running (%s), %d callback(s) past their budget",
+                len(abandoned),
+                ", ".join(abandoned),
+                stuck,
+            )
+        return CloseReport(abandoned, stuck)
+
+
+@dataclass(frozen=True, slots=True)
+class CloseReport:
+    """What ``Runtime.close`` could not wait for."""
+
+    abandoned: tuple[str, ...]
+    """Ids of calls still running (they ignored cancellation past the timeout)."""
+    stuck_callbacks: int
+    """Hook and permission callbacks still running past their budget."""

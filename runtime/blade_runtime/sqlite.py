@@ -334,12 +334,14 @@ class SQLiteStore:
             action = _action(row, self._schemas)
             call_input = db.execute(
                 "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner), "
-                "lease_until = ? WHERE call_id = ? RETURNING input, context",
+                "input = COALESCE(?, input), lease_until = ? WHERE call_id = ? "
+                "RETURNING input, context",
                 (
                     resolution.call_state,
                     _dump(resolution.call_entry),
                     _dump(resolution.call_result),
                     resolution.call_owner,
+                    None if resolution.call_input is None else _dump(dict(resolution.call_input)),
                     clock() + resolution.lease_s if resolution.call_owner else 0.0,
                     action.call_id,
                 ),

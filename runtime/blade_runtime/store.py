@@ -173,6 +173,7 @@ class Resolution:
     call_result: JsonValue = None
     call_owner: str | None = None  # the runtime that re-enters the call, when it does
     lease_s: float = DEFAULT_LEASE_S  # how long that runtime's claim holds
+    call_input: JsonObject | None = None  # a permission answer's edited input, stored with it
     only_if_expired: bool = False  # an expiry: resolve only once ``expires_at`` has passed
 
 
