@@ -273,11 +273,11 @@ def test_template_rendered_package_files_are_already_black_formatted(built_examp
         assert black.format_str(text, mode=black.Mode(line_length=88)) == text, path
 
 
-LINT = ("--line-length", "88", "--select", "E,W,F,I,B,UP,SIM,RUF")
+LINT = ("--line-length", "88", "--select", "E,W,F,I,B,UP,SIM,RUF,ISC")
 
 
 def test_generated_code_passes_line_length_rules_and_keeps_long_text(tmp_path: Path) -> None:
-    words = "a long sentence with \"quotes\", a backslash \\ and \u00e9 \\u00e9 " * 12
+    words = 'a long sentence with "quotes", a backslash \\ and \u00e9 \\u00e9 ' * 12
     schema = {
         "type": "object",
         "description": words,

@@ -64,16 +64,25 @@ def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
             wrapped = _wrapped_docstring(" " * col + token.string, limit)[col:]
             edits.append((row, col, end_row, end_col, wrapped))
         elif token.type == tokenize.STRING and row == end_row:
-            before, after = _neighbour(tokens, i, -1), _neighbour(tokens, i, 1)
-            bare = before in ("(", "[", ",") and after in (")", "]", ",")
             alone = lines[row - 1].strip().rstrip(",") == token.string
-            pieces = _pieces(token.string, limit - (col if alone else indent + 4))
-            if len(pieces) > 1 and alone:
-                edits.append((row, col, end_row, end_col, ("\n" + " " * col).join(pieces)))
-            elif len(pieces) > 1:
-                inner = "\n".join(" " * (indent + 4) + p for p in pieces)
-                text = f"\n{inner}\n{' ' * indent}" if bare else f"(\n{inner}\n{' ' * indent})"
-                edits.append((row, col, end_row, end_col, text))
+            if alone and not any(c.isspace() for c in token.string):
+                continue  # one word on its line (a URL): line-length rules let it be
+            # The sole argument of a call needs no parentheses of its own (linters flag them);
+            # anywhere else (a list, a keyword) the pieces are wrapped in parentheses.
+            sole = _neighbour(tokens, i, -1) == "(" and _neighbour(tokens, i, 1) == ")"
+            at = col if alone else indent
+            width = at if sole and alone else at + 4
+            pieces = _pieces(token.string, limit - width)
+            if len(pieces) < 2:
+                continue
+            inner = "\n".join(" " * width + p for p in pieces)
+            if sole and alone:
+                text = inner[width:]
+            elif sole:
+                text = f"\n{inner}\n{' ' * at}"
+            else:
+                text = f"(\n{inner}\n{' ' * at})"
+            edits.append((row, col, end_row, end_col, text))
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))

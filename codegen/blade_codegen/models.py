@@ -224,11 +224,10 @@ def branch_name(branch: dict[str, Any], stem: str, index: int, taken: set[str]) 
 
 
 def _is_inline_object(node: Any) -> bool:
-    return (
-        isinstance(node, dict)
-        and "$ref" not in node
-        and (node.get("type") == "object" or ("properties" in node and "type" not in node))
-    )
+    # Only declared objects: a typeless branch (``{"properties": ...}`` beside a ``not``) is a
+    # constraint more than a shape, and as a named class the generator would merge it into the
+    # models that use its union through allOf.
+    return isinstance(node, dict) and "$ref" not in node and node.get("type") == "object"
 
 
 def name_branches(schema: Any, stem: str, defs: dict[str, Any], taken: set[str]) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema_rs
 
 from blade_codegen.dependencies import Dependency, Unavailable, holder, installed
+from blade_codegen.explain import schema_errors, spec_error
 from blade_codegen.load import SourceFile, SpecTree
 from blade_codegen.patterns import ecma_problem
 from blade_codegen.problems import Problem
@@ -59,20 +60,6 @@ def schema_slots(spec: dict[str, Any]) -> Iterator[tuple[Segments, Any]]:
                         yield ("suspend", point, key), entry[key]
 
 
-def _meta_hint(kind: Any) -> str:
-    name = type(kind).__name__
-    if name == "Required":
-        return f"add the key {kind.property!r}"
-    if name == "AdditionalProperties":
-        known = ", ".join(sorted(meta_schema()["properties"]))
-        return f"remove it or fix its spelling; known keys: {known}"
-    if name == "Enum":
-        return "use one of " + ", ".join(json.dumps(o) for o in kind.options)
-    if name == "Pattern":
-        return f"it must match {kind.pattern}"
-    return ""
-
-
 def validate(tree: SpecTree) -> list[Problem]:
     """All problems of the tree: per file, then across the set (ids and names unique)."""
     problems = list(tree.problems)
@@ -116,8 +103,9 @@ def validate(tree: SpecTree) -> list[Problem]:
 def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
     spec = source.data
     problems = [
-        source.problem(tuple(e.instance_path), e.message, _meta_hint(e.kind))
-        for e in _meta_validator().iter_errors(spec)
+        source.problem(at, message, hint)
+        for error in _meta_validator().iter_errors(spec)
+        for at, message, hint in spec_error(error, spec, meta_schema())
     ]
     if not isinstance(spec, dict):
         return problems
@@ -259,18 +247,10 @@ def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any)
                 f"write JSON Schema 2020-12 ({DIALECT}) or import it with blade-codegen import",
             )
         ]
-    problems = []
-    if not jsonschema_rs.meta.is_valid(schema):
-        try:
-            jsonschema_rs.meta.validate(schema)
-        except jsonschema_rs.ValidationError as error:
-            problems.append(
-                source.problem(
-                    (*at, *error.instance_path),
-                    f"not a valid JSON Schema 2020-12: {error.message}",
-                    "fix the keyword's value",
-                )
-            )
+    problems = [
+        source.problem((*at, *where), message, hint)
+        for where, message, hint in schema_errors(schema)
+    ]
     for path, sub in subschemas(schema, at):
         for keyword, hint in UNSUPPORTED_KEYWORDS.items():
             if keyword in sub and not (keyword == "$id" and path == () and source.is_shared):
