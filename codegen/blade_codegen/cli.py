@@ -212,7 +212,8 @@ def _build_once(
     type=click.Choice(EXPORT_FORMATS),
     default="blade",
     show_default=True,
-    help="blade (our manifest), openai (function tools), anthropic (tools), mcp (tools/list).",
+    help="blade (our tool list; not manifest.json), openai (function tools), anthropic "
+    "(tools), mcp (a tools/list result).",
 )
 @click.option(
     "--out",
