@@ -12,6 +12,7 @@ import importlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +29,7 @@ from blade_runtime.memory import MemoryStore
 from blade_runtime.results import ErrorCode, ToolPending
 from blade_runtime.sqlite import SQLiteStore
 from blade_runtime.store import Store
+from blade_runtime.urls import open_store
 
 FLAT = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
@@ -78,11 +80,14 @@ def _runtime(package: Any, store: Store, entries: list[str]) -> Runtime:
     return runtime
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "memory":
-        return MemoryStore()
-    return SQLiteStore(tmp_path / "deadlines.db")
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "postgres":
+        made = open_store(request.getfixturevalue("postgres_url"))
+    else:
+        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "dl.db")
+    yield made
+    made.close()
 
 
 def test_the_spec_carries_the_deadline_into_code_and_manifest(

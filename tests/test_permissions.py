@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from blade_runtime.permissions import (
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolSuccess
 from blade_runtime.sqlite import SQLiteStore
 from blade_runtime.store import Store
+from blade_runtime.urls import open_store
 
 GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
 ALICE = Principal("alice", "acme", frozenset({"support"}), {"team": "payments"})
@@ -39,9 +41,14 @@ def deploy(example_package: Any) -> Any:
     return deploy_service_v1
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "perm.db")
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "postgres":
+        made = open_store(request.getfixturevalue("postgres_url"))
+    else:
+        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "perm.db")
+    yield made
+    made.close()
 
 
 class Deploys:
