@@ -1,7 +1,8 @@
 """A real PostgreSQL server for the tests (a pytest plugin, registered by conftest.py).
 
 ``postgres_dsn`` (session): the URL of a server on which the tests may create databases. It is
-``BLADE_TEST_POSTGRES_DSN`` when that is set (a superuser, or a role with CREATEDB); otherwise a
+``BLADE_TEST_POSTGRES_DSN`` when that is set (a superuser, or a role with CREATEDB and
+CREATEROLE: one test makes a role that may only read and write rows); otherwise a
 private cluster started from the installed binaries (``initdb`` and ``pg_ctl`` on PATH or under
 /usr/lib/postgresql/*/bin): as the ``postgres`` user when the tests run as root (initdb refuses
 root), in a folder under /tmp that belongs to it, listening on 127.0.0.1 only, on a free port,

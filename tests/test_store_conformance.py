@@ -829,6 +829,57 @@ def test_postgres_processes_opening_a_new_database_migrate_it_once(postgres_url:
         assert db.execute("SELECT version FROM blade_schema_version").fetchall() == [(1,)]
 
 
+def test_postgres_a_role_without_create_uses_a_migrated_database(postgres_url: str) -> None:
+    """Migrations run as a role that may create tables; the workers' role may only read and
+    write rows: it opens an up-to-date store (nothing to create), and is refused, in one line,
+    on a database that still needs its tables."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    import psycopg
+    import psycopg.sql
+
+    role, password = uid("blade_app").replace("-", "_"), uid("pw")
+    parts = urlsplit(postgres_url)
+
+    def as_role(url: str) -> str:
+        where = urlsplit(url)
+        netloc = f"{role}:{quote(password)}@{where.hostname}:{where.port}"
+        return urlunsplit(where._replace(netloc=netloc))
+
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as db:
+        db.execute(
+            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                psycopg.sql.Identifier(role), psycopg.sql.Literal(password)
+            )
+        )
+    try:
+        with pytest.raises(StoreUnavailable) as error:  # a new database: it may not migrate
+            open_store(as_role(postgres_url))
+        assert "permission denied" in _one_line(error, password)
+        open_store(postgres_url).close()  # the owner migrates
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            for grant in (
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
+                "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}",
+            ):
+                db.execute(psycopg.sql.SQL(grant).format(psycopg.sql.Identifier(role)))
+        store = open_store(as_role(postgres_url))
+        try:
+            call = begun(store)
+            store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
+            assert kinds(store) == ["started", "result"]
+            store.attach("w1")
+            assert store.alive("w1") is True
+        finally:
+            store.close()
+    finally:  # its grants go with the test database; then the role (roles are server-wide)
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
+        with psycopg.connect(admin, autocommit=True) as db:
+            db.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
+
+
 # -- liveness --------------------------------------------------------------------------------------
 
 
