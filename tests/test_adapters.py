@@ -145,3 +145,111 @@ def test_pydantic_ai_pending_action_is_a_deferred_call_resumed_by_submit(
     with pytest.raises(ResumeRefused, match="submitted"):
         run(toolset.resume(requests, {"t1": {"approved": True, "approver": "ann"}}))
     assert effects.read_text().count("sent") == 1
+
+
+# -- OpenAI Agents SDK ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def agents_sdk() -> Any:
+    import agents
+
+    agents.set_tracing_disabled(True)
+    return agents
+
+
+def test_openai_schemas_pass_through_and_strict_only_when_compatible(
+    runtime: Runtime, agents_sdk: Any
+) -> None:
+    from blade_runtime.adapters.openai_agents import function_tools, strict_compatible
+
+    tools = {tool.name: tool for tool in function_tools(runtime, approve=("write", "execute"))}
+    assert tools["find"].params_json_schema == agent_tools.LOOKUP["inputSchema"]
+    assert tools["transfer"].params_json_schema == agent_tools.TRANSFER["inputSchema"]
+    assert tools["find"].strict_json_schema is False  # an optional field: strict would require it
+    assert tools["plan"].strict_json_schema is False  # additionalProperties left open
+    assert tools["transfer"].strict_json_schema is True  # already strict: passed unchanged
+    assert list(tools["transfer"].params_json_schema["required"]) == ["to", "amount"]
+    assert [tools[n].needs_approval for n in ("find", "plan", "transfer")] == [False, True, True]
+    assert not strict_compatible({"type": "object", "properties": {"a": {"type": "string"}}})
+
+
+def test_openai_run_stops_on_a_pending_action_and_resumes_through_submit(
+    runtime: Runtime, agents_sdk: Any, effects: Path
+) -> None:
+    from agents import Agent, Runner
+    from agents.testing.model import ScriptedModel, assistant_message, function_call
+
+    from blade_runtime.adapters.openai_agents import (
+        PendingCalls,
+        ResumeRefused,
+        function_tools,
+        resume,
+        stop_on_pending,
+    )
+
+    model = ScriptedModel(
+        [
+            [function_call("find", {"customer_id": "12"}, call_id="c1")],
+            [function_call("transfer", SEND, call_id="c2")],
+            [assistant_message("done")],
+        ]
+    )
+    tools = function_tools(runtime, principal=ANN)
+    agent = Agent(name="bank", model=model, tools=tools, tool_use_behavior=stop_on_pending)
+    result = run(Runner.run(agent, "send"))
+    assert '"INVALID_INPUT"' in model.calls[1].input[-1]["output"]  # the schema refused "12"
+    waiting = result.final_output
+    assert isinstance(waiting, PendingCalls)
+    (call,) = waiting.calls
+    assert call.tool_call_id == "c2" and call.name == "transfer.confirm"
+    assert [a.action_id for a in runtime.pending(principal=ANN)] == [call.action_id]
+
+    with pytest.raises(ResumeRefused, match="must match the pattern"):
+        run(resume(runtime, result, {"c2": {"approved": True, "approver": "Ann"}}))
+    assert len(runtime.pending()) == 1 and not effects.exists()
+    following = run(resume(runtime, result, {"c2": {"approved": True, "approver": "ann"}}))
+    assert following[-1]["output"] == '{"status":"sent","by":"ann"}'
+    final = run(Runner.run(agent, following))
+    assert final.final_output == "done"
+    assert model.calls[-1].input[-1]["output"] == '{"status":"sent","by":"ann"}'
+    assert effects.read_text().count("sent") == 1
+
+
+def test_openai_approval_for_execute_kinds(runtime: Runtime, agents_sdk: Any) -> None:
+    from agents import Agent, Runner
+    from agents.testing.model import ScriptedModel, assistant_message, function_call
+
+    from blade_runtime.adapters.openai_agents import (
+        PendingCalls,
+        function_tools,
+        pending_calls,
+        stop_on_pending,
+    )
+
+    def agent_for(model: Any) -> Any:
+        tools = function_tools(runtime, approve=("execute",))
+        return Agent(name="ops", model=model, tools=tools, tool_use_behavior=stop_on_pending)
+
+    model = ScriptedModel([[function_call("plan", {"goal": "ship"}, call_id="p1")]])
+    agent = agent_for(model)
+    asked = run(Runner.run(agent, "plan it"))
+    (approval,) = asked.interruptions
+    assert runtime.pending() == []  # nothing ran before the approval
+    state = asked.to_state()
+    state.approve(approval)
+    approved = run(Runner.run(agent, state))
+    assert isinstance(approved.final_output, PendingCalls)
+    waiting = pending_calls(approved)
+    assert waiting is not None and waiting.calls[0].name == "plan.review"
+
+    model = ScriptedModel(
+        [[function_call("plan", {"goal": "no"}, call_id="p2")], [assistant_message("ok")]]
+    )
+    agent = agent_for(model)
+    asked = run(Runner.run(agent, "plan it"))
+    state = asked.to_state()
+    state.reject(asked.interruptions[0])
+    rejected = run(Runner.run(agent, state))
+    assert rejected.final_output == "ok"
+    assert len(runtime.pending()) == 1  # the rejected call never reached the runtime
