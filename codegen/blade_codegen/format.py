@@ -65,8 +65,8 @@ def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
             edits.append((row, col, end_row, end_col, wrapped))
         elif token.type == tokenize.STRING and row == end_row:
             alone = lines[row - 1].strip().rstrip(",") == token.string
-            if alone and not any(c.isspace() for c in token.string):
-                continue  # one word on its line (a URL): line-length rules let it be
+            if alone and "://" in token.string and not any(c.isspace() for c in token.string):
+                continue  # a URL alone on its line: line-length rules let it be, and it reads
             # The sole argument of a call needs no parentheses of its own (linters flag them);
             # anywhere else (a list, a keyword) the pieces are wrapped in parentheses.
             sole = _neighbour(tokens, i, -1) == "(" and _neighbour(tokens, i, 1) == ")"

@@ -51,8 +51,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # of another revision are generated again (6: discriminated unions).
 # 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values; 8: union_bases;
 # 9: optional non-nullable properties default to pydantic.MISSING; patterns translated; defaults
-# checked against their schema; object keywords moved into union branches; 10: long lines wrapped.
-POSTPROCESS_REVISION = 10
+# checked against their schema; object keywords moved into union branches; 10: long lines wrapped;
+# 11: long JSON literals split too.
+POSTPROCESS_REVISION = 11
 
 
 OPTIONS_SIGNATURE = canonical_json(
