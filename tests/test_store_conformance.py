@@ -297,6 +297,21 @@ def test_data_items_update_in_place_and_keep_their_order(backend: Backend, store
         assert kinds(store) == ["started", "data", "data", "data"]
 
 
+def test_an_identifier_with_a_nul_is_kept_or_refused_whole(backend: Backend, store: Store) -> None:
+    """A NUL in a caller's identifier: SQLite and memory keep it as it is; PostgreSQL's text
+    cannot hold one, so the operation is a StoreError (not a driver's exception), and nothing
+    is written."""
+    call = a_call(f"call\0{uid('nul')}", tenant="acme\0")
+    if backend.kind == "postgres":
+        with pytest.raises(StoreError, match="NUL"):
+            store.begin(call, ev(call, "started"))
+        assert store.call(call.call_id.replace("\0", "")) is None and store.head() == 0
+    else:
+        store.begin(call, ev(call, "started"))
+        assert store.call(call.call_id) == call
+        assert [c.call_id for c in store.calls(tenant="acme\0")] == [call.call_id]
+
+
 # -- ownership ------------------------------------------------------------------------------------
 
 

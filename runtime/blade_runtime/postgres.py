@@ -352,7 +352,8 @@ class PostgresStore:
     @contextmanager
     def _db(self) -> Iterator[psycopg.Connection[TupleRow]]:
         """A pooled autocommit connection: each statement on it is its own transaction. A lost
-        server is ``StoreUnavailable``; deadlocks and serialization failures stay themselves."""
+        server is ``StoreUnavailable``, a value the database cannot hold a ``StoreError``;
+        deadlocks and serialization failures stay themselves (none is expected: a bug)."""
         if self._closed:
             raise StoreUnavailable(f"{self.url}: the store is closed")
         try:
@@ -362,6 +363,8 @@ class PostgresStore:
             raise
         except psycopg.OperationalError as error:
             raise self._unavailable(error) from None
+        except psycopg.DataError as error:  # a value PostgreSQL cannot hold (text with NUL)
+            raise StoreError(f"{self.url}: {_one_line(error, self._secret)}") from None
 
     def _migrate(self, db: psycopg.Connection[TupleRow]) -> None:
         """Bring the schema to ``SCHEMA_VERSION``. An up-to-date database is only read (a role
