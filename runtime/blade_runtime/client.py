@@ -1,4 +1,4 @@
-"""Typed client DTOs, and the typed client over an in-process ``Runtime``.
+"""Typed client DTOs, and the typed client over a ``Runtime`` in process or over HTTP.
 
 A generated spec package builds on these: per tool a result type
 (``CallSuccess[Output] | CallSkipped | CallError | CallPending[Action]``), per suspend point and
@@ -8,12 +8,16 @@ package's pending actions, and a ``Client`` with one typed method per tool.
 
 DTOs are pydantic models with a literal tag (``status`` for results, ``kind`` for actions), so a
 UI in another process parses the very JSON the client produces (``model_dump(mode="json")``).
+
+A client talks to its runtime through a ``Transport``: ``Client(runtime)`` in process, or
+``Client(HttpTransport(base_url, token=...))`` (``blade_runtime.http``) against a served one,
+with the same typed calls, results, pending actions and submit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue, PrivateAttr, TypeAdapter
 
@@ -125,18 +129,22 @@ class PendingActionBase(BaseModel, Generic[InputT]):
     async def cancel(self, reason: str = "cancelled") -> CallError:
         """Settle the call as CANCELLED (or say who resolved the action first)."""
         client = self._bound()
-        return client._settled(client.runtime.cancel(self.action_id, reason))
+        return client._settled(await client.transport.cancel(self.action_id, reason, self._ids()))
 
     async def fail(self, error: str) -> CallError:
         """Settle the call as TOOL_FAILED with ``error`` as the model's sentence."""
         client = self._bound()
-        return client._settled(client.runtime.fail(self.action_id, error))
+        return client._settled(await client.transport.fail(self.action_id, error, self._ids()))
 
     async def _submit(self, payload: Any, result: Parser[T]) -> T:
         client = self._bound()
         # Whatever the payload holds is sent as it is: the resume schema decides, not a warning.
         value = _JSON.dump_python(payload, by_alias=True, exclude_unset=True, warnings=False)
-        return client._converted(await client.runtime.submit(self.action_id, value), result)
+        submitted = await client.transport.submit(self.action_id, value, self._ids())
+        return client._converted(submitted, result)
+
+    def _ids(self) -> dict[str, str]:
+        return {"call_id": self.call_id, "run_id": self.run_id}
 
 
 def action_kind(spec_id: str, point: str | None) -> str:
@@ -144,14 +152,105 @@ def action_kind(spec_id: str, point: str | None) -> str:
     return spec_id if point is None else f"{spec_id}#{point}"
 
 
+Data: TypeAlias = dict[str, Any]
+"""A result or action DTO's fields, before the typed parse."""
+
+
+class Transport:
+    """Where a typed client's requests go. Results come back as DTO fields (``status`` and
+    the ids, then ``output``, ``code`` and ``message``, ``action`` or ``reason``)."""
+
+    async def call(self, spec_id: str, arguments: Any, *, call_id: str | None, run_id: str) -> Data:
+        raise NotImplementedError
+
+    async def submit(self, action_id: str, payload: Any, ids: dict[str, str]) -> Data:
+        raise NotImplementedError
+
+    async def cancel(self, action_id: str, reason: str, ids: dict[str, str]) -> Data:
+        raise NotImplementedError
+
+    async def fail(self, action_id: str, error: str, ids: dict[str, str]) -> Data:
+        raise NotImplementedError
+
+    def pending(self, run_id: str | None) -> list[Data]:
+        raise NotImplementedError
+
+    def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
+        raise NotImplementedError
+
+
+class RuntimeTransport(Transport):
+    """A ``Runtime`` in this process: typed outputs are handed over as they are."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def call(self, spec_id: str, arguments: Any, *, call_id: str | None, run_id: str) -> Data:
+        registration = self.runtime.registration_of(spec_id)
+        if registration is None:
+            return {
+                "status": "error",
+                "call_id": call_id or "",
+                "run_id": run_id,
+                "code": ErrorCode.TOOL_HANDLER_NOT_FOUND,
+                "message": f"This runtime has no registration of {spec_id}.",
+            }
+        called = await self.runtime.call(
+            registration.name, arguments, call_id=call_id, run_id=run_id
+        )
+        return result_data(called)
+
+    async def submit(self, action_id: str, payload: Any, ids: dict[str, str]) -> Data:
+        return result_data(await self.runtime.submit(action_id, payload))
+
+    async def cancel(self, action_id: str, reason: str, ids: dict[str, str]) -> Data:
+        return result_data(self.runtime.cancel(action_id, reason))
+
+    async def fail(self, action_id: str, error: str, ids: dict[str, str]) -> Data:
+        return result_data(self.runtime.fail(action_id, error))
+
+    def pending(self, run_id: str | None) -> list[Data]:
+        return [
+            _action_data(PendingAction.of(record, record.payload))
+            for record in self.runtime.store.actions(run_id=run_id)
+        ]
+
+    def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
+        channels: dict[str, list[dict[str, JsonValue]]] = {}
+        for record in self.runtime.store.data(call_id):
+            item = {"id": record.item_id, "value": record.value, "updated_at": record.updated_at}
+            channels.setdefault(record.channel, []).append(item)
+        return channels
+
+
+def result_data(called: ToolResult[Any]) -> Data:
+    """A runtime result as the fields of its result DTO."""
+    ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
+    if isinstance(called, ToolSuccess):
+        return {"status": "success", **ids, "output": called.output}
+    if isinstance(called, ToolError):
+        return {"status": "error", **ids, "code": called.code, "message": called.message}
+    if isinstance(called, ToolPending):
+        return {"status": "pending", **ids, "action": _action_data(called.action)}
+    return {"status": "skipped", **ids, "reason": called.reason}
+
+
 class ToolClient:
-    """The base of a generated ``Client``: typed calls over an in-process ``Runtime``.
+    """The base of a generated ``Client``: typed calls over a ``Runtime`` in this process, or
+    over any ``Transport`` (``blade_runtime.http.HttpTransport`` for a served runtime).
 
     Tools are found by spec id among the runtime's registrations, so the client works whatever
     name a tool was registered under."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, runtime: Runtime | Transport) -> None:
+        self.transport = runtime if isinstance(runtime, Transport) else RuntimeTransport(runtime)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The in-process runtime (a client over HTTP has none)."""
+        if not isinstance(self.transport, RuntimeTransport):
+            raise AttributeError("this client talks to its runtime through a transport")
+        return self.transport.runtime
 
     async def _call(
         self,
@@ -162,55 +261,27 @@ class ToolClient:
         call_id: str | None,
         run_id: str,
     ) -> T:
-        registration = self.runtime.registration_of(spec_id)
-        if registration is None:
-            return result.parse(
-                {
-                    "status": "error",
-                    "call_id": call_id or "",
-                    "run_id": run_id,
-                    "code": ErrorCode.TOOL_HANDLER_NOT_FOUND,
-                    "message": f"This runtime has no registration of {spec_id}.",
-                }
-            )
         arguments = input.model_dump(by_alias=True, exclude_unset=True)
-        called = await self.runtime.call(
-            registration.name, arguments, call_id=call_id, run_id=run_id
-        )
+        called = await self.transport.call(spec_id, arguments, call_id=call_id, run_id=run_id)
         return self._converted(called, result)
 
-    def _converted(self, called: ToolResult[Any], result: Parser[T]) -> T:
-        """A runtime result as the tool's typed result DTO, its pending action bound here."""
-        ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
-        data: dict[str, Any]
-        if isinstance(called, ToolSuccess):
-            data = {"status": "success", **ids, "output": called.output}
-        elif isinstance(called, ToolError):
-            data = {"status": "error", **ids, "code": called.code, "message": called.message}
-        elif isinstance(called, ToolPending):
-            data = {"status": "pending", **ids, "action": _action_data(called.action)}
-        else:
-            data = {"status": "skipped", **ids, "reason": called.reason}
+    def _converted(self, data: Data, result: Parser[T]) -> T:
+        """A result's fields as the tool's typed result DTO, its pending action bound here."""
         parsed = result.parse(data)
         if isinstance(parsed, CallPending) and isinstance(parsed.action, PendingActionBase):
             parsed.action._client = self
         return parsed
 
-    def _settled(self, settled: ToolResult[Any]) -> CallError:
-        assert isinstance(settled, ToolError), "cancel and fail settle as errors"
-        return CallError(
-            call_id=settled.call.call_id,
-            run_id=settled.call.run_id,
-            code=settled.code,
-            message=settled.message,
-        )
+    def _settled(self, settled: Data) -> CallError:
+        assert settled["status"] == "error", "cancel and fail settle as errors"
+        return CallError.model_validate(settled)
 
     def _pending(self, actions: Parser[T], kinds: Iterable[str], run_id: str | None) -> list[T]:
         known = frozenset(kinds)
         return [
-            self._action(actions, _action_data(PendingAction.of(record, record.payload)))
-            for record in self.runtime.store.actions(run_id=run_id)
-            if action_kind(record.spec_id, record.point) in known
+            self._action(actions, data)
+            for data in self.transport.pending(run_id)
+            if data["kind"] in known
         ]
 
     def _action(self, actions: Parser[T], data: Any) -> T:
@@ -220,11 +291,7 @@ class ToolClient:
         return action
 
     def _data(self, call_id: str, view: Parser[T]) -> T:
-        channels: dict[str, list[dict[str, JsonValue]]] = {}
-        for record in self.runtime.store.data(call_id):
-            item = {"id": record.item_id, "value": record.value, "updated_at": record.updated_at}
-            channels.setdefault(record.channel, []).append(item)
-        return view.parse(channels)
+        return view.parse(self.transport.data(call_id))
 
 
 def _action_data(view: PendingAction[Any]) -> dict[str, Any]:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from blade_runtime.http.app import DEFAULT_MAX_BODY_BYTES, Authenticate, create_app, loopback
 from blade_runtime.http.errors import STATUS, HttpError, status_of
+from blade_runtime.http.transport import HttpTransport, RemoteRefused
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "STATUS",
     "Authenticate",
     "HttpError",
+    "HttpTransport",
+    "RemoteRefused",
     "create_app",
     "loopback",
     "status_of",
