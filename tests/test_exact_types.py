@@ -8,6 +8,7 @@ accept it for the second, and values round-trip through the models unchanged.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,70 @@ def _load(out: Path, name: str) -> Any:
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(out))
+
+
+BRANCHES = [
+    {"type": "string"},
+    {"type": "integer"},
+    {"type": "array", "items": {"type": "string"}},
+    {"type": "object", "properties": {"q": {"type": "integer"}}},
+    {"type": "object", "properties": {"k": {"const": "x"}}, "required": ["k"]},
+    {"$ref": "#/$defs/S"},
+    {"$ref": "#/$defs/O"},
+]
+SIBLINGS = {
+    "properties": {"z": {"type": "string"}},
+    "items": {"type": "string"},
+    "minLength": 1,
+    "maximum": 10,
+}
+INSTANCES = ["hello", "", 5, 50, ["s"], [], {"q": 1}, {"z": "w"}, {"k": "x"}, {"z": "w", "q": 2}]
+
+
+def _models_of(slot: dict[str, Any]) -> Any:
+    """The model class M of ``slot``, through the same reshaping render applies."""
+    import types
+
+    from blade_codegen.models import generate_models, model_shapes, name_branches
+    from blade_codegen.render import split_module
+
+    shaped = model_shapes(slot, False)
+    defs = dict(shaped.pop("$defs"))
+    defs["M"] = name_branches(shaped, "M", defs, {"M", "O", "S"})
+    code = generate_models({"$defs": dict(sorted(defs.items()))})
+    split = split_module(code)
+    module = types.ModuleType(f"union_models_{abs(hash(code))}")
+    sys.modules[module.__name__] = module
+    imports = "\n".join(f"from {m} import {', '.join(sorted(n))}" for m, n in split.imports.items())
+    exec(
+        compile(f"from __future__ import annotations\n{imports}\n{split.body}", "m", "exec"),
+        module.__dict__,
+    )
+    return module.M
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    branches=st.lists(st.sampled_from(BRANCHES), min_size=2, max_size=4, unique_by=json.dumps),
+    siblings=st.lists(st.sampled_from(sorted(SIBLINGS)), max_size=3, unique=True),
+    combinator=st.sampled_from(["anyOf", "oneOf"]),
+    wrapped=st.booleans(),
+)
+def test_every_union_branch_keeps_its_values(
+    branches: list[dict[str, Any]], siblings: list[str], combinator: str, wrapped: bool
+) -> None:
+    import jsonschema_rs
+
+    union: dict[str, Any] = {combinator: branches, **{k: SIBLINGS[k] for k in siblings}}
+    slot = {
+        "type": "object",
+        "properties": {"p": {"allOf": [union]} if wrapped else union},
+        "$defs": {"S": {"type": "string"}, "O": {"type": "object", "properties": {"o": {}}}},
+    }
+    validator = jsonschema_rs.Draft202012Validator(slot)
+    model = _models_of(slot)
+    for value in INSTANCES:
+        instance = {"p": value}
+        if validator.is_valid(instance):
+            parsed = model.model_validate(instance)
+            assert parsed.model_dump(mode="json", by_alias=True, exclude_unset=True) == instance

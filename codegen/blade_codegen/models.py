@@ -114,48 +114,82 @@ def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
         if node.get("additionalProperties") is False and node.get("patternProperties"):
             changes["additionalProperties"] = True
         node = {**node, **changes} if changes else node
-        return object_keywords_into_branches(node)
+        return typed_keywords_into_branches(single_all_of(node), schema)
 
     shaped = transform(schema, edit)
     return widen(shaped) if root_is_value else shaped
 
 
-def _non_object(branch: Any) -> bool:
+# Keywords that constrain only values of some JSON types (others pass them by).
+_TYPE_KEYWORDS: Mapping[str, frozenset[str]] = {
+    **{k: frozenset({"object"}) for k in OBJECT_KEYWORDS},
+    **{k: frozenset({"array"}) for k in ("items", "prefixItems", "minItems", "maxItems")},
+    **{k: frozenset({"array"}) for k in ("contains", "uniqueItems")},
+    **{k: frozenset({"string"}) for k in ("minLength", "maxLength", "pattern")},
+    **{
+        k: frozenset({"number", "integer"})
+        for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+    },
+}
+
+
+def _types(branch: Any, root: Any, hops: int = 0) -> frozenset[str] | None:
+    """The JSON types a branch declares (through local ``$ref``s), or None if it says none."""
+    if isinstance(branch, dict) and isinstance(branch.get("$ref"), str):
+        ref = branch["$ref"]
+        found, target = resolve_pointer(root, ref[1:]) if ref.startswith("#/") else (False, None)
+        return _types(target, root, hops + 1) if found and hops < 8 else None
     declared = branch.get("type") if isinstance(branch, dict) else None
     if isinstance(declared, str):
-        return declared != "object"
-    return isinstance(declared, list) and "object" not in declared
+        return frozenset({declared})
+    if isinstance(declared, list):
+        return frozenset(t for t in declared if isinstance(t, str))
+    return None
 
 
-def object_keywords_into_branches(node: dict[str, Any]) -> dict[str, Any]:
-    """Object keywords beside an ``anyOf``/``oneOf`` moved into its object branches.
+def typed_keywords_into_branches(node: dict[str, Any], root: Any) -> dict[str, Any]:
+    """Type-specific keywords beside an ``anyOf``/``oneOf`` moved into the branches they apply to.
 
-    They constrain objects only, so a string branch beside ``properties`` still accepts every
-    string; the generator would merge them into every branch and make the string branch an
-    object model (refusing the strings). Left alone where a branch redefines what they say."""
-    shared = {k: v for k, v in node.items() if k in OBJECT_KEYWORDS}
-    if not shared or "type" in node:
+    ``properties`` constrains objects only, so a string branch beside it still accepts every
+    string; the generator would merge such keywords into every branch and make the string branch
+    an object model (refusing the strings); ``items`` beside a string branch likewise. Each
+    keyword goes only into branches of its types (or without a type); a ``$ref`` branch, or one
+    that says something else about the same name, is left as it is, which only loosens it."""
+    moved = {k: v for k, v in node.items() if k in _TYPE_KEYWORDS}
+    if not moved or "type" in node:
         return node
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
-        if not isinstance(branches, list) or not any(_non_object(b) for b in branches):
+        if not isinstance(branches, list):
             continue
+        kinds = [_types(b, root) for b in branches]
+        if not any(k is not None and not k & _TYPE_KEYWORDS[w] for k in kinds for w in moved):
+            continue  # every branch takes every keyword: the generator's merge is right
         merged = []
-        for branch in branches:
-            if _non_object(branch):
-                merged.append(branch)
-                continue
-            joined = _joined(shared, branch)
-            if joined is None:
-                return node
-            merged.append(joined)
-        rest = {k: v for k, v in node.items() if k not in OBJECT_KEYWORDS}
+        for branch, kind in zip(branches, kinds, strict=True):
+            applies = {k: v for k, v in moved.items() if kind is None or kind & _TYPE_KEYWORDS[k]}
+            joined = _joined(applies, branch) if applies else branch
+            merged.append(branch if joined is None else joined)
+        rest = {k: v for k, v in node.items() if k not in moved}
         return {**rest, key: merged}
     return node
 
 
+def single_all_of(node: dict[str, Any]) -> dict[str, Any]:
+    """``{"allOf": [part]}`` (with nothing the part also says) as the part itself: the
+    generator would make a class of the wrapper and lose the part's non-object branches."""
+    parts = node.get("allOf")
+    if not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict):
+        return node
+    part = parts[0]
+    rest = {k: v for k, v in node.items() if k != "allOf"}
+    if "$ref" in part or rest.keys() & part.keys():
+        return node
+    return {**rest, **part}
+
+
 def _joined(shared: dict[str, Any], branch: Any) -> dict[str, Any] | None:
-    """Both object schemas as one, or None where they say different things about one name."""
+    """Both schemas as one, or None where they say different things about one name."""
     if not isinstance(branch, dict) or "$ref" in branch:
         return None
     out = dict(branch)
