@@ -117,6 +117,9 @@ LOOKUP = {
 
 SPECS = (TRANSFER, PLAN, LOOKUP)
 
+ENTRIES: list[str] = []
+"""Every entry of an implementation in this process: ``<tool>:<initial|resume>``."""
+
 
 def _effect(line: str) -> None:
     path = os.environ.get("BLADE_EFFECTS")
@@ -128,6 +131,7 @@ def _effect(line: str) -> None:
 async def transfer(ctx: Any) -> Any:
     from blade_agent_specs.bank import transfer_v1 as spec
 
+    ENTRIES.append("transfer:" + ("resume" if isinstance(ctx.entry, ResumeEntry) else "initial"))
     if isinstance(ctx.entry, ResumeEntry):
         answer = ctx.entry.payload
         if not answer.approved:
@@ -149,6 +153,7 @@ async def plan(ctx: Any) -> Any:
 async def find(ctx: Any) -> Any:
     from blade_agent_specs.crm import find_v1 as spec
 
+    ENTRIES.append("find:initial")
     return spec.FindOutput(id=ctx.input.customer_id, name=f"customer {ctx.input.customer_id}")
 
 
@@ -183,3 +188,77 @@ def build_package(root: Any) -> Any:
         path.write_text(json.dumps(data), "utf-8")
     build(base / "specs", base / "out", PACKAGE)
     return base / "out"
+
+
+def build_graph(runtime: Runtime, saver: Any, replies: list[Any]) -> Any:
+    """A LangGraph agent loop: a fake chat model playing ``replies`` (AIMessages), a ToolNode
+    with the runtime's tools, compiled with ``saver``."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from blade_runtime.adapters.langgraph import structured_tools
+
+    model = GenericFakeChatModel(messages=iter(replies))
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(structured_tools(runtime)))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+def saver_state(saver: Any) -> bytes:
+    """An InMemorySaver's checkpoints as bytes: what a shared checkpointer would hold."""
+    import pickle
+
+    storage = {t: {ns: dict(c) for ns, c in n.items()} for t, n in saver.storage.items()}
+    return pickle.dumps((storage, dict(saver.writes), dict(saver.blobs)))
+
+
+def load_saver(data: bytes) -> Any:
+    import pickle
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    storage, writes, blobs = pickle.loads(data)
+    saver = InMemorySaver()
+    for thread, namespaces in storage.items():
+        for ns, checkpoints in namespaces.items():
+            saver.storage[thread][ns].update(checkpoints)
+    saver.writes.update(writes)
+    saver.blobs.update(blobs)
+    return saver
+
+
+def resume_graph_worker(
+    db: str, effects: str, state: bytes, answer: Any, barrier: Any, out: Any
+) -> None:
+    """One process resuming the graph's interrupt (the same checkpoint as another process)."""
+    import asyncio
+
+    from langchain_core.messages import AIMessage
+    from langgraph.types import Command
+
+    from blade_runtime.sqlite import SQLiteStore
+
+    os.environ["BLADE_EFFECTS"] = effects
+    store = SQLiteStore(db)
+    runtime = make_runtime(store)
+    graph = build_graph(runtime, load_saver(state), [AIMessage(content="done")])
+
+    async def main() -> Any:
+        barrier.wait(timeout=60)
+        final = await graph.ainvoke(Command(resume=answer), {"configurable": {"thread_id": "t"}})
+        await runtime.close()
+        return [m.content for m in final["messages"] if m.type == "tool"]
+
+    try:
+        out.put((os.getpid(), asyncio.run(main()), list(ENTRIES)))
+    finally:
+        store.close()

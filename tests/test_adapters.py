@@ -253,3 +253,116 @@ def test_openai_approval_for_execute_kinds(runtime: Runtime, agents_sdk: Any) ->
     rejected = run(Runner.run(agent, state))
     assert rejected.final_output == "ok"
     assert len(runtime.pending()) == 1  # the rejected call never reached the runtime
+
+
+# -- LangChain / LangGraph ------------------------------------------------------------------
+
+
+def _ai(*calls: tuple[str, dict[str, Any], str]) -> Any:
+    from langchain_core.messages import AIMessage
+
+    if not calls:
+        return AIMessage(content="done")
+    return AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in calls])
+
+
+def test_langchain_tools_carry_the_spec_schema(runtime: Runtime) -> None:
+    from blade_runtime.adapters.langgraph import structured_tools
+
+    tools = {tool.name: tool for tool in structured_tools(runtime)}
+    assert tools["find"].args_schema == agent_tools.LOOKUP["inputSchema"]
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    bound = convert_to_openai_tool(tools["transfer"])  # what a chat model's bind_tools sends
+    assert bound["function"]["parameters"] == agent_tools.TRANSFER["inputSchema"]
+
+
+def test_langgraph_interrupt_keyed_by_tool_call_never_reruns_the_implementation(
+    runtime: Runtime, effects: Path
+) -> None:
+    from langchain_core.messages import ToolMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from blade_runtime.adapters.langgraph import resume_model
+
+    agent_tools.ENTRIES.clear()
+    replies = [
+        _ai(("find", {"customer_id": "1"}, "t0")),  # refused by the schema: "1" is a string
+        _ai(("find", {"customer_id": 1}, "t1"), ("transfer", SEND, "t2")),  # one node, two calls
+        _ai(),
+    ]
+    graph = agent_tools.build_graph(runtime, InMemorySaver(), replies)
+    config: Any = {"configurable": {"thread_id": "thread-1"}}
+    first = run(graph.ainvoke({"messages": [("user", "send")]}, config))
+    refused = [m for m in first["messages"] if isinstance(m, ToolMessage)]
+    assert refused[0].status == "error" and '"INVALID_INPUT"' in refused[0].content
+    (waiting,) = first["__interrupt__"]
+    assert waiting.value["tool_call_id"] == "t2"
+    assert waiting.value["payload"] == {"prompt": "Send 5 to bob?"}
+    assert waiting.response_schema == agent_tools.TRANSFER["suspend"]["confirm"]["resumeSchema"]
+    model = resume_model(runtime, waiting.value)
+    assert model is not None and model.__name__ == "TransferConfirmResume"
+    assert runtime.store.call("lg/thread-1/t2") is not None  # keyed by thread and tool call
+
+    # an invalid answer: refused by the runtime, asked again, still pending
+    again = run(graph.ainvoke(Command(resume={"approved": True, "approver": "Ann"}), config))
+    (asked,) = again["__interrupt__"]
+    assert "must match the pattern" in asked.value["refused"]
+    assert [a.action_id for a in runtime.pending()] == [waiting.value["action_id"]]
+
+    done = run(graph.ainvoke(Command(resume=model(approved=True, approver="ann")), config))
+    tool_messages = [m for m in done["messages"] if isinstance(m, ToolMessage)]
+    assert [m.content for m in tool_messages[1:]] == [
+        '{"id":1,"name":"customer 1"}',
+        '{"status":"sent","by":"ann"}',
+    ]
+    # the node ran three times (first, refused answer, answer); each implementation ran once
+    # per entry: find once, transfer's initial entry once and its resume once
+    assert agent_tools.ENTRIES == ["find:initial", "transfer:initial", "transfer:resume"]
+    assert effects.read_text().count("sent") == 1
+
+
+def test_two_processes_resuming_one_interrupt_run_the_side_effect_once(
+    built: Path, tmp_path: Path
+) -> None:
+    import multiprocessing
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from blade_runtime.sqlite import SQLiteStore
+
+    db, effects = tmp_path / "blade.db", tmp_path / "effects"
+    store = SQLiteStore(db)
+    runtime = agent_tools.make_runtime(store)
+    saver = InMemorySaver()
+    graph = agent_tools.build_graph(runtime, saver, [_ai(("transfer", SEND, "t1"))])
+    first = run(
+        graph.ainvoke({"messages": [("user", "send")]}, {"configurable": {"thread_id": "t"}})
+    )
+    assert first["__interrupt__"]
+    run(runtime.close())
+    store.close()
+    state = agent_tools.saver_state(saver)  # the checkpoint both processes resume from
+
+    context = multiprocessing.get_context("spawn")
+    barrier, out = context.Barrier(2), context.Queue()
+    answer = {"approved": True, "approver": "ann"}
+    workers = [
+        context.Process(
+            target=agent_tools.resume_graph_worker,
+            args=(str(db), str(effects), state, answer, barrier, out),
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    results = [out.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=30)
+        assert worker.exitcode == 0
+    # both resumed the interrupt and read the same result; the implementation was re-entered
+    # by exactly one of them, and the side effect ran once
+    assert [r[1] for r in results] == [['{"status":"sent","by":"ann"}']] * 2
+    assert sorted(len(r[2]) for r in results) == [0, 1]
+    assert effects.read_text().count("sent 5 to bob") == 1

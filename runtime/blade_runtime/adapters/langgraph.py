@@ -1,0 +1,251 @@
+"""LangChain tools from a runtime, for LangGraph (``pip install 'blade-runtime[langgraph]'``).
+
+    tools = structured_tools(runtime, principal=Principal("ann", "acme"))
+    graph = ...  # a StateGraph with ToolNode(tools), compiled with a checkpointer
+    state = await graph.ainvoke({"messages": [...]}, config)       # interrupts: a call waits
+    (waiting,) = state["__interrupt__"]
+    resume_model(runtime, waiting.value)                            # the generated resume model
+    await graph.ainvoke(Command(resume={"approved": True, "approver": "ann"}), config)
+
+Each registration is a LangChain tool whose ``args_schema`` is the spec's input schema (a JSON
+Schema dict, so LangChain validates nothing: the runtime validates the arguments exactly). A call
+that waits on a pending action becomes ``interrupt(value, response_schema=...)``: the value holds
+the action's id, name, payload and the tool call id; ``response_schema`` is the resume schema
+stored with the action (``resume_model`` gives the generated resume model for it). The call is
+keyed by the graph's thread and the tool call id (call id ``lg/<thread>/<tool call id>``), so
+LangGraph's re-execution of the node from the top finds the recorded call and never runs the
+implementation again: the resume value goes to ``runtime.submit``, which validates it (an invalid
+one interrupts again with the refusal, the action still pending) and of concurrent resumes (two
+processes resuming one interrupt) lets exactly one re-enter the implementation; the others read
+the call's recorded result once it settles. Errors are ``ToolException``s whose text is the
+model-facing error JSON (``status="error"`` on the ToolMessage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from langgraph.types import interrupt
+from pydantic import BaseModel, JsonValue
+
+from blade_runtime.caller import CallContext, Principal
+from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.runtime import Runtime
+from blade_runtime.store import ActionRecord, CallRecord
+
+__all__ = ["BladeTool", "resume_model", "structured_tools"]
+
+SETTLE_WAIT_S = 30.0  # how long a resume another process won waits for the call to settle
+
+
+def structured_tools(
+    runtime: Runtime,
+    *,
+    principal: Principal | None = None,
+    context: Callable[[RunnableConfig], CallContext | None] | None = None,
+    run_id: str = "langgraph",
+) -> list[BaseTool]:
+    """A tool per callable registration (see the module's doc). ``context``: a function of the
+    runnable config giving the call context, else ``principal``'s."""
+    exported = runtime.export("openai")
+    document = exported.document
+    assert isinstance(document, list)
+    tools: list[BaseTool] = []
+    for entry in document:
+        assert isinstance(entry, dict) and isinstance(entry["function"], dict)
+        function = entry["function"]
+        schema = function["parameters"]
+        assert isinstance(schema, dict)
+        tools.append(
+            BladeTool(
+                name=str(function["name"]),
+                description=str(function["description"]),
+                args_schema=dict(schema),
+                handle_tool_error=True,
+                runtime=runtime,
+                registration=exported.names.name(str(function["name"])),
+                principal=principal,
+                context_of=context,
+                run_id=run_id,
+            )
+        )
+    return tools
+
+
+def resume_model(runtime: Runtime, value: Any) -> type[BaseModel] | None:
+    """The generated resume model of the action an interrupt's ``value`` names (None: a client
+    tool's output, or a registration this runtime does not have)."""
+    if not isinstance(value, dict) or not isinstance(value.get("action_id"), str):
+        return None
+    action = runtime.store.action(value["action_id"])
+    registration = None if action is None else runtime.registration_of(action.spec_id)
+    points = {} if registration is None else getattr(registration.spec, "suspend", {})
+    if action is None or action.point not in points:
+        return None
+    found = points[action.point].resume_type
+    return found if isinstance(found, type) and issubclass(found, BaseModel) else None
+
+
+class BladeTool(BaseTool):
+    """One registration as a LangChain tool (built by ``structured_tools``)."""
+
+    runtime: Any  # Runtime (Any: pydantic would try to build a schema for it)
+    registration: str
+    principal: Any = None  # Principal | None
+    context_of: Any = None  # Callable[[RunnableConfig], CallContext | None] | None
+    run_id: str = "langgraph"
+
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # the arguments as the model sent them, and the tool call id that keys the call
+        arguments = tool_input if isinstance(tool_input, dict) else json.loads(tool_input)
+        return (), {"arguments": arguments, "tool_call_id": tool_call_id}
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("blade tools run asynchronously: use ainvoke")
+
+    async def _arun(
+        self, arguments: dict[str, Any], tool_call_id: str | None, config: RunnableConfig
+    ) -> str:
+        runtime: Runtime = self.runtime
+        configurable = config.get("configurable") or {}
+        thread = configurable.get("thread_id")
+        call_id = None
+        if tool_call_id is not None:
+            call_id = f"lg/{'' if thread is None else thread}/{tool_call_id}"
+        recorded = None if call_id is None else runtime.store.call(call_id)
+        if recorded is None and call_id is not None:
+            remembered = _memo(runtime).get(call_id)
+            if remembered is not None:  # settled here, on a store that keeps no such calls
+                return _replay(remembered)
+        if recorded is None:
+            made = None if self.context_of is None else self.context_of(config)
+            result = await runtime.call(
+                self.registration,
+                arguments,
+                call_id=call_id,
+                run_id=self.run_id,
+                context=CallContext(principal=self.principal) if made is None else made,
+            )
+            if not isinstance(result, ToolPending):
+                if call_id is not None:
+                    _remember(runtime, call_id, result)
+                return _content(result)
+            action = runtime.store.action(result.action.action_id)
+        else:  # LangGraph re-runs the node: the call is recorded, its implementation never reruns
+            settled = _recorded(recorded)
+            if settled is not None:
+                return settled
+            action = _waiting(runtime, recorded.call_id)
+        note: str | None = None
+        while action is not None:
+            if action.state != "pending":
+                return await _settled(runtime, action.call_id)
+            value = _interrupt_value(action, tool_call_id, note)
+            answer = interrupt(value, response_schema=dict(action.submit_schema))
+            resumed = await runtime.submit(action.action_id, answer)
+            if isinstance(resumed, ToolError) and resumed.code == ErrorCode.INVALID_SUBMISSION:
+                note = resumed.message  # the next interrupt asks again; the action still waits
+                continue
+            if isinstance(resumed, ToolError) and resumed.code == ErrorCode.ACTION_ALREADY_RESOLVED:
+                return await _settled(runtime, action.call_id)  # another resume won
+            if not isinstance(resumed, ToolPending):
+                return _content(resumed)
+            action = runtime.store.action(resumed.action.action_id)
+            note = None
+        raise ToolException(_text({"error": "UNKNOWN_ACTION", "message": "The action is gone."}))
+
+
+_MEMO: weakref.WeakKeyDictionary[Runtime, OrderedDict[str, tuple[bool, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+MEMO_SIZE = 10_000
+
+
+def _memo(runtime: Runtime) -> OrderedDict[str, tuple[bool, str]]:
+    """Results of calls that settled at once, by call id: a MemoryStore records no call that
+    neither waits nor writes data, so a re-executed node finds them here (in this process;
+    a durable store records every call, for every process)."""
+    found = _MEMO.get(runtime)
+    if found is None:
+        found = _MEMO[runtime] = OrderedDict()
+    return found
+
+
+def _remember(runtime: Runtime, call_id: str, result: ToolResult[Any]) -> None:
+    memo = _memo(runtime)
+    memo[call_id] = (isinstance(result, ToolError), _text(result.content))
+    while len(memo) > MEMO_SIZE:
+        memo.popitem(last=False)
+
+
+def _replay(remembered: tuple[bool, str]) -> str:
+    failed, text = remembered
+    if failed:
+        raise ToolException(text)
+    return text
+
+
+def _interrupt_value(action: ActionRecord, tool_call_id: str | None, note: str | None) -> Any:
+    value: dict[str, JsonValue] = {
+        "action_id": action.action_id,
+        "name": action.name if action.point is None else f"{action.name}.{action.point}",
+        "payload": action.payload,
+        "tool_call_id": tool_call_id,
+    }
+    if note is not None:
+        value["refused"] = note
+    return value
+
+
+def _waiting(runtime: Runtime, call_id: str) -> ActionRecord | None:
+    found = runtime.store.actions(state=None, call_id=call_id)
+    return found[-1] if found else None
+
+
+def _recorded(call: CallRecord) -> str | None:
+    """The call's recorded result as the tool's output (None: not settled)."""
+    if call.state != "settled" or not isinstance(call.result, dict):
+        return None
+    if call.result.get("status") == "error":
+        raise ToolException(
+            _text({"error": call.result.get("code"), "message": call.result.get("message")})
+        )
+    return _text(call.result.get("content"))
+
+
+async def _settled(runtime: Runtime, call_id: str) -> str:
+    """Wait for a call another resume re-entered to settle, and read its result."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_WAIT_S
+    while True:
+        call = runtime.store.call(call_id)
+        if call is not None:
+            settled = _recorded(call)
+            if settled is not None:
+                return settled
+            if call.state == "suspended":  # it waits again, on a newer action
+                newer = _waiting(runtime, call_id)
+                if newer is not None and newer.state == "pending":
+                    return _text({"pending": newer.name, "action_id": newer.action_id})
+        if loop.time() > deadline:
+            return _text({"pending": "resumed elsewhere", "call_id": call_id})
+        await asyncio.sleep(0.02)
+
+
+def _content(result: ToolResult[Any]) -> str:
+    if isinstance(result, ToolError):
+        raise ToolException(_text(result.content))
+    return _text(result.content)
+
+
+def _text(content: Any) -> str:
+    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
