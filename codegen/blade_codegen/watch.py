@@ -45,9 +45,10 @@ def watch(
     stop: Callable[[], bool] = lambda: False,
 ) -> None:
     """Run ``rebuild`` now and after every change under ``roots``, until ``stop()`` is true (or
-    KeyboardInterrupt)."""
-    rebuild()
+    KeyboardInterrupt). Each snapshot is taken before the build it starts, so a change made
+    while a build runs starts another one."""
     seen = snapshot(roots)
+    rebuild()
     while not stop():
         time.sleep(interval)
         now = snapshot(roots)
