@@ -11,6 +11,14 @@ For a small, a medium (12 fields, nested objects and arrays, enum, pattern) and 
 Target: a full call costs at most 4x the bare validation of its input and output; a medium call
 runs in well under 100 microseconds.
 
+Then the workload the peers were measured on (bench/workload/: a copy of the medium tool of
+../shared/bench/), side by side in this run:
+  - dict arguments against the same arguments as JSON text, as a model sends them (target: text
+    at most 1.3x dict), each with a trivial implementation and with one that reads ``ctx.input``
+    (target: at most 20 us);
+  - the call reading ``ctx.input`` with an ``allow`` permission policy and one lifecycle
+    observer, against the same call without them (target: at most 1.2x).
+
 Usage: python bench/call.py [--calls N]
 """
 
@@ -30,7 +38,11 @@ import jsonschema  # type: ignore[import-untyped]
 import jsonschema_rs
 
 from blade_codegen.build import build
+from blade_runtime.observers import Lifecycle
+from blade_runtime.permissions import ALLOW, Allow, PermissionRequest
 from blade_runtime.runtime import Runtime
+
+WORKLOAD = Path(__file__).resolve().parent / "workload"
 
 SMALL_IN = {
     "type": "object",
@@ -190,6 +202,8 @@ def write_specs(root: Path) -> None:
         }
         (root / "bench").mkdir(parents=True, exist_ok=True)
         (root / "bench" / f"{case}.v1.json").write_text(json.dumps(spec))
+    (root / "cal").mkdir(parents=True, exist_ok=True)
+    (root / "cal" / "schedule.v1.json").write_text((WORKLOAD / "schedule.v1.json").read_text())
 
 
 def validate_both(
@@ -259,6 +273,65 @@ async def measure(calls: int) -> None:
     print("ratio: full call / bare validation of input and output (target <= 4x)")
 
 
+class Observer:
+    """One lifecycle observer with every boundary (what an audit log would register)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def _seen(self, event: Lifecycle) -> None:
+        self.seen += 1
+
+    scheduled = permission_requested = permission_resolved = _seen
+    execution_started = settled = _seen
+
+
+def allow(request: PermissionRequest) -> Allow:
+    return ALLOW
+
+
+async def measure_workload(calls: int) -> None:
+    import json
+
+    module = importlib.import_module("blade_bench.cal.schedule_v1")
+    payloads = json.loads((WORKLOAD / "schedule.v1.payloads.json").read_text())
+    arguments = payloads["valid"]
+    text = json.dumps(arguments)
+    output = module.ScheduleOutput(ok=True, title=arguments["title"])
+
+    async def trivial(ctx: Any) -> Any:
+        return output
+
+    async def reads_input(ctx: Any) -> Any:
+        ctx.input.title  # noqa: B018 - touch the typed input
+        return output
+
+    plain = Runtime()
+    plain.register(module.SPEC, trivial)
+    plain.register(module.SPEC, reads_input, name="reads")
+    guarded = Runtime(permission=allow)
+    guarded.register(module.SPEC, reads_input, name="reads")
+    guarded.observe(Observer())
+
+    as_dict = await per_await_us(plain, "schedule", arguments, calls)
+    as_text = await per_await_us(plain, "schedule", text, calls)  # type: ignore[arg-type]
+    reads = await per_await_us(plain, "reads", arguments, calls)
+    reads_text = await per_await_us(plain, "reads", text, calls)  # type: ignore[arg-type]
+    with_policy = await per_await_us(guarded, "reads", arguments, calls)
+    print()
+    print("the peers' medium tool (cal.schedule.v1):")
+    print(f"  dict arguments             {as_dict:8.2f} us")
+    print(
+        f"  JSON text arguments        {as_text:8.2f} us  {as_text / as_dict:5.2f}x dict (<= 1.3x)"
+    )
+    print(f"  dict, reading ctx.input    {reads:8.2f} us  (target <= 20 us)")
+    print(f"  text, reading ctx.input    {reads_text:8.2f} us  {reads_text / reads:5.2f}x dict")
+    print(
+        f"  + allow policy, observer   {with_policy:8.2f} us  {with_policy / reads:5.2f}x "
+        "without them (<= 1.2x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000)
@@ -269,6 +342,7 @@ def main() -> None:
         build(root / "specs", root / "out", "blade_bench")
         sys.path.insert(0, str(root / "out"))
         asyncio.run(measure(args.calls))
+        asyncio.run(measure_workload(args.calls))
 
 
 if __name__ == "__main__":

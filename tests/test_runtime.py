@@ -640,3 +640,16 @@ def test_the_memory_store_keeps_settled_calls_data_for_a_bounded_while(deploy: A
     kept = [i for i in range(5) if store.data(f"c{i}", "progress")]
     assert kept == [2, 3, 4]  # the last three settled calls, oldest forgotten first
     assert store.data("c4", "progress")[0].value == {"step": "build", "status": "done"}
+
+
+def test_arguments_as_json_text_are_parsed_strictly(deploy: Any) -> None:
+    async def impl(ctx: Any) -> Any:
+        return deployed(deploy)
+
+    runtime = Runtime()
+    runtime.register(deploy.SPEC, impl)
+    assert isinstance(run(runtime.call("deploy_service", json.dumps(GOOD))), ToolSuccess)
+    assert isinstance(run(runtime.call("deploy_service", json.dumps(GOOD).encode())), ToolSuccess)
+    for text in ('{"service": NaN}', "{not json", "[1, 2]", '"text"'):
+        refused = error_of(run(runtime.call("deploy_service", text)), ErrorCode.INVALID_INPUT)
+        assert "JSON" in refused.message

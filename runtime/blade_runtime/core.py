@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from pydantic import BaseModel, JsonValue
+from pydantic_core import from_json
 
 from blade_runtime import actions
 from blade_runtime.cancel_scope import CancelScope
@@ -244,9 +245,9 @@ def result_json(result: ToolResult[Any]) -> JsonValue:
 def parse_arguments(arguments: JsonObject | str | bytes) -> JsonObject | str:
     """The arguments as a JSON object, or a sentence saying why they are not one."""
     if isinstance(arguments, str | bytes):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError as error:
+        try:  # pydantic-core's parser (Rust): half the cost of json.loads, and no NaN
+            arguments = from_json(arguments, allow_inf_nan=False)
+        except (ValueError, TypeError) as error:
             return f"The arguments are not valid JSON: {error}."
     if not isinstance(arguments, dict):
         return "The arguments must be a JSON object."

@@ -122,13 +122,7 @@ class PendingActions(CallPipeline):
         refused = await self._permission_hooks(call, inputs, None, decision, text)
         if refused is None and self._observers.any:
             refused = await self._observe(
-                "permission_resolved",
-                registration,
-                call,
-                inputs,
-                decision=decision,
-                reason=text,
-                action_id=action.action_id,
+                "permission_resolved", registration, call, inputs, decision, text, action.action_id
             )
         return refused
 

@@ -61,9 +61,10 @@ Decision: TypeAlias = Allow | Deny | Ask
 ALLOW = Allow()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PermissionRequest:
-    """What a policy decides on: the input that will execute, after hooks and validation."""
+    """What a policy decides on: the input that will execute, after hooks and validation.
+    (Not frozen: one is built for every call a policy decides, on the call's hot path.)"""
 
     name: str
     spec_id: str | None
@@ -71,12 +72,27 @@ class PermissionRequest:
     input: JsonObject
     kind: str | None = None
     side_effect: str = "non_idempotent"
-    signal: CancellationSignal | None = None
+    _scope: Any = None  # the call's cancel scope: its signal is made when first asked for
 
     @property
     def principal(self) -> Principal | None:
         context = self.call.context
         return None if context is None else context.principal
+
+    @property
+    def signal(self) -> CancellationSignal:
+        """Set when the call is cancelled: a policy that waits (on a person) should stop."""
+        if self._scope is None:
+            self._scope = _Unbound()
+        signal: CancellationSignal = self._scope.signal
+        return signal
+
+
+class _Unbound:
+    """A request made outside a call's scope (tests, tools): a signal that is never set."""
+
+    def __init__(self) -> None:
+        self.signal = CancellationSignal()
 
 
 PolicyAnswer: TypeAlias = Decision | str | None
@@ -84,9 +100,24 @@ PolicyAnswer: TypeAlias = Decision | str | None
 Policy: TypeAlias = Callable[[PermissionRequest], PolicyAnswer | Awaitable[PolicyAnswer]]
 
 
+DECISIONS = (Allow, Deny, Ask)
+_LABELS = {Allow: "allow", Deny: "deny", Ask: "ask"}
+
+
+def describe_decision(decision: Decision) -> tuple[str, str | None]:
+    """(allow | deny | ask, the denial's sentence or the request's prompt)."""
+    if isinstance(decision, Deny):
+        return "deny", decision.message
+    if isinstance(decision, Ask):
+        return "ask", decision.prompt
+    return _LABELS[type(decision)], None
+
+
 def decision_of(answer: PolicyAnswer) -> Decision:
     if answer is None:
         return ALLOW
+    if type(answer) in DECISIONS:
+        return answer  # type: ignore[return-value]  # narrowed by the line above
     if isinstance(answer, str):
         return Deny(answer)
     if isinstance(answer, Allow | Deny | Ask):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from pydantic import JsonValue
 
@@ -54,14 +54,17 @@ from blade_runtime.jsonvalue import NotJson, checked, model_of
 from blade_runtime.observers import Lifecycle, ObserverFailed
 from blade_runtime.permissions import (
     ADMISSION,
+    DECISIONS,
     STEP,
     STEP_POINT,
     Ask,
     Deny,
     PermissionPrompt,
     PermissionRequest,
+    PolicyAnswer,
     answer_schema,
     decision_of,
+    describe_decision,
     request_payload,
 )
 from blade_runtime.registry import Registration
@@ -244,7 +247,11 @@ class CallPipeline(RuntimeCore):
         admitting = not claimed and entry is INITIAL  # a new invocation, not a re-entry
         if admitting and self._observers.any:
             scope.observed = True  # a scheduled call is observed when it settles too
-            failed = await self._observe("scheduled", registration, call, arguments)
+            failed = (
+                await self._observe("scheduled", registration, call, arguments)
+                if self._observers.by_boundary["scheduled"]
+                else None
+            )
             if failed is not None:
                 return failed
         context = None
@@ -268,7 +275,7 @@ class CallPipeline(RuntimeCore):
                 )
         elif self._events.active:
             self._events.publish(self._event(call, "started", None))
-        if self._observers.any:
+        if self._observers.by_boundary["execution_started"]:
             failed = await self._observe("execution_started", registration, call, arguments)
             if failed is not None:
                 return failed
@@ -337,10 +344,10 @@ class CallPipeline(RuntimeCore):
         assert self.permission is not None
         spec = registration.spec
         request = PermissionRequest(
-            call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope.signal
+            call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope
         )
         answer = self.permission(request)
-        if inspect.isawaitable(answer):
+        if answer is not None and type(answer) not in DECISIONS and inspect.isawaitable(answer):
             scope.bind()
             try:
                 answer = await self._guard.run("permission", answer, None, scope.signal)
@@ -349,22 +356,20 @@ class CallPipeline(RuntimeCore):
                 return error_result(
                     call, ErrorCode.HOOK_TIMEOUT, "The permission check did not finish."
                 )
-        decision = decision_of(answer)
-        label = type(decision).__name__.lower()
-        reason = decision.message if isinstance(decision, Deny) else None
-        if isinstance(decision, Ask):
-            reason = decision.prompt
-        refused = await self._permission_hooks(call, arguments, scope, label, reason)
-        if refused is not None:
-            return refused
-        boundary = "permission_requested" if isinstance(decision, Ask) else "permission_resolved"
-        if self._observers.any:
-            failed = await self._observe(
-                boundary, registration, call, arguments, decision=label, reason=reason
-            )
-            if failed is not None:
-                return failed
-        if isinstance(decision, Ask):
+        decision = decision_of(cast(PolicyAnswer, answer))  # awaited above if it was awaitable
+        asking = type(decision) is Ask
+        if self._hooks[HookEvent.PERMISSION_REQUEST] or self._observers.any:
+            label, reason = describe_decision(decision)
+            refused = await self._permission_hooks(call, arguments, scope, label, reason)
+            if refused is None and self._observers.any:
+                boundary = "permission_requested" if asking else "permission_resolved"
+                refused = await self._observe(
+                    boundary, registration, call, arguments, label, reason
+                )
+            if refused is not None:
+                return refused
+        if asking:
+            assert isinstance(decision, Ask)
             return self._ask(registration, call, arguments, request, decision)
         if isinstance(decision, Deny):
             return error_result(call, ErrorCode.PERMISSION_DENIED, decision.message)
@@ -400,15 +405,34 @@ class CallPipeline(RuntimeCore):
         registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
-        **more: Any,
+        decision: str | None = None,
+        reason: str | None = None,
+        action_id: str | None = None,
+        result: JsonValue = None,
     ) -> ToolError | None:
         """Run the observers of ``boundary``; the error that stops the call if one raised."""
+        methods = self._observers.by_boundary[boundary]
+        if not methods:
+            return None
         spec = registration.spec
-        event = Lifecycle(boundary, call, spec.id, arguments, spec.side_effect, spec.kind, **more)
+        event = Lifecycle(
+            boundary,
+            call,
+            spec.id,
+            arguments,
+            spec.side_effect,
+            spec.kind,
+            decision,
+            reason,
+            action_id,
+            result,
+        )
         try:
-            await self._observers.notify(event)
-        except ObserverFailed as failed:
-            log.error("%s (call %s): %s", call.name, call.call_id, failed, exc_info=failed)
+            for method in methods:
+                await method(event)
+        except Exception as error:
+            failed = ObserverFailed(boundary, error)
+            log.error("%s (call %s): %s", call.name, call.call_id, failed, exc_info=error)
             return error_result(call, ErrorCode.OBSERVER_FAILED, GENERIC_ERROR)
         return None
 
