@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
-from conftest import CORPUS
+from conftest import CORPUS, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import instances
 
 from blade_codegen.dialect import NotConvertible, to_2020_12
 
-BIN = Path(sys.executable).parent
-
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "blade-codegen"), "import", *args], capture_output=True, text=True, check=False
-    )
+    return run_cli("import", *args)
 
 
 def write(path: Path, data: Any) -> Path:
@@ -82,18 +77,7 @@ def test_each_format_imports_and_builds(tmp_path: Path, source: str, document: A
         "format": source,
         "name": "search",
     }
-    built = subprocess.run(
-        [
-            str(BIN / "blade-codegen"),
-            "build",
-            str(tmp_path / "specs"),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    built = run_cli("build", str(tmp_path / "specs"), "--out", str(tmp_path / "out"))
     assert built.returncode == 0, built.stderr
 
 
