@@ -1098,3 +1098,25 @@ def test_json_values_round_trip(backend: Backend, payload: Any, key: str) -> Non
     assert resolved.action.resume == payload and resolved.call_input == {key: payload}
     if backend.durable:
         assert store.events(call.run_id)[0].payload == {"p": payload}
+
+
+def test_a_lone_surrogate_round_trips_through_every_store(store: Store) -> None:
+    """Python strings that are not valid Unicode (a lone surrogate) are stored as JSON escapes."""
+    call = CallRecord(
+        "c-sur",
+        "r",
+        "tool",
+        "t.tool.v1",
+        "pure",
+        "backend",
+        {"q": "a\ud800b"},
+        "running",
+        now(),
+        "me",
+        lease_until=clock() + 5,
+    )
+    store.begin(call, Event("r", "c-sur", "started", {"note": "\udfff"}, now()))
+    if store.durable:
+        stored = store.call("c-sur")
+        assert stored is not None and stored.input == {"q": "a\ud800b"}
+        assert [e.payload for e in store.events("r")] == [{"note": "\udfff"}]

@@ -139,7 +139,9 @@ _ACTION_COLUMNS = (
 _HOST = socket.gethostname()
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# ASCII JSON: any Python string round-trips, a lone surrogate included (as a \u escape), where
+# UTF-8 text would refuse it; and the C encoder is fastest in this mode.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 _dump = _ENCODER.encode
 
 
