@@ -133,3 +133,27 @@ def test_a_shared_definition_named_like_a_runtime_name_is_renamed(
     out = _build(tmp_path, spec("t.uses.v1", inputSchema=schema), f"s_{name.lower()}")
     module = _module(out, f"s_{name.lower()}", "t.uses_v1")
     assert module.UsesInput.model_validate({"x": {"v": "1"}}).x.v == "1"
+
+
+def test_an_inline_object_with_a_title_is_a_class_of_that_name(tmp_path: Path) -> None:
+    address = {"type": "object", "title": "Postal address", "properties": {"city": {}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "home": {**address, "description": "Where they live."},
+            "work": address,
+            "other": {**address, "properties": {"zip": {}}},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"t": {}}}},
+        },
+    }
+    out = _build(tmp_path, spec("t.person.v1", inputSchema=schema), "titled_pkg")
+    module = _module(out, "titled_pkg", "t.person_v1")
+    value = {"home": {"city": "Oslo"}, "work": {"city": "Bergen"}, "tags": [{"t": 1}]}
+    parsed = module.PersonInput.model_validate(value)
+    assert type(parsed.home).__name__ == "PostalAddress"
+    assert type(parsed.work).__name__ == "PostalAddress"  # the same object: the same class
+    other = module.PersonInput.model_validate({"other": {"zip": 1}}).other
+    assert type(other).__name__ == "PersonInputOtherPostalAddress"  # the title was taken
+    assert type(parsed.tags[0]).__name__ == "PersonInputTag"  # untitled: the generator's name
+    assert module.PersonInput.model_fields["home"].description == "Where they live."
+    assert parsed.model_dump(exclude_unset=True) == value

@@ -52,8 +52,8 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values; 8: union_bases;
 # 9: optional non-nullable properties default to pydantic.MISSING; patterns translated; defaults
 # checked against their schema; object keywords moved into union branches; 10: long lines wrapped;
-# 11: long JSON literals split too.
-POSTPROCESS_REVISION = 11
+# 11: long JSON literals split too; 12: typed keywords into union branches, titled classes.
+POSTPROCESS_REVISION = 12
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -266,9 +266,12 @@ def _is_inline_object(node: Any) -> bool:
 
 
 def name_branches(schema: Any, stem: str, defs: dict[str, Any], taken: set[str]) -> Any:
-    """Inline object branches of every ``anyOf``/``oneOf`` moved to named definitions
-    (:func:`branch_name`), so classes are named for what they are, not numbered by the
-    generator after their holder. Properties' unions are named after the property."""
+    """Inline object branches of every ``anyOf``/``oneOf``, and inline objects with a title,
+    moved to named definitions (:func:`branch_name`), so classes are named for what they are,
+    not numbered by the generator after their holder. Properties' unions are named after the
+    property."""
+
+    seen: dict[str, str] = {}
 
     def walk(node: Any, stem: str) -> Any:
         if not isinstance(node, dict):
@@ -290,12 +293,26 @@ def name_branches(schema: Any, stem: str, defs: dict[str, Any], taken: set[str])
         properties = node.get("properties")
         if isinstance(properties, dict):
             changes["properties"] = {
-                name: walk(sub, stem + pascal(name)) for name, sub in properties.items()
+                name: titled(sub, stem + pascal(name)) for name, sub in properties.items()
             }
         for key in ("items", "additionalProperties"):
             if isinstance(node.get(key), dict):
-                changes[key] = walk(node[key], stem + ("Item" if key == "items" else "Value"))
+                changes[key] = titled(node[key], stem + ("Item" if key == "items" else "Value"))
         return {**node, **changes} if changes else node
+
+    def titled(node: Any, stem: str) -> Any:
+        """An inline object with a title becomes a class of that name (else the generator
+        names it after its holder and property, as before)."""
+        title = node.get("title") if _is_inline_object(node) else None
+        if not isinstance(title, str) or not pascal(title):
+            return walk(node, stem)
+        shape = canonical_json({k: v for k, v in node.items() if k != "description"})
+        name = seen.get(shape) or branch_name({"title": title}, stem, 0, taken)
+        if shape not in seen:  # the same titled object used twice is one class
+            seen[shape] = name
+            defs[name] = walk(node, name)
+        notes = {k: node[k] for k in ("description",) if k in node}
+        return {**notes, "$ref": f"#/$defs/{name}"}
 
     return walk(schema, stem)
 
