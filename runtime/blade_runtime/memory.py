@@ -3,8 +3,9 @@
 It keeps what waits (suspended and pending calls, their actions), the calls that wrote ToolData,
 and the last ``keep_settled`` settled calls of those with their data and actions, so that a
 settled call's data stays readable for a while; older settled calls are forgotten, oldest first.
-Calls that neither wait nor write data are not recorded at all (the runtime's fast path). Events
-are not kept: live subscribers in this process are their only consumers.
+Calls that neither wait nor write data are not recorded at all (the runtime's fast path), so
+settling one is a no-op and its call id is not checked for duplicates. Events are not kept: live
+subscribers in this process are their only consumers.
 """
 
 from __future__ import annotations
@@ -54,10 +55,8 @@ class MemoryStore:
 
     def begin(self, call: CallRecord, event: Event) -> None:
         with self._lock:
-            existing = self._calls.get(call.call_id)
-            if existing is not None and existing.state != "settled":
+            if call.call_id in self._calls:  # settled ones too, like the durable stores
                 raise DuplicateCall(call.call_id)
-            self._settled.pop(call.call_id, None)
             self._calls[call.call_id] = replace(call)
 
     def suspend(
@@ -92,6 +91,8 @@ class MemoryStore:
             if resolution.call_owner is not None:
                 call.owner = resolution.call_owner
                 call.lease_until = clock() + resolution.lease_s
+            else:
+                call.lease_until = 0.0
             if call.state == "settled":
                 self._retire(call.call_id)
             return Resolved(replace(action), call.input, call.context)
