@@ -184,7 +184,7 @@ async def main(config: dict[str, Any]) -> None:
     runtime = Runtime(
         store=store, lease_s=float(config.get("lease_s", 5.0)), host=config.get("host")
     )
-    tools = Tools(config["entries"], hang=config.get("hang", ()))
+    tools = Tools(config["entries"], hang=config.get("hang", ()), note=config.get("note", "ok"))
     tools.register(runtime, client_timeout_ms=config.get("client_timeout_ms"))
     results: list[ToolResult[Any]] = []
     if config.get("ready"):
