@@ -56,6 +56,7 @@ class CallInfo:
     name: str
     spec_id: str
     context: CallContext | None = None
+    parent: str | None = None  # the call id of the parent, for a child tool's call
 
 
 class CancellationSignal:

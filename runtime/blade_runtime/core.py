@@ -38,7 +38,7 @@ from blade_runtime.leases import Leases
 from blade_runtime.observers import Observers
 from blade_runtime.permissions import Policy
 from blade_runtime.registry import Registration
-from blade_runtime.results import ErrorCode, ToolError, ToolResult, error_content
+from blade_runtime.results import ErrorCode, ToolError, ToolResult, ToolSuccess, error_content
 from blade_runtime.spec import JsonObject
 from blade_runtime.store import (
     DEFAULT_LEASE_S,
@@ -102,8 +102,8 @@ class RuntimeCore:
     cleanup_grace_s: float
     lease_s: float
 
-    allowed: frozenset[str] | None
-    disallowed: frozenset[str]
+    _allowed: frozenset[str] | None
+    _disallowed: frozenset[str]
     _restricted: bool
 
     def _init_core(self, store: Store, lease_s: float, host: str | None) -> None:
@@ -122,13 +122,15 @@ class RuntimeCore:
         self._observers = Observers()
         self._answer_schemas: dict[str, JsonObject] = {}
         self._closing = False
+        self._dynamic = False  # some registration has an ``enabled`` callback
+        self._fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
     def is_allowed(self, name: str) -> bool:
-        if name in self.disallowed:
+        if name in self._disallowed:
             return False
-        return self.allowed is None or name in self.allowed
+        return self._allowed is None or name in self._allowed
 
     # -- records and events ----------------------------------------------------------------
 
@@ -239,6 +241,8 @@ def result_json(result: ToolResult[Any]) -> JsonValue:
     """How a result is stored and announced."""
     if isinstance(result, ToolError):
         return actions.error_json(result.code, result.message)
+    if isinstance(result, ToolSuccess) and result.output_json is not None:
+        return {"status": "success", "content": result.content, "output": result.output_json}
     return actions.success_json(result.content)
 
 

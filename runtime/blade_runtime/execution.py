@@ -135,12 +135,19 @@ class ChildTools:
     Each child call is a full call of its registration (hooks, validation, timeout), in the same
     run, with a call id under the parent's; cancelling the parent cancels it."""
 
-    __slots__ = ("_allowed", "_call", "_caller", "_count")
+    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled")
 
-    def __init__(self, caller: ChildCaller, call: CallInfo, allowed: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        caller: ChildCaller,
+        call: CallInfo,
+        allowed: tuple[str, ...],
+        disabled: frozenset[str] = frozenset(),
+    ) -> None:
         self._caller = caller
         self._call = call
         self._allowed = allowed
+        self._disabled = disabled  # decided when the parent started, for its whole length
         self._count = itertools.count(1)
 
     async def call(self, tool: ToolSpec[Any, Any, Any], input: Any, /) -> Any:
@@ -151,14 +158,26 @@ class ChildTools:
                 "TOOL_NOT_ALLOWED",
                 f"not a declared child of {self._call.spec_id} " f"(children: {declared})",
             )
+        if tool.id in self._disabled:
+            raise ChildToolError(tool.id, "TOOL_NOT_ALLOWED", "not enabled for this call")
         child = CallInfo(
             f"{self._call.call_id}/{tool.name}/{next(self._count)}",
             self._call.run_id,
             tool.name,
             tool.id,
             self._call.context,
+            self._call.call_id,
         )
         return await self._caller(tool, input, child)
+
+
+class ChildHookFailed(BaseException):
+    """A child call's hook or observer failed: fatal to the parent, even if it catches it (a
+    BaseException, so that ``except Exception`` does not; the runtime fails the parent anyway)."""
+
+    def __init__(self, spec_id: str, code: str, message: str) -> None:
+        super().__init__(f"{spec_id}: {code}: {message}")
+        self.code = code
 
 
 class ToolContext:

@@ -17,6 +17,7 @@ from pydantic import JsonValue
 
 from blade_runtime.caller import CallContext
 from blade_runtime.cancel_scope import GRACE_S, Abandoned, CancelScope
+from blade_runtime.content import projected
 from blade_runtime.context import (
     CallInfo,
     CancellationSignal,
@@ -39,7 +40,14 @@ from blade_runtime.core import (
     result_json,
 )
 from blade_runtime.events import PendingAction
-from blade_runtime.execution import INITIAL, CallData, ChildToolError, ChildTools, ToolContext
+from blade_runtime.execution import (
+    INITIAL,
+    CallData,
+    ChildHookFailed,
+    ChildToolError,
+    ChildTools,
+    ToolContext,
+)
 from blade_runtime.guard import Overran
 from blade_runtime.hooks import (
     Hook,
@@ -83,6 +91,9 @@ from blade_runtime.store import DuplicateCall, LeaseLost, StoreError
 from blade_runtime.validation import describe
 
 _HOOK_CODES = frozenset({ErrorCode.HOOK_ABORTED, ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT})
+_FATAL_IN_CHILDREN = frozenset(
+    {ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT, ErrorCode.OBSERVER_FAILED}
+)
 _RESULTS = (ToolSuccess, ToolSkipped, ToolError, ToolPending)
 
 
@@ -97,16 +108,18 @@ class CallPipeline(RuntimeCore):
         call_id: str | None = None,
         run_id: str = "default",
         context: CallContext | None = None,
+        parent: str | None = None,
     ) -> ToolResult[Any]:
         """Call the tool registered as ``name`` with the model's arguments (a JSON object or
         its text). ``context``: who the call is for (stored with the call and its actions).
+        ``parent``: the call id of the call whose ``ctx.tools`` makes this one (set by it).
         Never raises for an expected outcome: the result says what happened."""
         registration = self._registrations.get(name)
         spec_id = "" if registration is None else registration.spec.id
         call = CallInfo(
-            next(self._ids) if call_id is None else call_id, run_id, name, spec_id, context
+            next(self._ids) if call_id is None else call_id, run_id, name, spec_id, context, parent
         )
-        if registration is None or self._restricted or registration.detached:
+        if registration is None or self._restricted or registration.checked:
             refused = self._refuse(registration, call)
             if refused is not None:
                 return refused
@@ -163,7 +176,7 @@ class CallPipeline(RuntimeCore):
 
     async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
         """One ``ctx.tools.call``: a full call of the child's registration, its output or a
-        ChildToolError."""
+        ChildToolError. A child's hook or observer failure is fatal to the parent."""
         registration = self._by_spec.get(tool.id)
         if registration is None:
             raise ChildToolError(
@@ -176,14 +189,28 @@ class CallPipeline(RuntimeCore):
             call_id=call.call_id,
             run_id=call.run_id,
             context=call.context,
+            parent=call.parent,
         )
         if isinstance(result, ToolSuccess):
             return result.output
         if isinstance(result, ToolError):
+            if result.code in _FATAL_IN_CHILDREN:
+                assert call.parent is not None
+                self._fatal[call.parent] = result
+                raise ChildHookFailed(tool.id, result.code.value, result.message)
             raise ChildToolError(tool.id, result.code.value, result.message)
         if isinstance(result, ToolSkipped):
             raise ChildToolError(tool.id, "SKIPPED", result.reason)
         raise ChildToolError(tool.id, "PENDING", "a child tool cannot wait on a pending action")
+
+    def _disabled_children(self, registration: Registration[Any], call: CallInfo) -> frozenset[str]:
+        """The children not there for this parent call: decided once, when it starts."""
+        disabled = set()
+        for spec_id in registration.children:
+            child = self._by_spec.get(spec_id)
+            if child is not None and child.enabled is not None and not child.enabled(call):
+                disabled.add(spec_id)
+        return frozenset(disabled)
 
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
@@ -199,6 +226,11 @@ class CallPipeline(RuntimeCore):
                 )
             return None
         if self._restricted and not self.is_allowed(name):
+            return error_result(
+                call, ErrorCode.TOOL_NOT_ALLOWED, f"The tool {name!r} is not enabled."
+            )
+        enabled = registration.enabled
+        if enabled is not None and call.parent is None and not enabled(call):
             return error_result(
                 call, ErrorCode.TOOL_NOT_ALLOWED, f"The tool {name!r} is not enabled."
             )
@@ -255,7 +287,7 @@ class CallPipeline(RuntimeCore):
             if failed is not None:
                 return failed
         context = None
-        asks = admitting and self.permission is not None
+        asks = admitting and (registration.permission or self.permission) is not None
         if registration.context is not None or asks:
             context, refused = await self._prepare(registration, call, arguments, scope, asks)
             if refused is not None:
@@ -289,17 +321,28 @@ class CallPipeline(RuntimeCore):
         if history is not None:
             ctx._history = history
         if registration.children:
-            ctx.tools = ChildTools(self._call_child, call, registration.children)
+            ctx.tools = ChildTools(
+                self._call_child,
+                call,
+                registration.children,
+                self._disabled_children(registration, call) if self._dynamic else frozenset(),
+            )
         try:
             output = await scope.run(registration.implementation(ctx), registration.timeout_s)
         except ToolFailed as failure:
-            return error_result(call, ErrorCode.TOOL_FAILED, failure.message)
+            return self._fatal.pop(call.call_id, None) or error_result(
+                call, ErrorCode.TOOL_FAILED, failure.message
+            )
         except Suspended as suspended:
             return self._suspend(registration, call, arguments, suspended, attempt)
+        except ChildHookFailed:
+            return self._fatal.pop(call.call_id)
         except Exception as error:
-            return self._tool_error(call, error)
+            return self._fatal.pop(call.call_id, None) or self._tool_error(call, error)
         finally:
             scope.stop()
+        if registration.children and call.call_id in self._fatal:  # it caught the failure
+            return self._fatal.pop(call.call_id)
         if scope.reason is not None:  # it swallowed its cancellation: the call still ended
             return self._cancelled(call, scope)
         return self._output(registration, call, output, ctx._display)
@@ -341,12 +384,13 @@ class CallPipeline(RuntimeCore):
         """The policy's decision on the final input: None (allowed), a denial, or a durable
         permission request (the call waits on it). An async policy is cancellation-bounded, and
         one that outlives its call's cancellation blocks later permission checks."""
-        assert self.permission is not None
+        policy = registration.permission or self.permission
+        assert policy is not None
         spec = registration.spec
         request = PermissionRequest(
             call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope
         )
-        answer = self.permission(request)
+        answer = policy(request)
         if answer is not None and type(answer) not in DECISIONS and inspect.isawaitable(answer):
             scope.bind()
             try:
@@ -370,6 +414,12 @@ class CallPipeline(RuntimeCore):
                 return refused
         if asking:
             assert isinstance(decision, Ask)
+            if call.parent is not None:  # it could never be answered: no orphan request
+                return error_result(
+                    call,
+                    ErrorCode.PERMISSION_DENIED,
+                    "A child tool call cannot wait for a permission request.",
+                )
             return self._ask(registration, call, arguments, request, decision)
         if isinstance(decision, Deny):
             return error_result(call, ErrorCode.PERMISSION_DENIED, decision.message)
@@ -513,7 +563,17 @@ class CallPipeline(RuntimeCore):
                 describe(validator.violations(content)),
             )
             return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
-        return ToolSuccess(call, output, content, display)
+        if registration.project is None:
+            return ToolSuccess(call, output, content, display)
+        try:
+            model_reads, _ = projected(registration.project(output))
+            model_reads = checked(model_reads)
+        except Exception as error:
+            log.error(
+                "%s (call %s): the projection failed", call.name, call.call_id, exc_info=error
+            )
+            return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
+        return ToolSuccess(call, output, model_reads, display, output_json=content)
 
     def _settled(
         self, call: CallInfo, result: ToolResult[Any], attempt: Attempt | None
@@ -609,6 +669,9 @@ class CallPipeline(RuntimeCore):
         attempt: Attempt | None,
     ) -> ToolResult[Any]:
         """The implementation suspended: store its pending action (and the call, suspended)."""
+        if call.parent is not None:  # nobody could answer it: a child never leaves an action
+            log.error("%s (call %s): a child tool call cannot suspend", call.name, call.call_id)
+            return error_result(call, ErrorCode.TOOL_ERROR, GENERIC_ERROR)
         # ctx.suspend checked the name; ctx.request_permission uses the runtime's own point
         point = STEP_POINT if suspended.point == STEP else registration.points[suspended.point]
         action = self._action(
@@ -634,6 +697,10 @@ class CallPipeline(RuntimeCore):
         """A client tool's call: a pending action that its output (``submit``) settles, or
         that expires as TIMEOUT after the tool's timeout."""
         assert registration.output is not None  # client specs always have an output schema
+        if call.parent is not None:
+            return error_result(
+                call, ErrorCode.TOOL_ERROR, "A client tool cannot be called as a child tool."
+            )
         action = self._action(
             call, None, dict(arguments), registration.output.schema, registration.timeout_s
         )

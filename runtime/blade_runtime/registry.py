@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from pydantic import TypeAdapter
 
+from blade_runtime.caller import CallContext
 from blade_runtime.context import CallInfo
 from blade_runtime.export import ExportedTool
 from blade_runtime.spec import JsonObject, ToolSpec
@@ -76,6 +77,19 @@ class Registration(Generic[OutputT]):
     children: tuple[str, ...] = field(init=False)  # ids ctx.tools may call (backend specs)
     detached: set[asyncio.Task[None]] = field(default_factory=set)
     """Implementations abandoned after ignoring cancellation and still running."""
+    project: Callable[[Any], Any] | None = None
+    """What the model reads of the typed output (``blade_runtime.content``)."""
+    enabled: Callable[[CallInfo], bool] | None = None
+    """Whether the tool is there for a call (its run, the caller's context); None: always."""
+    describe: Callable[[CallContext | None], str] | None = None
+    """The description the model reads for a caller's context; None: the spec's."""
+    permission: Any = None
+    """This registration's own permission policy (else the runtime's)."""
+
+    @property
+    def checked(self) -> bool:
+        """Whether a call must look at the registration before it starts (not the fast path)."""
+        return bool(self.detached) or self.enabled is not None
 
     def __post_init__(self) -> None:
         self.timeout_s = self.timeout_ms / 1000
@@ -97,12 +111,12 @@ class Registration(Generic[OutputT]):
             f" raising {type(error).__name__}: {error}" if error else "",
         )
 
-    def exported(self) -> ExportedTool:
+    def exported(self, context: CallContext | None = None) -> ExportedTool:
         spec = self.spec
         return ExportedTool(
             name=self.name,
             id=spec.id,
-            description=spec.description,
+            description=spec.description if self.describe is None else self.describe(context),
             input_schema=spec.input_schema,
             output_schema=spec.output_schema,
             kind=spec.kind,

@@ -72,7 +72,8 @@ class ErrorCode(StrEnum):
 class ToolSuccess(Generic[OutputT]):
     """The implementation returned ``output``, valid against the output schema.
 
-    ``content`` is the output as JSON unless a ``post_tool_use`` hook replaced what the model sees.
+    ``content`` is what the model reads: the output as JSON, its registration's projection, or
+    what a ``post_tool_use`` hook replaced it with.
     """
 
     call: CallInfo
@@ -80,6 +81,9 @@ class ToolSuccess(Generic[OutputT]):
     content: JsonValue
     display: JsonValue = None
     status: Literal["success"] = "success"
+    output_json: JsonValue = None
+    """The whole output as JSON when ``content`` is a projection of it (else None: ``content``
+    is the output itself, or what a post hook let the model read)."""
 
 
 @dataclass(slots=True)

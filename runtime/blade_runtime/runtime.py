@@ -12,13 +12,17 @@ from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
+from blade_runtime.caller import CallContext
 from blade_runtime.cancel_scope import GRACE_S
+from blade_runtime.content import Projected, projected
+from blade_runtime.context import CallInfo
 from blade_runtime.core import DEFAULT_TIMEOUT_MS, ErrorMapper, FallbackCall, FallbackHandler, log
 from blade_runtime.events import Subscription
 from blade_runtime.export import ExportFormat, ToolExport, export_tools
 from blade_runtime.hooks import Hook, HookCallback, HookEvent, HookEventName
+from blade_runtime.jsonvalue import model_of
 from blade_runtime.memory import MemoryStore
 from blade_runtime.permissions import PermissionRequest, Policy
 from blade_runtime.recovery import Recovery
@@ -82,9 +86,10 @@ class Runtime(Recovery):
         ask: see ``blade_runtime.permissions``; ``permissions.by_kind()`` asks for every
         ``write`` and ``execute`` tool)."""
         self._init_core(MemoryStore() if store is None else store, lease_s, host)
-        self.allowed = None if allowed is None else frozenset(allowed)
-        self.disallowed = frozenset(disallowed)
-        self._restricted = self.allowed is not None or bool(self.disallowed)
+        self._allowed: frozenset[str] | None = None
+        self._disallowed: frozenset[str] = frozenset()
+        self.allowed = allowed
+        self.disallowed = disallowed
         self.timeout_ms = timeout_ms
         self.hook_timeout_s = hook_timeout_ms / 1000
         self.permission = permission
@@ -105,12 +110,23 @@ class Runtime(Recovery):
         name: str | None = None,
         context: ContextProvider[ContextT] | None = None,
         timeout_ms: int | None = None,
+        project: Callable[[OutputT], Projected] | None = None,
+        enabled: Callable[[CallInfo], bool] | None = None,
+        describe: Callable[[CallContext | None], str] | None = None,
+        permission: Policy | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
+        ``project``: what the model reads of the typed output (a sentence, JSON or content
+        blocks; the stored and typed output stay whole). ``enabled``: whether the tool is there
+        for a call (``call.context``, ``call.run_id``), decided when the call starts, and for a
+        parent's children once for the parent's length. ``describe``: the description the
+        model reads for a caller's context (the manifest keeps the spec's). ``permission``: this
+        registration's own policy, instead of the runtime's.
+
         One spec may be registered under several names. Refused here rather than at the first
-        call: a taken or malformed name, and a spec that needs server context without a
-        ``context`` provider.
+        call: a taken or malformed name, a spec that needs server context without a ``context``
+        provider, and a child tool that could suspend (nobody could answer it).
         """
         registered = spec.name if name is None else name
         where = f"registering {spec.id} as {registered!r}"
@@ -125,7 +141,14 @@ class Runtime(Recovery):
             )
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
-        return self._add(spec, registered, implementation, context, timeout_ms)
+        self._check_children(spec, where)
+        added = self._add(spec, registered, implementation, context, timeout_ms)
+        added.project = project
+        added.enabled = enabled
+        added.describe = describe
+        added.permission = permission
+        self._dynamic = self._dynamic or enabled is not None
+        return added
 
     def register_client(
         self,
@@ -133,6 +156,8 @@ class Runtime(Recovery):
         *,
         name: str | None = None,
         timeout_ms: int | None = None,
+        enabled: Callable[[CallInfo], bool] | None = None,
+        describe: Callable[[CallContext | None], str] | None = None,
     ) -> Registration[OutputT]:
         """Offer a client-executed tool: a call becomes a pending action whose submission
         (validated against the output schema) completes it."""
@@ -141,7 +166,64 @@ class Runtime(Recovery):
             raise RegistrationError(
                 f"registering {spec.id} as {registered!r}: the backend executes it; use register"
             )
-        return self._add(spec, registered, None, None, timeout_ms)
+        self._check_children(spec, f"registering {spec.id} as {registered!r}")
+        added = self._add(spec, registered, None, None, timeout_ms)
+        added.enabled = enabled
+        added.describe = describe
+        self._dynamic = self._dynamic or enabled is not None
+        return added
+
+    def unregister(self, name: str) -> Registration[Any]:
+        """Remove the registration ``name``: new calls find no tool; calls of it that wait
+        stay in the store, readable, and any runtime that has the tool can resolve them."""
+        removed = self._registrations.pop(name, None)
+        if removed is None:
+            raise RegistrationError(f"unregistering {name!r}: no tool is registered under it")
+        if self._by_spec.get(removed.spec.id) is removed:
+            del self._by_spec[removed.spec.id]
+            for other in self._registrations.values():  # the next one of that id, if any
+                self._by_spec.setdefault(other.spec.id, other)
+        self._answer_schemas.pop(removed.spec.id, None)
+        return removed
+
+    def replace(
+        self,
+        spec: BackendToolSpec[IdT, InputT, OutputT, ContextT, ExecutionT],
+        implementation: Callable[[ExecutionT], Awaitable[OutputT]],
+        **options: Any,
+    ) -> Registration[OutputT]:
+        """Register ``spec`` in place of what its name is registered as now (atomically: a
+        refused registration leaves the old one)."""
+        name = options.get("name") or spec.name
+        old = self._registrations.get(name)
+        if old is not None:
+            self.unregister(name)
+        try:
+            return self.register(spec, implementation, **options)
+        except RegistrationError:
+            if old is not None:
+                self._registrations[name] = old
+                self._by_spec.setdefault(old.spec.id, old)
+            raise
+
+    def _check_children(self, spec: Any, where: str) -> None:
+        """A child tool must never leave a pending action: refuse a parent whose child could
+        suspend (or runs on a client), and such a tool when a registered parent lists it."""
+        for child_id in getattr(spec, "children", ()):
+            child = self._by_spec.get(child_id)
+            if child is not None and (child.points or child.implementation is None):
+                raise RegistrationError(
+                    f"{where}: its child {child_id} could suspend (or runs on a client), so "
+                    "its pending action could never be answered; make the child a tool that "
+                    "does not wait"
+                )
+        if getattr(spec, "suspend", None) or not isinstance(spec, BackendToolSpec):
+            for parent in self._registrations.values():
+                if spec.id in parent.children:
+                    raise RegistrationError(
+                        f"{where}: {parent.spec.id} calls it as a child tool, and a child "
+                        "cannot wait on a pending action"
+                    )
 
     def _add(
         self,
@@ -190,12 +272,64 @@ class Runtime(Recovery):
             self._hooks[HookEvent.POST_TOOL_USE] or self._hooks[HookEvent.POST_TOOL_USE_FAILURE]
         )
 
-    def export(self, format: ExportFormat = "blade") -> ToolExport:
-        """The callable tools (registered and allowed) as a model-facing tool list."""
-        return export_tools(
-            (r.exported() for r in self._registrations.values() if self.is_allowed(r.name)),
-            format,
-        )
+    def export(
+        self,
+        format: ExportFormat = "blade",
+        *,
+        context: CallContext | None = None,
+        run_id: str = "default",
+    ) -> ToolExport:
+        """The callable tools (registered, allowed and enabled) as a model-facing tool list.
+
+        ``context``: the tool list for that caller's run step: ``enabled`` callbacks decide
+        which tools are there, and ``describe`` callbacks what their descriptions say."""
+        call = CallInfo("", run_id, "", "", context)
+        chosen = []
+        for entry in self._registrations.values():
+            if not self.is_allowed(entry.name):
+                continue
+            if entry.enabled is not None:
+                call.name, call.spec_id = entry.name, entry.spec.id
+                if not entry.enabled(call):
+                    continue
+            chosen.append(entry.exported(context))
+        return export_tools(chosen, format)
+
+    @property
+    def allowed(self) -> frozenset[str] | None:
+        """When not None, only these names may be called (it may change at any time)."""
+        return self._allowed
+
+    @allowed.setter
+    def allowed(self, names: Collection[str] | None) -> None:
+        self._allowed = None if names is None else frozenset(names)
+        self._restricted = self._closing or self._allowed is not None or bool(self._disallowed)
+
+    @property
+    def disallowed(self) -> frozenset[str]:
+        """Names that may never be called; it wins over ``allowed`` (it may change too)."""
+        return self._disallowed
+
+    @disallowed.setter
+    def disallowed(self, names: Collection[str]) -> None:
+        self._disallowed = frozenset(names)
+        self._restricted = self._closing or self._allowed is not None or bool(self._disallowed)
+
+    def reproject(self, call_id: str) -> JsonValue:
+        """What the model would read of the stored call ``call_id`` with its registration's
+        projection as it is now (the stored output is whole); KeyError if not stored."""
+        record = self.store.call(call_id)
+        if record is None or not isinstance(record.result, dict):
+            raise KeyError(f"no settled call {call_id!r} in the store")
+        result = record.result
+        if result.get("status") != "success":
+            return result  # errors bypass projections
+        output = result.get("output", result.get("content"))
+        registration = self._registrations.get(record.name)
+        if registration is None or registration.project is None:
+            return output
+        typed = model_of(registration.output_adapter.validate_python, output)
+        return projected(registration.project(typed))[0]
 
     def subscribe(self, run_id: str, *, after: int | None = None) -> Subscription:
         """The run's tool events from now on (or after the sequence number ``after``, on a

@@ -1,0 +1,108 @@
+"""What the model reads of a result: projections of the typed output, and content blocks.
+
+A registration may give ``project=``: a function from the typed output to what the model reads,
+a sentence (``str``), any JSON value, or content blocks (``Text``, ``Image``, ``ResourceLink``).
+The stored and typed output stay whole; errors bypass the projection; a stored call can be
+projected again (``Runtime.reproject``) after the projection changed. Content blocks are stored
+and announced as JSON (``{"type": "text", "text": ...}``, MCP's shapes) and rendered for each
+provider by ``to_mcp`` and ``to_anthropic``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from pydantic import JsonValue
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image for the model: base64 ``data`` of ``mime_type`` (``image/png``, ...)."""
+
+    data: str
+    mime_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLink:
+    """A link to a resource the client can fetch (MCP's ``resource_link``)."""
+
+    uri: str
+    name: str
+    mime_type: str | None = None
+    description: str | None = None
+
+
+Block: TypeAlias = Text | Image | ResourceLink
+Projected: TypeAlias = str | JsonValue | Sequence[Block]
+Projection: TypeAlias = Callable[[Any], Projected]
+BLOCK_TYPES = frozenset({"text", "image", "resource_link"})
+
+
+def block_json(block: Block) -> dict[str, JsonValue]:
+    if isinstance(block, Text):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, Image):
+        return {"type": "image", "data": block.data, "mimeType": block.mime_type}
+    link: dict[str, JsonValue] = {"type": "resource_link", "uri": block.uri, "name": block.name}
+    if block.mime_type is not None:
+        link["mimeType"] = block.mime_type
+    if block.description is not None:
+        link["description"] = block.description
+    return link
+
+
+def projected(value: Projected) -> tuple[JsonValue, bool]:
+    """A projection's value as the JSON the model reads, and whether it is content blocks."""
+    if (
+        isinstance(value, list | tuple)
+        and value
+        and all(isinstance(item, Text | Image | ResourceLink) for item in value)
+    ):
+        return [block_json(item) for item in value], True  # type: ignore[arg-type]
+    if isinstance(value, Text | Image | ResourceLink):
+        return [block_json(value)], True
+    return value, False  # type: ignore[return-value]  # str or JSON: read as it is
+
+
+def is_blocks(content: JsonValue) -> bool:
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(item, dict) and item.get("type") in BLOCK_TYPES for item in content)
+    )
+
+
+def to_mcp(content: JsonValue) -> list[dict[str, JsonValue]]:
+    """Content as MCP ``CallToolResult.content``: blocks as they are, anything else as text."""
+    if is_blocks(content):
+        assert isinstance(content, list)
+        return [dict(item) for item in content if isinstance(item, dict)]
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    return [{"type": "text", "text": text}]
+
+
+def to_anthropic(content: JsonValue) -> list[dict[str, JsonValue]]:
+    """Content as the ``content`` of an Anthropic ``tool_result`` block."""
+    blocks: list[dict[str, JsonValue]] = []
+    for item in to_mcp(content):
+        if item["type"] == "image":
+            source: dict[str, JsonValue] = {
+                "type": "base64",
+                "media_type": item["mimeType"],
+                "data": item["data"],
+            }
+            blocks.append({"type": "image", "source": source})
+        elif item["type"] == "resource_link":
+            blocks.append({"type": "text", "text": f"{item['name']}: {item['uri']}"})
+        else:
+            blocks.append({"type": "text", "text": item["text"]})
+    return blocks
