@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -444,3 +445,57 @@ def test_pending_flow_in_process_keeps_the_typed_view(runtime: Runtime) -> None:
     (action,) = run(main())
     assert action.name == "transfer.confirm" and action.input.prompt == "Send 5 to bob?"
     assert runtime.pending(principal=Principal("eve", "other")) == []
+
+
+def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    from blade_runtime.mcp import FastPath
+
+    async def exchange(fast: bool) -> list[dict[str, Any]]:
+        app = mcp_asgi_app(runtime, principal=ANN, fast_path=fast)
+        assert isinstance(app, FastPath) is fast
+        inner = app.app if isinstance(app, FastPath) else app
+        bodies: list[dict[str, Any]] = []
+
+        async def keep(response: httpx.Response) -> None:
+            await response.aread()
+            if response.request.method == "POST" and b'"tools/call"' in response.request.content:
+                bodies.append(json.loads(response.content))
+
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            inner.router.lifespan_context(inner),
+            httpx.AsyncClient(transport=transport, event_hooks={"response": [keep]}) as http,
+        ):
+            url = "http://127.0.0.1:8000/mcp"
+            elicit = answers(
+                {"approved": True, "approver": "X"}, {"approved": True, "approver": "a"}
+            )
+            async with Client(
+                streamable_http_client(url, http_client=http), elicitation_callback=elicit
+            ) as c:
+                await c.call_tool("find", {"customer_id": 4})
+                await c.call_tool("find", {"customer_id": "4"})
+                await c.call_tool("transfer", SEND)
+        if isinstance(app, FastPath):
+            assert app.served == 5  # every tools/call took the fast path
+        return bodies
+
+    fast, sdk = run(exchange(True)), run(exchange(False))
+    assert len(fast) == len(sdk) == 5  # find, find, transfer: asked, asked again, done
+
+    def shape(body: dict[str, Any]) -> Any:
+        result = body["result"]
+        state = result.pop("requestState", None)
+        assert state is None or state.startswith("blade1.")
+        return {
+            **body,
+            "id": None,
+            "result": json.loads(re.sub(r"act_[0-9a-f]+", "act", json.dumps(result))),
+        }
+
+    assert [shape(b) for b in fast] == [shape(b) for b in sdk]
+    assert fast[0]["result"]["structuredContent"] == {"id": 4, "name": "customer 4"}
+    assert fast[2]["result"]["resultType"] == "input_required"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -44,11 +45,12 @@ from blade_runtime.runtime import Runtime
 from blade_runtime.store import ActionRecord
 
 if TYPE_CHECKING:
-    from starlette.applications import Starlette
+    from starlette.requests import Request
 
 __all__ = [
     "RESUME_KEY",
     "Authenticate",
+    "McpRequest",
     "McpTools",
     "flat_form_schema",
     "mcp_asgi_app",
@@ -56,16 +58,61 @@ __all__ = [
     "serve_stdio",
 ]
 
+log = logging.getLogger("blade_runtime.mcp")
+
 RESUME_KEY = "resume"
 """The key of the one input request a suspended call asks for."""
 META = "io.blade"  # our keys in a result's _meta
 _STATE_PREFIX = "blade1."
 
-Authenticate: TypeAlias = Callable[
-    [ServerRequestContext[Any, Any]], Principal | Awaitable[Principal | None] | None
-]
-"""The application's function from an MCP request (``ctx.request`` is the HTTP request on
-streamable HTTP) to its authenticated principal, or None for none."""
+
+class McpRequest:
+    """One MCP request as the server sees it: the negotiated protocol version, the client's
+    capabilities, the HTTP request (streamable HTTP; None on stdio and in memory) and the SDK's
+    request context (None on the HTTP fast path)."""
+
+    __slots__ = ("_capabilities", "context", "http", "protocol_version")
+
+    def __init__(
+        self,
+        protocol_version: str,
+        capabilities: Any,
+        http: Request | None = None,
+        context: ServerRequestContext[Any, Any] | None = None,
+    ) -> None:
+        self.protocol_version = protocol_version
+        self._capabilities = capabilities  # a ClientCapabilities, or its raw JSON (parsed lazily)
+        self.http = http
+        self.context = context
+
+    @staticmethod
+    def of(ctx: ServerRequestContext[Any, Any]) -> McpRequest:
+        http = ctx.request if _is_http(ctx.request) else None
+        return McpRequest(ctx.protocol_version, ctx.session.client_capabilities, http, ctx)
+
+    @property
+    def capabilities(self) -> types.ClientCapabilities | None:
+        raw = self._capabilities
+        if raw is None or isinstance(raw, types.ClientCapabilities):
+            return raw
+        parsed: types.ClientCapabilities | None
+        try:
+            parsed = types.ClientCapabilities.model_validate(raw)
+        except ValueError:
+            parsed = None
+        self._capabilities = parsed
+        return parsed
+
+
+def _is_http(request: Any) -> bool:
+    from starlette.requests import Request
+
+    return isinstance(request, Request)
+
+
+Authenticate: TypeAlias = Callable[[McpRequest], Principal | Awaitable[Principal | None] | None]
+"""The application's function from an MCP request (``request.http`` is the HTTP request on
+streamable HTTP, with its headers) to its authenticated principal, or None for none."""
 
 _PRIMITIVE = frozenset({"string", "number", "integer", "boolean"})
 _FORM_KEYS = frozenset(
@@ -145,6 +192,7 @@ class _Listing:
     from_wire: Mapping[str, str]
     to_wire: Mapping[str, str]
     structured: frozenset[str]  # wire names that announce an output schema
+    input_schemas: Mapping[str, Mapping[str, Any]]
 
 
 class McpTools:
@@ -217,8 +265,13 @@ class McpTools:
             exported.names.from_wire,
             exported.names.to_wire,
             frozenset(structured),
+            {tool.name: tool.input_schema for tool in tools},
         )
         return self._listing
+
+    def input_schema(self, wire: str) -> Mapping[str, Any] | None:
+        """The input schema of the tool listed as ``wire`` (None: no such tool)."""
+        return self.listing().input_schemas.get(wire)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -230,30 +283,36 @@ class McpTools:
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        principal = await self._principal(ctx)
+        return await self.handle(McpRequest.of(ctx), params)
+
+    async def handle(
+        self, req: McpRequest, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """One tools/call (the SDK's handler, and the HTTP fast path, call this)."""
+        principal = await self._principal(req)
         listing = self.listing()
         name = listing.from_wire.get(params.name, params.name)
         if params.request_state is not None:
-            return await self._retry(ctx, params, principal, name)
+            return await self._retry(req, params, principal, name)
         result = await self.runtime.call(
             name,
             params.arguments or {},
             run_id=self.run_id,
             context=CallContext(principal=principal),
         )
-        return self._answer(ctx, result, params.name)
+        return self._answer(req, result, params.name)
 
-    async def _principal(self, ctx: ServerRequestContext[Any, Any]) -> Principal | None:
+    async def _principal(self, req: McpRequest) -> Principal | None:
         if self.authenticate is None:
             return self.principal
-        found = self.authenticate(ctx)
+        found = self.authenticate(req)
         if inspect.isawaitable(found):
             found = await found
         return found
 
     def _answer(
         self,
-        ctx: ServerRequestContext[Any, Any],
+        req: McpRequest,
         result: ToolResult[Any],
         wire: str,
         note: str | None = None,
@@ -261,22 +320,22 @@ class McpTools:
         if isinstance(result, ToolPending):
             action = self.runtime.store.action(result.action.action_id)
             if action is not None:
-                asked = self._ask(ctx, action, note)
+                asked = self._ask(req, action, note)
                 if asked is not None:
                     return asked
             return self._pending_result(result.content, wire, result.action.action_id)
         if isinstance(result, ToolError):
             return _error(result.code, result.message)
-        return _success(result.content, ctx.protocol_version)
+        return _success(result.content, req.protocol_version)
 
     def _ask(
-        self, ctx: ServerRequestContext[Any, Any], action: ActionRecord, note: str | None
+        self, req: McpRequest, action: ActionRecord, note: str | None
     ) -> types.InputRequiredResult | None:
         """The input-required result asking for the action's resume payload, or None where
         this client cannot answer one (older protocol, no elicitation, no inbox)."""
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        if req.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             return None
-        capabilities = ctx.session.client_capabilities
+        capabilities = req.capabilities
         elicitation = None if capabilities is None else capabilities.elicitation
         if elicitation is None:
             return None
@@ -305,7 +364,7 @@ class McpTools:
 
     async def _retry(
         self,
-        ctx: ServerRequestContext[Any, Any],
+        req: McpRequest,
         params: types.CallToolRequestParams,
         principal: Principal | None,
         name: str,
@@ -316,37 +375,35 @@ class McpTools:
             # another principal's action does not exist for this one
             return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
         if action.state != "pending":
-            return self._settled(ctx, action, params.name)
+            return self._settled(req, action, params.name)
         response = (params.input_responses or {}).get(RESUME_KEY)
         if not isinstance(response, types.ElicitResult):
-            return self._again(ctx, action, params.name, None)
+            return self._again(req, action, params.name, None)
         if response.action == "decline":
             cancelled = self.runtime.cancel(action.action_id, "declined by the user")
-            return self._answer(ctx, cancelled, params.name)
+            return self._answer(req, cancelled, params.name)
         if response.action == "cancel" or response.content is None:
             # dismissed, or a URL elicitation the user agreed to open: the action waits on
-            return self._settled(ctx, action, params.name)
+            return self._settled(req, action, params.name)
         answer: dict[str, Any] = dict(response.content)
         submitted = await self.runtime.submit(action.action_id, answer)
         if isinstance(submitted, ToolError) and submitted.code == ErrorCode.INVALID_SUBMISSION:
-            return self._again(ctx, action, params.name, submitted.message)
-        return self._answer(ctx, submitted, params.name)
+            return self._again(req, action, params.name, submitted.message)
+        return self._answer(req, submitted, params.name)
 
     def _again(
         self,
-        ctx: ServerRequestContext[Any, Any],
+        req: McpRequest,
         action: ActionRecord,
         wire: str,
         note: str | None,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        asked = self._ask(ctx, action, note)
+        asked = self._ask(req, action, note)
         if asked is not None:
             return asked
         return self._pending_result(_pending_json(action), wire, action.action_id)
 
-    def _settled(
-        self, ctx: ServerRequestContext[Any, Any], action: ActionRecord, wire: str
-    ) -> types.CallToolResult:
+    def _settled(self, req: McpRequest, action: ActionRecord, wire: str) -> types.CallToolResult:
         """What the action's call has come to, as the store records it (another worker, the
         inbox or an operator may have resolved it): its result once settled, or the pending
         action while it waits."""
@@ -359,7 +416,7 @@ class McpTools:
                 code = ErrorCode(str(recorded.get("code")))
                 return _error(code, str(recorded.get("message", "")))
             if recorded.get("status") == "success":
-                return _success(recorded.get("content"), ctx.protocol_version)
+                return _success(recorded.get("content"), req.protocol_version)
         if call is not None and call.state == "suspended":
             # the call went on to wait on a newer action: the model asks about that one
             newer = self.runtime.store.actions(call_id=call.call_id)
@@ -463,8 +520,6 @@ def mcp_server(
     run_id: str = "mcp",
 ) -> Server[Any]:
     """A low-level MCP server serving ``runtime``'s tools (see the module's doc)."""
-    from blade_runtime import __version__
-
     tools = McpTools(
         runtime,
         principal=principal,
@@ -472,11 +527,32 @@ def mcp_server(
         inbox_url=inbox_url,
         run_id=run_id,
     )
+    return _server(tools, name)
+
+
+def _security(host: str) -> Any:
+    """The SDK's DNS-rebinding protection for a loopback host (as streamable_http_app sets)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
+    from blade_runtime import __version__
+
     return Server(
         name,
         version=__version__,
         on_list_tools=tools.list_tools,
         on_call_tool=tools.call_tool,
+        # Mcp-Param header checks read the schema here instead of running tools/list per call
+        get_tool_input_schema=tools.input_schema,
     )
 
 
@@ -494,6 +570,161 @@ async def serve_stdio(
         await server.run(read, write, server.create_initialization_options())
 
 
+_MODERN = frozenset(version.encode() for version in MODERN_PROTOCOL_VERSIONS)
+MAX_BODY_BYTES = 4 * 1024 * 1024  # the SDK's default request body limit
+
+
+class FastPath:
+    """Streamable HTTP with a short path for the common request: a stateless 2026-07-28
+    ``tools/call`` wanting a JSON response, without ``Mcp-Param-*`` headers.
+
+    It passes the SDK's own checks (transport security, Accept, duplicated routing headers, the
+    envelope classifier) and answers with the SDK's own wire serialization of the result, but
+    calls the handler directly instead of through the SDK's per-request server loop (a
+    connection, a runner, the middleware chain: most of a call's cost over HTTP). Every other
+    request, and any request these checks would refuse, goes to the SDK's app unchanged (its body
+    replayed), so the SDK gives its answer and its error. Nothing here is traced by the SDK's
+    OpenTelemetry middleware."""
+
+    def __init__(
+        self, app: Any, server: Server[Any], tools: McpTools, path: str, security: Any
+    ) -> None:
+        from mcp.server.transport_security import TransportSecurityMiddleware
+
+        self.app = app
+        self.server = server
+        self.tools = tools
+        self.path = path
+        self.security = TransportSecurityMiddleware(security)
+        self.served = 0  # requests answered here rather than by the SDK's app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self._candidate(scope):
+            await self.app(scope, receive, send)
+            return
+        body = await _body(receive)
+        replayed = _replay(body, receive)
+        if body is None:
+            await self.app(scope, replayed, send)
+            return
+        answered = await self._answer(scope, replayed, body)
+        if answered is None:
+            await self.app(scope, replayed, send)
+        else:
+            self.served += 1
+            await answered(scope, replayed, send)
+
+    def _candidate(self, scope: Any) -> bool:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            return False
+        version = method = None
+        for key, value in scope["headers"]:
+            if key == b"mcp-protocol-version":
+                version = value
+            elif key == b"mcp-method":
+                method = value
+            elif (
+                key.startswith(b"mcp-param-")
+                or key == b"mcp-session-id"
+                or (
+                    key == b"content-length"
+                    and (not value.isdigit() or int(value) > MAX_BODY_BYTES)
+                )
+            ):
+                return False
+        return version in _MODERN and method == b"tools/call"
+
+    async def _answer(self, scope: Any, receive: Any, body: bytes) -> Any:
+        """The response to send, or None: the SDK's app answers."""
+        from mcp.server.runner import modern_error_data
+        from mcp.server.streamable_http import check_accept_headers
+        from mcp.shared.inbound import (
+            InboundModernRoute,
+            classify_inbound_request,
+            find_duplicated_routing_header,
+        )
+        from mcp_types import methods
+        from pydantic import ValidationError
+        from starlette.requests import Request
+        from starlette.responses import Response
+
+        request = Request(scope, receive)
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return None
+        if not check_accept_headers(request)[0]:
+            return None
+        if find_duplicated_routing_header(request.headers.items()) is not None:
+            return None
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(decoded, dict) or decoded.get("method") != "tools/call":
+            return None
+        request_id = decoded.get("id")
+        if decoded.get("jsonrpc") != "2.0" or isinstance(request_id, bool):
+            return None
+        if not isinstance(request_id, str | int):
+            return None
+        verdict = classify_inbound_request(decoded, headers=dict(request.headers))
+        if not isinstance(verdict, InboundModernRoute):
+            return None
+        try:
+            params = types.CallToolRequestParams.model_validate(decoded.get("params"))
+        except ValidationError:
+            return None
+        version = verdict.protocol_version
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+        try:
+            result = await self.tools.handle(
+                McpRequest(version, verdict.client_capabilities, request), params
+            )
+            dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            shaped = methods.serialize_server_result("tools/call", version, dumped)
+        except Exception as error:  # the SDK's mapping of a handler's failure
+            log.exception("tools/call %s failed", params.name)
+            data = modern_error_data(error)
+            reply["error"] = data.model_dump(mode="json", by_alias=True, exclude_none=True)
+            return Response(_text(reply), media_type="application/json")
+        shaped.setdefault("resultType", "complete")
+        meta = shaped.get("_meta")
+        stamp = {types.SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        shaped["_meta"] = stamp if not isinstance(meta, dict) else {**meta, **stamp}
+        reply["result"] = shaped
+        return Response(_text(reply), media_type="application/json")
+
+
+async def _body(receive: Any) -> bytes | None:
+    """The request body (None: larger than the limit, or the client went away)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes | None, receive: Any) -> Any:
+    """A receive that hands out ``body`` first (as one message), then what ``receive`` gives."""
+    sent = body is None
+
+    async def replayed() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
 def mcp_asgi_app(
     runtime: Runtime,
     *,
@@ -504,20 +735,24 @@ def mcp_asgi_app(
     path: str = "/mcp",
     host: str = "127.0.0.1",
     stateless: bool = True,
-) -> Starlette:
+    fast_path: bool = True,
+) -> Any:
     """The streamable-HTTP MCP endpoint at ``path`` as an ASGI app (its lifespan runs the SDK's
     session manager). Every request is authenticated by ``authenticate``; with neither it nor a
     fixed ``principal``, pass ``anonymous=True`` (for loopback only: ``host`` sets the SDK's DNS
     rebinding protection). ``stateless``: no MCP session affinity, so any worker sharing the
-    store answers any request."""
+    store answers any request. ``fast_path``: serve plain 2026-07-28 tool calls without the
+    SDK's per-request server loop (``FastPath``; the SDK's app serves everything else)."""
     if authenticate is None and principal is None and not anonymous:
         raise ValueError("pass authenticate= (or principal=), or anonymous=True for loopback")
-    server = mcp_server(
-        runtime, principal=principal, authenticate=authenticate, inbox_url=inbox_url
-    )
-    return server.streamable_http_app(
+    tools = McpTools(runtime, principal=principal, authenticate=authenticate, inbox_url=inbox_url)
+    server = _server(tools)
+    app = server.streamable_http_app(
         streamable_http_path=path, stateless_http=stateless, json_response=True, host=host
     )
+    if not fast_path:
+        return app
+    return FastPath(app, server, tools, path, _security(host))
 
 
 def load_runtime(target: str, store_url: str | None) -> Runtime:
