@@ -499,3 +499,37 @@ def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     assert [shape(b) for b in fast] == [shape(b) for b in sdk]
     assert fast[0]["result"]["structuredContent"] == {"id": 4, "name": "customer 4"}
     assert fast[2]["result"]["resultType"] == "input_required"
+
+
+def test_projections_are_what_the_model_reads_and_the_output_stays_structured(
+    runtime: Runtime,
+) -> None:
+    from blade_agent_specs.crm import find_v1
+
+    from blade_runtime.content import ResourceLink, Text
+
+    runtime.register(
+        find_v1.SPEC, agent_tools.find, name="find_line", project=lambda out: f"{out.name}."
+    )
+    runtime.register(
+        find_v1.SPEC,
+        agent_tools.find,
+        name="find_blocks",
+        project=lambda out: [Text(out.name), ResourceLink(f"crm://c/{out.id}", "record")],
+    )
+
+    async def main() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async with Client(mcp_server(runtime)) as client:
+            line = await client.call_tool("find_line", {"customer_id": 2})
+            blocks = await client.call_tool("find_blocks", {"customer_id": 2})
+            return line, blocks
+
+    line, blocks = run(main())
+    whole = {"id": 2, "name": "customer 2"}
+    assert line.structured_content == whole and blocks.structured_content == whole
+    assert [c.model_dump(exclude_none=True) for c in line.content] == [
+        {"type": "text", "text": "customer 2."}
+    ]
+    assert [c.type for c in blocks.content] == ["text", "resource_link"]
+    assert isinstance(blocks.content[1], types.ResourceLink)
+    assert blocks.content[1].uri == "crm://c/2"

@@ -40,7 +40,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
 from blade_runtime.caller import CallContext, Principal
-from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.content import is_blocks, to_mcp
+from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime
 from blade_runtime.store import ActionRecord
 
@@ -326,7 +327,8 @@ class McpTools:
             return self._pending_result(result.content, wire, result.action.action_id)
         if isinstance(result, ToolError):
             return _error(result.code, result.message)
-        return _success(result.content, req.protocol_version)
+        output = result.output_json if isinstance(result, ToolSuccess) else None
+        return _success(result.content, req.protocol_version, output)
 
     def _ask(
         self, req: McpRequest, action: ActionRecord, note: str | None
@@ -416,7 +418,8 @@ class McpTools:
                 code = ErrorCode(str(recorded.get("code")))
                 return _error(code, str(recorded.get("message", "")))
             if recorded.get("status") == "success":
-                return _success(recorded.get("content"), req.protocol_version)
+                content, output = recorded.get("content"), recorded.get("output")
+                return _success(content, req.protocol_version, output)
         if call is not None and call.state == "suspended":
             # the call went on to wait on a newer action: the model asks about that one
             newer = self.runtime.store.actions(call_id=call.call_id)
@@ -455,12 +458,19 @@ class McpTools:
         )
 
 
-def _success(content: JsonValue, version: str) -> types.CallToolResult:
-    structured = (
-        content if isinstance(content, dict) or version in MODERN_PROTOCOL_VERSIONS else None
-    )
+def _success(content: JsonValue, version: str, output: JsonValue = None) -> types.CallToolResult:
+    """A success: what the model reads as content (content blocks as they are, a sentence as
+    text, other JSON as its text) and the output as structured content (the whole output when
+    the registration projects what the model reads)."""
+    whole = content if output is None else output
+    structured = whole if isinstance(whole, dict) or version in MODERN_PROTOCOL_VERSIONS else None
+    if is_blocks(content):
+        return types.CallToolResult.model_validate(
+            {"content": to_mcp(content), "structuredContent": structured}
+        )
+    text = content if isinstance(content, str) else _text(content)
     return types.CallToolResult(
-        content=[types.TextContent(text=_text(content))], structured_content=structured
+        content=[types.TextContent(text=text)], structured_content=structured
     )
 
 
