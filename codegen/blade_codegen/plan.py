@@ -31,12 +31,12 @@ RESERVED = frozenset(
     # blade_runtime's names that generated modules and the client import
     | {"BackendToolSpec", "ClientToolSpec", "ToolSpec", "Execution", "InitialEntry"}
     | {"ResumeEntry", "SuspendPoint", "DataChannel", "DataItem", "Parser", "PendingActionBase"}
-    | {"CallSuccess", "CallSkipped", "CallError", "CallPending", "ToolClient"}
+    | {"CallSuccess", "CallSkipped", "CallError", "CallPending", "ToolClient", "CapabilitySpec"}
 )
 # Each tool module's own interfaces: <base><suffix>.
 INTERFACE_SUFFIXES = (
     *("Id", "Execution", "Implementation", "DataWriter", "Entry", "Result", "Action", "Data"),
-    "Tools",
+    *("Tools", "Capabilities"),
 )
 # Methods every generated Client has; a tool's method may not take them.
 CLIENT_METHODS = frozenset({"pending", "action", "runtime"})

@@ -457,6 +457,9 @@ def render_tool(
             own["typing"].add("NoReturn")
         if len(data) > 1 or len(suspend) > 1:
             own["typing"].update({"overload", "Any"})
+        if spec.capabilities:
+            runtime.add("CapabilitySpec")
+            own["typing"].add("Any")
         if spec.children:
             runtime.add("ToolSpec")
             if len(spec.children) > 1:
@@ -501,6 +504,8 @@ def render_tool(
             own.setdefault("pydantic", set()).add("JsonValue")
     _refuse_shadowing(spec.source.rel, split, own)
     schemas = {f"{s.role}:{s.key}" if s.key else s.role: s.bundled for s in spec.slots}
+    for name, capability in spec.capabilities.items():
+        schemas[f"capability:{name}"] = capability.get("configSchema", True)
     text = (
         environment()
         .get_template("tool_module.py.jinja")

@@ -58,6 +58,9 @@ class ResolvedSpec:
     deprecated: bool = False
     children: tuple[str, ...] = ()  # ids of the tools it may call through ctx.tools
     deadlines: Mapping[str, int] = field(default_factory=dict)  # suspend point: expiresAfterMs
+    # Server-side services the implementation needs (name: description, configSchema); not part
+    # of the wire contract (callers never see them), so not of the fingerprint either.
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -225,6 +228,7 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 deprecated=bool(spec.get("deprecated", False)),
                 children=tuple(spec.get("children", ())),
                 deadlines=deadlines,
+                capabilities=dict(spec.get("capabilities", {})),
             )
         )
     if problems:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import keyword as python_keyword
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from functools import cache
@@ -135,7 +136,7 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
                     "add outputSchema",
                 )
             )
-        for key in ("suspend", "contextSchema"):
+        for key in ("suspend", "contextSchema", "capabilities"):
             if key in spec:
                 problems.append(
                     source.problem(
@@ -144,6 +145,16 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
                         f'remove {key} or set "execution": "backend"',
                     )
                 )
+    capabilities = spec.get("capabilities")
+    for name in capabilities if isinstance(capabilities, dict) else ():
+        if python_keyword.iskeyword(name):  # it becomes an attribute of ctx.capabilities
+            problems.append(
+                source.problem(
+                    ("capabilities", name),
+                    f"{name!r} is a Python keyword, so ctx.capabilities cannot name it",
+                    f"rename it, for example to {name}_service",
+                )
+            )
     for at, schema in schema_slots(spec):
         problems.extend(_check_schema(tree, source, at, schema))
     return problems

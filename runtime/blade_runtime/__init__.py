@@ -39,6 +39,7 @@ from blade_runtime.runtime import (
 )
 from blade_runtime.spec import (
     BackendToolSpec,
+    CapabilitySpec,
     ClientToolSpec,
     DataChannel,
     ExecutionMode,
@@ -62,6 +63,7 @@ __all__ = [
     "CallContext",
     "CallInfo",
     "CancellationSignal",
+    "CapabilitySpec",
     "ChildToolError",
     "ClientToolSpec",
     "DataChannel",

@@ -189,6 +189,7 @@ class ToolContext:
 
     # Class-level defaults rather than slots: most calls set five attributes, not eleven.
     context: Any = None
+    capabilities: Any = None
     data: CallData | None = None
     tools: ChildTools | None = None
     entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from pydantic import JsonValue
 
 from blade_runtime.caller import CallContext
 from blade_runtime.cancel_scope import GRACE_S, Abandoned, CancelScope
+from blade_runtime.capabilities import with_capabilities
 from blade_runtime.content import projected
 from blade_runtime.context import (
     CallInfo,
@@ -327,8 +328,15 @@ class CallPipeline(RuntimeCore):
                 registration.children,
                 self._disabled_children(registration, call) if self._dynamic else frozenset(),
             )
+        running: Awaitable[Any]
+        if registration.bindings:  # acquired under the deadline, released however it ends
+            running = with_capabilities(
+                registration.bindings, call, scope.signal, ctx, registration.implementation
+            )
+        else:
+            running = registration.implementation(ctx)
         try:
-            output = await scope.run(registration.implementation(ctx), registration.timeout_s)
+            output = await scope.run(running, registration.timeout_s)
         except ToolFailed as failure:
             return self._fatal.pop(call.call_id, None) or error_result(
                 call, ErrorCode.TOOL_FAILED, failure.message

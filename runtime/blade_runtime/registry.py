@@ -85,6 +85,8 @@ class Registration(Generic[OutputT]):
     """The description the model reads for a caller's context; None: the spec's."""
     permission: Any = None
     """This registration's own permission policy (else the runtime's)."""
+    bindings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    """The capabilities its implementation gets: name -> (binding, its configuration)."""
 
     @property
     def checked(self) -> bool:

@@ -8,7 +8,7 @@ registry, hooks, exports, subscriptions, cancellation and ``close``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,6 +16,7 @@ from pydantic import BaseModel, JsonValue
 
 from blade_runtime.caller import CallContext
 from blade_runtime.cancel_scope import GRACE_S
+from blade_runtime.capabilities import Binding
 from blade_runtime.content import Projected, projected
 from blade_runtime.context import CallInfo
 from blade_runtime.core import DEFAULT_TIMEOUT_MS, ErrorMapper, FallbackCall, FallbackHandler, log
@@ -31,11 +32,13 @@ from blade_runtime.registry import (
     ContextProvider,
     Registration,
     RegistrationError,
+    compiled,
     registration,
 )
 from blade_runtime.results import ErrorCode, ToolError
-from blade_runtime.spec import BackendToolSpec, ClientToolSpec
+from blade_runtime.spec import BackendToolSpec, CapabilitySpec, ClientToolSpec
 from blade_runtime.store import DEFAULT_LEASE_S, Store
+from blade_runtime.validation import describe
 
 IdT = TypeVar("IdT", bound=str)
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -76,12 +79,15 @@ class Runtime(Recovery):
         cleanup_grace_s: float = GRACE_S,
         lease_s: float = DEFAULT_LEASE_S,
         host: str | None = None,
+        capabilities: Mapping[str, Binding] | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
         ``lease_s``: how long this runtime's claim on a running call holds without a heartbeat
         (another worker may take the call over after it; renewed every third of it).
         ``host``: this machine's name in the runtime's owner id (default: the host name).
+        ``capabilities``: the bindings of the services tools declare (see
+        ``blade_runtime.capabilities``); a tool whose capability is unbound is refused.
         ``permission``: the policy deciding each new call on its final input (allow, deny or
         ask: see ``blade_runtime.permissions``; ``permissions.by_kind()`` asks for every
         ``write`` and ``execute`` tool)."""
@@ -97,6 +103,7 @@ class Runtime(Recovery):
         self.fallback = fallback
         self.cleanup_grace_s = cleanup_grace_s
         self._closed = False
+        self.capabilities: dict[str, Binding] = dict(capabilities or {})
         self.store.attach(self.owner)
         self._live()
 
@@ -114,6 +121,7 @@ class Runtime(Recovery):
         enabled: Callable[[CallInfo], bool] | None = None,
         describe: Callable[[CallContext | None], str] | None = None,
         permission: Policy | None = None,
+        capability_config: Mapping[str, JsonValue] | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -122,7 +130,8 @@ class Runtime(Recovery):
         for a call (``call.context``, ``call.run_id``), decided when the call starts, and for a
         parent's children once for the parent's length. ``describe``: the description the
         model reads for a caller's context (the manifest keeps the spec's). ``permission``: this
-        registration's own policy, instead of the runtime's.
+        registration's own policy, instead of the runtime's. ``capability_config``: per declared
+        capability, the configuration its binding gets (validated against its configSchema).
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -142,7 +151,9 @@ class Runtime(Recovery):
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
         self._check_children(spec, where)
+        bindings = self._bindings(spec, where, capability_config or {})
         added = self._add(spec, registered, implementation, context, timeout_ms)
+        added.bindings = bindings
         added.project = project
         added.enabled = enabled
         added.describe = describe
@@ -205,6 +216,36 @@ class Runtime(Recovery):
                 self._registrations[name] = old
                 self._by_spec.setdefault(old.spec.id, old)
             raise
+
+    def _bindings(
+        self, spec: Any, where: str, config: Mapping[str, JsonValue]
+    ) -> dict[str, tuple[Binding, JsonValue]]:
+        """The binding and configuration of every capability ``spec`` declares, or why not."""
+        declared: Mapping[str, CapabilitySpec] = getattr(spec, "capabilities", {})
+        missing = sorted(set(declared) - set(self.capabilities))
+        if missing:
+            raise RegistrationError(
+                f"{where}: this runtime has no binding of its capabilities {', '.join(missing)}; "
+                "pass Runtime(capabilities={name: binding})"
+            )
+        unknown = sorted(set(config) - set(declared))
+        if unknown:
+            raise RegistrationError(
+                f"{where}: capability_config names {', '.join(unknown)}, which the spec does not "
+                f"declare (it declares: {', '.join(sorted(declared)) or 'none'})"
+            )
+        chosen = {}
+        for name, capability in declared.items():
+            value = config.get(name)
+            validator = compiled(capability.config_schema)  # type: ignore[arg-type]
+            if not validator.is_valid(value):
+                problems = describe(validator.violations(value))
+                raise RegistrationError(
+                    f"{where}: capability_config[{name!r}] does not match the capability's "
+                    f"configSchema: {problems}"
+                )
+            chosen[name] = (self.capabilities[name], value)
+        return chosen
 
     def _check_children(self, spec: Any, where: str) -> None:
         """A child tool must never leave a pending action: refuse a parent whose child could

@@ -63,6 +63,16 @@ class SuspendPoint(Generic[SuspendT, ResumeT]):
     expires_after_ms: int | None = None  # past it, the action settles as TIMEOUT
 
 
+@dataclass(frozen=True)
+class CapabilitySpec:
+    """A service a tool's implementation needs (``ctx.capabilities.<name>``), and the schema of
+    the configuration a registration gives it (``True``: any)."""
+
+    name: str
+    config_schema: JsonObject | bool = True
+    description: str | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec(Generic[IdT, InputT, OutputT]):
     """What every tool has, whichever side executes it.
@@ -105,6 +115,7 @@ class BackendToolSpec(
     context_type: Any
     suspend: Mapping[str, SuspendPoint[Any, Any]] = field(default_factory=dict)
     children: tuple[str, ...] = ()  # ids of the tools it may call through ``ctx.tools``
+    capabilities: Mapping[str, CapabilitySpec] = field(default_factory=dict)
 
     @property
     def execution(self) -> ExecutionMode:
