@@ -103,10 +103,12 @@ def test_mcp_records_names_and_annotations(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     folder = tmp_path / "specs" / "shop"
     get = json.loads((folder / "get-item.v1.json").read_text())
-    assert (get["name"], get["kind"], get["sideEffect"]) == ("getItem", "read_only", "pure")
+    # Remote hints stay hints: the kind may follow readOnlyHint, the side effect does not.
+    assert (get["name"], get["kind"]) == ("getItem", "read_only") and "sideEffect" not in get
     assert get["importedFrom"]["annotations"] == {"readOnlyHint": True}
     put = json.loads((folder / "put-item.v1.json").read_text())
-    assert (put["name"], put["sideEffect"]) == ("put_item_", "idempotent")
+    assert put["name"] == "put_item_" and "sideEffect" not in put  # stays non_idempotent
+    assert put["importedFrom"]["annotations"] == {"idempotentHint": True}
     delete = json.loads((folder / "delete.v1.json").read_text())
     assert "sideEffect" not in delete and delete["outputSchema"] == {
         "type": "object"
@@ -450,3 +452,24 @@ def test_import_writes_only_valid_specs_and_nothing_when_one_is_refused(tmp_path
     from blade_codegen.build import build
 
     build(specs, tmp_path / "out", "imported")  # what it wrote builds
+
+
+def test_the_side_effect_of_imported_tools_is_the_users_word(tmp_path: Path) -> None:
+    jsonl = tmp_path / "tools.jsonl"
+    record = {"name": "put", "inputSchema": SEARCH, "annotations": {"idempotentHint": True}}
+    jsonl.write_text(json.dumps(record) + "\n")
+    specs = tmp_path / "specs"
+    done = cli(
+        "--from",
+        "mcp",
+        str(jsonl),
+        "--namespace",
+        "shop",
+        "--out",
+        str(specs),
+        "--side-effect",
+        "idempotent",
+    )
+    assert done.returncode == 0, done.stderr
+    put = json.loads((specs / "shop" / "put.v1.json").read_text())
+    assert put["sideEffect"] == "idempotent"

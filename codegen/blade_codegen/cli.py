@@ -525,9 +525,23 @@ def pack(
 @click.option(
     "--name-prefix", default="", help="Prefix for the names (e.g. github.), to keep them unique."
 )
+@click.option(
+    "--side-effect",
+    type=click.Choice(["pure", "idempotent", "non_idempotent"]),
+    default=None,
+    help="The side effect of every imported tool. A remote server's idempotentHint or "
+    "readOnlyHint never decides it (recovery may replay pure and idempotent calls).  "
+    "[default: non_idempotent]",
+)
 @click.option("--force", is_flag=True, help="Replace spec files that exist with other content.")
 def import_(
-    source: str, file: Path, namespace: str, out: Path | None, name_prefix: str, force: bool
+    source: str,
+    file: Path,
+    namespace: str,
+    out: Path | None,
+    name_prefix: str,
+    side_effect: str | None,
+    force: bool,
 ) -> None:
     """Write spec files for the tools in FILE (schemas brought to JSON Schema 2020-12).
 
@@ -547,7 +561,9 @@ def import_(
     kind = cast("Literal['mcp', 'openai', 'anthropic']", source)
     try:
         tools, unreadable = read_tools(file, kind)
-        files = import_tools(tools, kind, namespace, file.name, name_prefix, unreadable)
+        files = import_tools(
+            tools, kind, namespace, file.name, name_prefix, unreadable, side_effect
+        )
         invalid = check_imported(specs, files)
         if invalid:
             raise ImportRefused(invalid)

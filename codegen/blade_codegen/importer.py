@@ -4,7 +4,8 @@ Reads an MCP ``tools/list`` result (or its JSON-RPC response, or one MCP tool re
 OpenAI tools array (Chat Completions or Responses shape) or an Anthropic tools array, and writes
 one spec a tool: id ``NS.<tool-name>.v1``, the original name where our name rule allows it, the
 description, the schemas brought to 2020-12 (``dialect``), and for MCP the annotations as
-``kind``/``sideEffect`` hints, with the originals kept under ``importedFrom``.
+``kind`` hints (``readOnlyHint``), with the originals kept under ``importedFrom``; the side effect
+stays the conservative ``non_idempotent`` unless the user gives ``--side-effect``.
 
 A file is JSON when it parses as one document, else JSON Lines (MCP only): the shape is found by
 parsing, not by its first characters. The same input gives the same files. Every spec is
@@ -190,6 +191,7 @@ def import_tools(
     label: str,
     name_prefix: str = "",
     problems: Iterable[str] = (),
+    side_effect: str | None = None,
 ) -> list[Imported]:
     """The spec files for ``tools``; ImportRefused lists every tool that cannot be imported
     (after the ``problems`` reading the file found)."""
@@ -210,7 +212,7 @@ def import_tools(
             continue
         notes: list[str] = []
         try:
-            spec = _spec(tool, source, spec_id, name_prefix, notes)
+            spec = _spec(tool, source, spec_id, name_prefix, notes, side_effect)
         except NotConvertible as refused:
             found.extend(
                 f"{label}: {tool.where}: {tool.name}: {r.pointer}: {r.reason} "
@@ -227,7 +229,12 @@ def import_tools(
 
 
 def _spec(
-    tool: Tool, source: Source, spec_id: str, name_prefix: str, notes: list[str]
+    tool: Tool,
+    source: Source,
+    spec_id: str,
+    name_prefix: str,
+    notes: list[str],
+    side_effect: str | None = None,
 ) -> dict[str, Any]:
     name = name_prefix + (tool.name if NAME_RULE.fullmatch(tool.name) else _safe_name(tool.name))
     spec: dict[str, Any] = {
@@ -237,10 +244,12 @@ def _spec(
     }
     hints = tool.annotations
     if hints.get("readOnlyHint") is True:
-        spec["kind"] = "read_only"
-        spec["sideEffect"] = "pure"
-    elif hints.get("idempotentHint") is True:
-        spec["sideEffect"] = "idempotent"
+        spec["kind"] = "read_only"  # how the tool is described; no promise of replay safety
+    # The side effect is never taken from a remote server's hints (seed 000: hints from remote
+    # servers never prove replay safety): recovery may run a pure or idempotent call twice, so
+    # only the user says so (--side-effect); else the conservative non_idempotent default.
+    if side_effect is not None:
+        spec["sideEffect"] = side_effect
     spec["inputSchema"] = _arguments(_converted(tool.input_schema, "/inputSchema", notes))
     if isinstance(tool.output_schema, dict):
         spec["outputSchema"] = _converted(tool.output_schema, "/outputSchema", notes)
