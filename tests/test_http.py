@@ -747,3 +747,57 @@ def test_serve_refuses_what_it_cannot_serve_safely(tmp_path: Path) -> None:
     assert (
         main(["serve", "x:y", "--store", str(tmp_path / "no" / "s.db"), "--allow-anonymous"]) == 3
     )
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+def test_a_calls_data_by_channel_and_an_unrecorded_call_read_back(
+    mode: str, store_kind: str, tmp_path: Path, example_package: Any
+) -> None:
+    from blade_specs.deploy import deploy_service_v1 as deploy
+
+    store = MemoryStore() if store_kind == "memory" else SQLiteStore(tmp_path / "d.db")
+    runtime, tools = runtime_of(store)
+
+    async def impl(ctx: Any) -> Any:
+        progress = deploy.DeployServiceProgressData
+        await ctx.data.write("progress", progress(step="build", status="done"), id="build")
+        await ctx.data.write("progress", progress(step="push", status="running"), id="push")
+        await ctx.data.write("log", deploy.DeployServiceLogData(line="pushed"))
+        return deploy.DeployServiceOutput(deployed=True, steps=2)
+
+    runtime.register(deploy.SPEC, impl)
+    app = create_app(runtime, authenticate=authenticate)
+    arguments = {"service": "api", "version": "v1.2.3", "environment": "staging"}
+
+    async def scenario() -> None:
+        async with client_for(app, mode) as http:
+            done = await http.post(
+                "/v1/tools/deploy_service/calls?run_id=d",
+                json=arguments,
+                headers={**ALICE, "Idempotency-Key": "deploy-1"},
+            )
+            assert done.status_code == 200 and done.json()["output"]["steps"] == 2
+            call = (await http.get("/v1/calls/deploy-1", headers=ALICE)).json()
+            assert call["state"] == "settled" and call["input"] == arguments
+            assert [i["id"] for i in call["data"]["progress"]] == ["build", "push"]
+            assert [i["value"]["line"] for i in call["data"]["log"]] == ["pushed"]
+            only = await http.get("/v1/calls/deploy-1?channel=progress", headers=ALICE)
+            assert set(only.json()["data"]) == {"progress"}
+            assert (await http.get("/v1/calls/deploy-1", headers=BOB)).status_code == 404
+            # a pure call without data: the memory store keeps no record; the API still answers
+            await http.post(
+                "/v1/tools/lookup_customer/calls",
+                json={"customer_id": "cus_5"},
+                headers={**ALICE, "Idempotency-Key": "look-5"},
+            )
+            read = await http.get("/v1/calls/look-5", headers=ALICE)
+            assert read.status_code == 200, read.text
+            body = read.json()
+            assert body["state"] == "settled" and body["name"] == "lookup_customer"
+            assert body["spec_id"] == "crm.lookup-customer.v1"
+            assert body["result"] == {"status": "success", "content": {"found": False}}
+            assert (await http.get("/v1/calls/look-5", headers=BOB)).status_code == 404
+
+    asyncio.run(scenario())
+    assert tools.lookups == 1

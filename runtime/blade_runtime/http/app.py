@@ -85,6 +85,30 @@ class _Outcome:
     arguments: JsonValue
     status: int
     body: JsonValue
+    run_id: str = ""
+
+    def record_json(
+        self, call_id: str, spec_id: str, data: dict[str, JsonValue]
+    ) -> dict[str, JsonValue]:
+        """The call as ``GET /v1/calls/{id}`` shows a stored one (for a call the store does
+        not record: it neither waited nor wrote data)."""
+        body = self.body if isinstance(self.body, dict) else {}
+        result: JsonValue
+        if body.get("status") in ("success", "skipped"):
+            result = {"status": "success", "content": body.get("content")}
+        else:
+            result = {"status": "error", "code": body.get("code"), "message": body.get("message")}
+        return {
+            "call_id": call_id,
+            "run_id": self.run_id,
+            "name": self.name,
+            "spec_id": spec_id,
+            "state": "settled",
+            "started_at": None,
+            "input": self.arguments,
+            "result": result,
+            "data": data,
+        }
 
 
 class Api:
@@ -285,7 +309,7 @@ class Api:
                 break
             record = again
         status, body = self._stored_result(record)
-        return _Outcome(record.tenant, name, arguments, status, body)
+        return _Outcome(record.tenant, name, arguments, status, body, record.run_id)
 
     def _stored_result(self, record: CallRecord) -> tuple[int, JsonValue]:
         ids: dict[str, JsonValue] = {"call_id": record.call_id, "run_id": record.run_id}
@@ -298,7 +322,8 @@ class Api:
             code = str(result.get("code"))
             return status_of(code), {"code": code, "message": str(result.get("message"))}
         content = result.get("content") if isinstance(result, dict) else None
-        return 200, {"status": "success", **ids, "output": content, "content": content}
+        output = result.get("output", content) if isinstance(result, dict) else None
+        return 200, {"status": "success", **ids, "output": output, "content": content}
 
     async def _call(
         self,
@@ -325,7 +350,7 @@ class Api:
         if not (isinstance(result, ToolError) and result.code == ErrorCode.DUPLICATE_CALL):
             self._remember(result.call.call_id, principal.tenant, run_id)
         status, body = self.result_json(result)
-        return _Outcome(principal.tenant, name, arguments, status, body)
+        return _Outcome(principal.tenant, name, arguments, status, body, run_id)
 
     def result_json(self, result: ToolResult[Any]) -> tuple[int, JsonValue]:
         """A runtime result as the API answers it: errors as ``{code, message}``."""
@@ -347,12 +372,8 @@ class Api:
                 "reason": result.reason,
                 "content": result.content,
             }
-        return 200, {
-            "status": "success",
-            **ids,
-            "output": result.content,
-            "content": result.content,
-        }
+        output = result.content if result.output_json is None else result.output_json
+        return 200, {"status": "success", **ids, "output": output, "content": result.content}
 
     # -- records as JSON ---------------------------------------------------------------------
 
@@ -389,13 +410,16 @@ class Api:
             "result": record.result,
         }
         if data:
-            channels: dict[str, list[JsonValue]] = {}
-            for item in self.runtime.store.data(record.call_id, channel):
-                channels.setdefault(item.channel, []).append(
-                    {"id": item.item_id, "value": item.value, "updated_at": item.updated_at}
-                )
-            found["data"] = channels
+            found["data"] = self.data_json(record.call_id, channel)
         return found
+
+    def data_json(self, call_id: str, channel: str | None) -> dict[str, JsonValue]:
+        channels: dict[str, JsonValue] = {}
+        for item in self.runtime.store.data(call_id, channel):
+            items = channels.setdefault(item.channel, [])
+            assert isinstance(items, list)
+            items.append({"id": item.item_id, "value": item.value, "updated_at": item.updated_at})
+        return channels
 
     def registration(self, name: str) -> Registration[Any] | None:
         """The registration named ``name`` (the runtime has no public lookup by name yet)."""
@@ -500,8 +524,10 @@ def create_app(
             kept = api.kept(call_id)
             if kept is None or not principal.may_see(kept.tenant):
                 raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
-            # a call the store does not record (it neither waited nor wrote data)
-            return json_response({"call_id": call_id, "state": "settled", "result": kept.body})
+            registration = api.registration(kept.name)
+            spec_id = "" if registration is None else registration.spec.id
+            data = api.data_json(call_id, request.query_params.get("channel"))
+            return json_response(kept.record_json(call_id, spec_id, data))
         channel = request.query_params.get("channel")
         return json_response(api.call_json(record, data=True, channel=channel))
 
