@@ -801,3 +801,62 @@ def test_a_calls_data_by_channel_and_an_unrecorded_call_read_back(
 
     asyncio.run(scenario())
     assert tools.lookups == 1
+
+
+WORKER = """
+import asyncio, sys
+from blade_runtime.caller import CallContext
+from blade_runtime.sqlite import SQLiteStore
+from http_support import REFUND, TOKENS, runtime_of
+
+async def main():
+    runtime, _ = runtime_of(SQLiteStore(sys.argv[1]))
+    context = CallContext(principal=TOKENS["token-alice"])
+    result = await runtime.call("refund_payment", REFUND, run_id="shared-run", context=context)
+    runtime.cancel(result.action.action_id, "from another process")
+    await runtime.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_runs_events_from_another_worker_process_reach_the_stream(
+    tmp_path: Path, built_examples: Path, example_package: Any
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "shared.db"
+    runtime, _ = runtime_of(SQLiteStore(db))
+    app = create_app(runtime, authenticate=authenticate)
+    (tmp_path / "worker.py").write_text(WORKER)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(built_examples), str(Path(__file__).parent)]),
+    }
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with client_for(app, "asgi") as http:  # alice has a call in the run
+            await http.post(
+                "/v1/tools/check_page/calls?run_id=shared-run", json={"url": "x"}, headers=ALICE
+            )
+        first = await sse(app, "/v1/runs/shared-run/events?after=0", ALICE, 1)
+        reading = asyncio.ensure_future(
+            sse(app, f"/v1/runs/shared-run/events?after={first[-1]['id']}", ALICE, 3)
+        )
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(tmp_path / "worker.py"),
+            str(db),
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        _, stderr = await worker.communicate()
+        assert worker.returncode == 0, stderr.decode()
+        return await reading
+
+    got = asyncio.run(scenario())
+    assert [e["event"] for e in got] == ["started", "suspended", "result"]
+    assert got[-1]["payload"]["code"] == "CANCELLED"
+    assert all(e["call_id"] != "" for e in got)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,22 @@ REVIEW = {
 }
 
 
+HOLD = {
+    "id": "orders.hold-seat.v1",
+    "name": "hold_seat",
+    "description": "Hold a seat while the customer confirms.",
+    "inputSchema": {"type": "object", "properties": {"seat": {"type": "string"}}},
+    "outputSchema": {"type": "object"},
+    "suspend": {
+        "confirm": {
+            "suspendSchema": {"type": "object", "properties": {"seat": {"type": "string"}}},
+            "resumeSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            "expiresAfterMs": 1500,
+        }
+    },
+}
+
+
 @pytest.fixture(scope="module")
 def inbox_package(tmp_path_factory: pytest.TempPathFactory, example_package: Any) -> Any:
     """The example specs plus a tool whose resume schema has every kind of field."""
@@ -85,6 +102,7 @@ def inbox_package(tmp_path_factory: pytest.TempPathFactory, example_package: Any
     root = tmp_path_factory.mktemp("inbox")
     shutil.copytree(EXAMPLE_SPECS, root / "specs")
     add_spec(root / "specs", REVIEW)
+    add_spec(root / "specs", HOLD)
     build(root / "specs", root / "out", "blade_inbox")
     return _import_package(root / "out", "blade_inbox")
 
@@ -256,3 +274,34 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         for shot in shots:
             shutil.copy(shot, Path(keep) / shot.name)
     print("screenshots:", *shots)
+
+
+def test_an_expired_action_leaves_the_inbox_live(
+    tmp_path: Path, inbox_package: Any, browser: Any
+) -> None:
+    from blade_inbox.orders import hold_seat_v1 as hold
+    from playwright.sync_api import expect
+
+    runtime, _ = runtime_of(SQLiteStore(tmp_path / "expiry.db"))
+
+    async def hold_impl(ctx: Any) -> Any:
+        ctx.suspend("confirm", hold.HoldSeatConfirmSuspend(seat=ctx.input.seat))
+
+    runtime.register(hold.SPEC, hold_impl)
+    app = create_app(runtime, authenticate=authenticate)
+    with serving(app) as server, httpx.Client(base_url=server.url) as http:
+        held = http.post("/v1/tools/hold_seat/calls", json={"seat": "12A"}, headers=ALICE)
+        action_id = held.json()["action"]["action_id"]
+        page = browser.new_page()
+        page.goto(f"{server.url}/inbox#token=token-alice")
+        expect(page.locator("#actions li")).to_have_count(1)
+        expect(page.locator("#actions li .meta")).to_contain_text("expires in")
+        page.click("#actions li button")
+        expect(page.locator('input[data-path="/ok"]')).to_have_attribute("type", "checkbox")
+        time.sleep(1.6)
+        server.run(runtime.recover())  # a worker's sweep settles it as TIMEOUT
+        expect(page.locator("#actions li")).to_have_count(0)
+        expect(page.locator("#detail-gone")).to_be_visible()
+        expect(page.locator("#empty")).to_be_visible()
+        record = runtime.store.action(action_id)
+        assert record is not None and record.state == "expired"
