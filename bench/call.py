@@ -17,7 +17,9 @@ Then the workload the peers were measured on (bench/workload/: a copy of the med
     at most 1.3x dict), each with a trivial implementation and with one that reads ``ctx.input``
     (target: at most 20 us);
   - the call reading ``ctx.input`` with an ``allow`` permission policy and one lifecycle
-    observer, against the same call without them (target: at most 1.2x).
+    observer, against the same call without them (target: at most 1.2x);
+  - the same call of a registration with a projection, an ``enabled`` callback and one
+    capability, against the same call without them (target: at most 1.2x).
 
 Usage: python bench/call.py [--calls N]
 """
@@ -38,6 +40,7 @@ import jsonschema  # type: ignore[import-untyped]
 import jsonschema_rs
 
 from blade_codegen.build import build
+from blade_runtime.capabilities import shared
 from blade_runtime.observers import Lifecycle
 from blade_runtime.permissions import ALLOW, Allow, PermissionRequest
 from blade_runtime.runtime import Runtime
@@ -204,6 +207,11 @@ def write_specs(root: Path) -> None:
         (root / "bench" / f"{case}.v1.json").write_text(json.dumps(spec))
     (root / "cal").mkdir(parents=True, exist_ok=True)
     (root / "cal" / "schedule.v1.json").write_text((WORKLOAD / "schedule.v1.json").read_text())
+    # The same tool declaring one capability, for the dynamic-registration measurement.
+    with_capability = json.loads((WORKLOAD / "schedule.v1.json").read_text())
+    with_capability.update(id="cal.schedule-clocked.v1", name="schedule_clocked")
+    with_capability["capabilities"] = {"clock": {"description": "The time source."}}
+    (root / "cal" / "schedule-clocked.v1.json").write_text(json.dumps(with_capability))
 
 
 def validate_both(
@@ -318,6 +326,16 @@ async def measure_workload(calls: int) -> None:
     reads = await per_await_us(plain, "reads", arguments, calls)
     reads_text = await per_await_us(plain, "reads", text, calls)  # type: ignore[arg-type]
     with_policy = await per_await_us(guarded, "reads", arguments, calls)
+    clocked = importlib.import_module("blade_bench.cal.schedule_clocked_v1")
+    dynamic = Runtime(capabilities={"clock": shared(time)})
+    dynamic.register(
+        clocked.SPEC,
+        reads_input,
+        name="reads",
+        project=lambda out: f"Scheduled {out.title}.",
+        enabled=lambda call: call.run_id != "frozen",
+    )
+    with_dynamic = await per_await_us(dynamic, "reads", arguments, calls)
     print()
     print("the peers' medium tool (cal.schedule.v1):")
     print(f"  dict arguments             {as_dict:8.2f} us")
@@ -328,6 +346,10 @@ async def measure_workload(calls: int) -> None:
     print(f"  text, reading ctx.input    {reads_text:8.2f} us  {reads_text / reads:5.2f}x dict")
     print(
         f"  + allow policy, observer   {with_policy:8.2f} us  {with_policy / reads:5.2f}x "
+        "without them (<= 1.2x)"
+    )
+    print(
+        f"  + projection, enabled      {with_dynamic:8.2f} us  {with_dynamic / reads:5.2f}x "
         "without them (<= 1.2x)"
     )
 

@@ -389,3 +389,14 @@ def test_the_parents_cancellation_reaches_its_child(family: Any) -> None:
     result = run(scenario())
     assert isinstance(result, ToolError) and result.code == ErrorCode.CANCELLED
     assert child_saw == [True]
+
+
+def test_the_typed_client_carries_what_the_model_read(example_package: Any) -> None:
+    from blade_specs.client import Client
+    from blade_specs.deploy import deploy_service_v1
+
+    runtime = Runtime()
+    runtime.register(deploy_service_v1.SPEC, deployed, project=lambda out: f"{out.steps} steps")
+    typed = run(Client(runtime).deploy_service(deploy_service_v1.DeployServiceInput(**GOOD)))
+    assert typed.status == "success"
+    assert typed.output.steps == 3 and typed.content == "3 steps"

@@ -12,11 +12,11 @@ call ends. ``shared(value)`` binds one object for every call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from pydantic import JsonValue
 
@@ -38,14 +38,26 @@ class CapabilityUse:
 Binding: TypeAlias = Callable[[CapabilityUse], AbstractAsyncContextManager[Any]]
 
 
-def shared(value: T) -> Callable[[CapabilityUse], AbstractAsyncContextManager[T]]:
-    """A binding that gives every call the same ``value`` (a client, a pool): nothing to acquire."""
+class Shared(Generic[T]):
+    """A binding that gives every call the same ``value`` (a client, a pool): nothing is
+    acquired or released, so a tool whose bindings are all shared pays nothing per call."""
 
-    @asynccontextmanager
-    async def binding(use: CapabilityUse) -> AsyncIterator[T]:
-        yield value
+    def __init__(self, value: T) -> None:
+        self.value = value
 
-    return binding
+    def __call__(self, use: CapabilityUse) -> AbstractAsyncContextManager[T]:
+        return nullcontext(self.value)
+
+
+def shared(value: T) -> Shared[T]:
+    return Shared(value)
+
+
+def services_of(bindings: Mapping[str, tuple[Binding, JsonValue]]) -> SimpleNamespace | None:
+    """``ctx.capabilities`` made once, when every binding is shared; else None (per call)."""
+    if not all(isinstance(binding, Shared) for binding, _ in bindings.values()):
+        return None
+    return SimpleNamespace(**{name: b.value for name, (b, _) in bindings.items()})  # type: ignore[attr-defined]
 
 
 async def with_capabilities(

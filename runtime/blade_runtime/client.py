@@ -66,6 +66,8 @@ class CallSuccess(_Call, Generic[OutputT]):
 
     status: Literal["success"] = "success"
     output: OutputT
+    content: JsonValue = None
+    """What the model read: the output as JSON, its projection, or a post hook's rewrite."""
 
 
 class CallSkipped(_Call):
@@ -227,7 +229,7 @@ def result_data(called: ToolResult[Any]) -> Data:
     """A runtime result as the fields of its result DTO."""
     ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
     if isinstance(called, ToolSuccess):
-        return {"status": "success", **ids, "output": called.output}
+        return {"status": "success", **ids, "output": called.output, "content": called.content}
     if isinstance(called, ToolError):
         return {"status": "error", **ids, "code": called.code, "message": called.message}
     if isinstance(called, ToolPending):

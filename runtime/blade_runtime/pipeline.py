@@ -329,7 +329,10 @@ class CallPipeline(RuntimeCore):
                 self._disabled_children(registration, call) if self._dynamic else frozenset(),
             )
         running: Awaitable[Any]
-        if registration.bindings:  # acquired under the deadline, released however it ends
+        if registration.services is not None:  # every binding shared: nothing to acquire
+            ctx.capabilities = registration.services
+            running = registration.implementation(ctx)
+        elif registration.bindings:  # acquired under the deadline, released however it ends
             running = with_capabilities(
                 registration.bindings, call, scope.signal, ctx, registration.implementation
             )

@@ -87,6 +87,8 @@ class Registration(Generic[OutputT]):
     """This registration's own permission policy (else the runtime's)."""
     bindings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     """The capabilities its implementation gets: name -> (binding, its configuration)."""
+    services: Any = None
+    """``ctx.capabilities`` made once, when every binding is shared (else made per call)."""
 
     @property
     def checked(self) -> bool:

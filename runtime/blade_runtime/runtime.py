@@ -16,7 +16,7 @@ from pydantic import BaseModel, JsonValue
 
 from blade_runtime.caller import CallContext
 from blade_runtime.cancel_scope import GRACE_S
-from blade_runtime.capabilities import Binding
+from blade_runtime.capabilities import Binding, services_of
 from blade_runtime.content import Projected, projected
 from blade_runtime.context import CallInfo
 from blade_runtime.core import DEFAULT_TIMEOUT_MS, ErrorMapper, FallbackCall, FallbackHandler, log
@@ -154,6 +154,7 @@ class Runtime(Recovery):
         bindings = self._bindings(spec, where, capability_config or {})
         added = self._add(spec, registered, implementation, context, timeout_ms)
         added.bindings = bindings
+        added.services = services_of(bindings) if bindings else None
         added.project = project
         added.enabled = enabled
         added.describe = describe
