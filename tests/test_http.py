@@ -442,6 +442,14 @@ def test_refused_requests_answer_as_specified_and_write_nothing(
                 headers={**ALICE, "Content-Type": "text/plain"},
                 content=b"{}",
             )
+            await refused(
+                "POST",
+                "/v1/tools/lookup_customer/calls",
+                "UNSUPPORTED_MEDIA_TYPE",
+                415,
+                headers=ALICE,
+                content=b"{}",
+            )
             await refused("GET", "/v1/nothing", "NOT_FOUND", 404, headers=ALICE)
             await refused("GET", "/elsewhere", "NOT_FOUND", 404)
             await refused(
