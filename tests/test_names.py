@@ -157,3 +157,21 @@ def test_an_inline_object_with_a_title_is_a_class_of_that_name(tmp_path: Path) -
     assert type(parsed.tags[0]).__name__ == "PersonInputTag"  # untitled: the generator's name
     assert module.PersonInput.model_fields["home"].description == "Where they live."
     assert parsed.model_dump(exclude_unset=True) == value
+
+
+def test_every_name_a_generated_module_imports_is_reserved(built_examples: Path) -> None:
+    """A name imported from the runtime, pydantic or the standard library must be in
+    plan.RESERVED, or a definition of that name would shadow it: templates that start importing
+    a new name have to reserve it."""
+    import ast
+
+    from blade_codegen.plan import RESERVED
+
+    imported: set[str] = set()
+    for path in (built_examples / "blade_specs").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != "__future__":
+                imported.update(alias.asname or alias.name for alias in node.names)
+    assert imported, "the example package imports names"
+    # Spec-derived class names start with a capital (pascal), so only those can collide.
+    assert {name for name in imported if name[:1].isupper()} - RESERVED == set()
