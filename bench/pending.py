@@ -141,10 +141,10 @@ def bare_postgres(url: str, count: int) -> None:
 
 def prepare_bare(url: str) -> None:
     if url.startswith("sqlite:///"):
-        db = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, body TEXT)")
-        db.close()
+        lite = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        lite.execute("PRAGMA journal_mode=WAL")
+        lite.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, body TEXT)")
+        lite.close()
         return
     import psycopg
 
@@ -276,7 +276,7 @@ def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> 
             if proc.returncode != 0:
                 raise SystemExit(f"a benchmark worker failed ({proc.returncode})")
             spans.append(json.loads(out_text.strip().splitlines()[-1]))
-    return max(s["end"] for s in spans) - min(s["start"] for s in spans)
+    return float(max(s["end"] for s in spans) - min(s["start"] for s in spans))
 
 
 # -- engines -----------------------------------------------------------------------------------

@@ -34,11 +34,14 @@ from blade_runtime.results import ToolError, ToolResult
 from blade_runtime.urls import open_store
 
 SIDE_EFFECTS = {"charge": "non_idempotent", "sync": "idempotent", "fetch": "pure"}
+EXPIRING = "remind"  # idempotent, its approval declared with expiresAfterMs
+EXPIRES_AFTER_MS = 500
 PACKAGE = "blade_workers"
 WAIT_S = 60.0  # the longest a worker waits for its start or stop file
 
 
-def _spec(name: str, side_effect: str) -> dict[str, Any]:
+def _spec(name: str, side_effect: str, expires_after_ms: int | None = None) -> dict[str, Any]:
+    deadline = {} if expires_after_ms is None else {"expiresAfterMs": expires_after_ms}
     return {
         "id": f"work.{name}.v1",
         "name": name,
@@ -75,32 +78,35 @@ def _spec(name: str, side_effect: str) -> dict[str, Any]:
                     "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
                     "required": ["approved"],
                 },
+                **deadline,
             }
         },
     }
 
 
-SPECS: dict[str, dict[str, Any]] = {
-    name: _spec(name, side) for name, side in SIDE_EFFECTS.items()
-} | {
-    "ask": {
-        "id": "work.ask.v1",
-        "name": "ask",
-        "description": "A client tool: the client answers a question.",
-        "execution": "client",
-        "sideEffect": "pure",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"question": {"type": "string"}},
-            "required": ["question"],
-        },
-        "outputSchema": {
-            "type": "object",
-            "properties": {"answer": {"type": "string"}},
-            "required": ["answer"],
-        },
+SPECS: dict[str, dict[str, Any]] = (
+    {name: _spec(name, side) for name, side in SIDE_EFFECTS.items()}
+    | {EXPIRING: _spec(EXPIRING, "idempotent", EXPIRES_AFTER_MS)}
+    | {
+        "ask": {
+            "id": "work.ask.v1",
+            "name": "ask",
+            "description": "A client tool: the client answers a question.",
+            "execution": "client",
+            "sideEffect": "pure",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"question": {"type": "string"}},
+                "required": ["question"],
+            },
+            "outputSchema": {
+                "type": "object",
+                "properties": {"answer": {"type": "string"}},
+                "required": ["answer"],
+            },
+        }
     }
-}
+)
 
 
 def record(path: str | Path, line: str) -> None:
@@ -117,10 +123,16 @@ class Tools:
     (initial entry, ``suspend`` true), blocks (``hang``), sleeps (``sleep_ms``) or returns."""
 
     def __init__(
-        self, entries: str | Path, *, hang: Collection[str] = (), note: str = "ok"
+        self,
+        entries: str | Path,
+        *,
+        hang: Collection[str] = (),
+        stubborn: Collection[str] = (),
+        note: str = "ok",
     ) -> None:
         self.entries = entries
         self.hang = frozenset(hang)
+        self.stubborn = frozenset(stubborn)  # they block and ignore cancellation
         self.note = note
         self.modules = {
             name: importlib.import_module(f"{PACKAGE}.work.{name}_v1") for name in SPECS
@@ -133,7 +145,7 @@ class Tools:
         expires_after_ms: int | None = None,
         client_timeout_ms: int | None = None,
     ) -> None:
-        for name in SIDE_EFFECTS:
+        for name in [*SIDE_EFFECTS, EXPIRING]:
             spec = self.modules[name].SPEC
             if expires_after_ms is not None:
                 points = {
@@ -156,6 +168,11 @@ class Tools:
             ctx.suspend("approval", suspend(prompt=f"{name} {arguments['n']}?"))
         if name in self.hang:
             await asyncio.sleep(3600)
+        while name in self.stubborn:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
         if arguments.get("sleep_ms"):
             await asyncio.sleep(arguments["sleep_ms"] / 1000)
         note = self.note
@@ -184,7 +201,12 @@ async def main(config: dict[str, Any]) -> None:
     runtime = Runtime(
         store=store, lease_s=float(config.get("lease_s", 5.0)), host=config.get("host")
     )
-    tools = Tools(config["entries"], hang=config.get("hang", ()), note=config.get("note", "ok"))
+    tools = Tools(
+        config["entries"],
+        hang=config.get("hang", ()),
+        stubborn=config.get("stubborn", ()),
+        note=config.get("note", "ok"),
+    )
     tools.register(runtime, client_timeout_ms=config.get("client_timeout_ms"))
     results: list[ToolResult[Any]] = []
     if config.get("ready"):
@@ -219,6 +241,18 @@ async def main(config: dict[str, Any]) -> None:
                 results.extend(await runtime.recover(limit=int(config.get("limit", 100))))
                 await asyncio.sleep(0.005)
 
+    async def close_after(entries: int) -> None:
+        """Close the runtime (its calls still running) once ``entries`` entries ran, and exit."""
+        path = Path(config["entries"])
+        while not path.exists() or len(path.read_text().splitlines()) < entries:
+            await asyncio.sleep(0.01)
+        report = await runtime.close(timeout_s=float(config.get("close_timeout_s", 5.0)))
+        print(json.dumps({"abandoned": list(report.abandoned)}), flush=True)
+        store.close()
+        os._exit(0)
+
+    if config.get("close_after"):
+        jobs.append(close_after(int(config["close_after"])))
     await asyncio.gather(*jobs, submits(), sweeps())
     for result in results:
         print(json.dumps(summary(result)), flush=True)
