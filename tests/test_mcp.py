@@ -533,3 +533,46 @@ def test_projections_are_what_the_model_reads_and_the_output_stays_structured(
     assert [c.type for c in blocks.content] == ["text", "resource_link"]
     assert isinstance(blocks.content[1], types.ResourceLink)
     assert blocks.content[1].uri == "crm://c/2"
+
+
+def test_mounted_at_mcp_in_the_http_app_behind_its_authentication(runtime: Runtime) -> None:
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+    from starlette.requests import Request
+
+    from blade_runtime.http import create_app
+
+    def authenticate(request: Request) -> Principal | None:
+        return ANN if request.headers.get("authorization") == "Bearer ann" else None
+
+    app = create_app(runtime, authenticate=authenticate, mcp=True)
+    seen: list[Any] = []
+
+    async def main() -> tuple[int, types.CallToolResult]:
+        async def at_the_inbox(ctx: Any, params: Any) -> types.ElicitResult:
+            seen.append(params)
+            return types.ElicitResult(action="accept")
+
+        transport = httpx.ASGITransport(app=app)
+        base = "http://tools.example:8000"
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=transport) as anonymous:
+                refused = await anonymous.post(f"{base}/mcp", json={})
+            http = httpx.AsyncClient(transport=transport, headers={"authorization": "Bearer ann"})
+            async with (
+                http,
+                Client(
+                    streamable_http_client(f"{base}/mcp", http_client=http),
+                    elicitation_callback=at_the_inbox,
+                ) as client,
+            ):
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert names == ["find", "plan", "transfer"]
+                waiting = await client.call_tool("plan", {"goal": "ship"})
+        return refused.status_code, waiting
+
+    status, waiting = run(main())
+    assert status == 401
+    (action,) = runtime.pending(principal=ANN)  # recorded for the authenticated principal
+    assert seen[0].url == f"http://tools.example:8000/inbox#action={action.action_id}"
+    assert structured(waiting)["action_id"] == action.action_id  # the user has not answered yet

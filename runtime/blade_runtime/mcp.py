@@ -205,13 +205,14 @@ class McpTools:
         *,
         principal: Principal | None = None,
         authenticate: Authenticate | None = None,
-        inbox_url: str | None = None,
+        inbox_url: str | Callable[[McpRequest], str | None] | None = None,
         run_id: str = "mcp",
     ) -> None:
         """``principal``: who every call is for (a stdio server has one user); ``authenticate``:
         or the application's function of the request. ``inbox_url``: the approval inbox, for
         resume schemas a form cannot hold (``{action_id}`` in it is replaced by the action's id;
-        otherwise the id is appended as a path segment)."""
+        otherwise the id is appended as a path segment), or a function of the request giving
+        it."""
         self.runtime = runtime
         self.principal = principal
         self.authenticate = authenticate
@@ -347,10 +348,8 @@ class McpTools:
         params: types.ElicitRequestFormParams | types.ElicitRequestURLParams
         if form is not None and form_ok:
             params = types.ElicitRequestFormParams(message=message, requested_schema=form)
-        elif self.inbox_url is not None and elicitation.url is not None:
-            params = types.ElicitRequestURLParams(
-                message=message, url=self._inbox(action.action_id)
-            )
+        elif elicitation.url is not None and (url := self._inbox(req, action.action_id)):
+            params = types.ElicitRequestURLParams(message=message, url=url)
         else:
             return None
         return types.InputRequiredResult(
@@ -358,11 +357,13 @@ class McpTools:
             request_state=_state(action.action_id),
         )
 
-    def _inbox(self, action_id: str) -> str:
-        assert self.inbox_url is not None
-        if "{action_id}" in self.inbox_url:
-            return self.inbox_url.replace("{action_id}", action_id)
-        return f"{self.inbox_url.rstrip('/')}/{action_id}"
+    def _inbox(self, req: McpRequest, action_id: str) -> str | None:
+        inbox = self.inbox_url(req) if callable(self.inbox_url) else self.inbox_url
+        if inbox is None:
+            return None
+        if "{action_id}" in inbox:
+            return inbox.replace("{action_id}", action_id)
+        return f"{inbox.rstrip('/')}/{action_id}"
 
     async def _retry(
         self,
@@ -526,7 +527,7 @@ def mcp_server(
     name: str = "blade-runtime",
     principal: Principal | None = None,
     authenticate: Authenticate | None = None,
-    inbox_url: str | None = None,
+    inbox_url: str | Callable[[McpRequest], str | None] | None = None,
     run_id: str = "mcp",
 ) -> Server[Any]:
     """A low-level MCP server serving ``runtime``'s tools (see the module's doc)."""
@@ -741,7 +742,7 @@ def mcp_asgi_app(
     authenticate: Authenticate | None = None,
     principal: Principal | None = None,
     anonymous: bool = False,
-    inbox_url: str | None = None,
+    inbox_url: str | Callable[[McpRequest], str | None] | None = None,
     path: str = "/mcp",
     host: str = "127.0.0.1",
     stateless: bool = True,
@@ -763,6 +764,64 @@ def mcp_asgi_app(
     if not fast_path:
         return app
     return FastPath(app, server, tools, path, _security(host))
+
+
+class McpMount:
+    """The MCP endpoint as another ASGI app's route (``create_app(runtime, mcp=True)`` of
+    ``blade_runtime.http`` mounts it at ``/mcp``): that app's authentication decides who the
+    caller is, and a URL elicitation points at its approval inbox.
+
+    ``principal_of(request)`` returns the Principal or raises; ``refused(error)`` turns what it
+    raised into the response to send (None: re-raise). Run ``lifespan`` in the host app's
+    lifespan (the SDK's session manager)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        principal_of: Callable[[Any], Awaitable[Principal]],
+        refused: Callable[[Exception], Any],
+        *,
+        path: str = "/mcp",
+        inbox_path: str | None = "/inbox",
+    ) -> None:
+        self.principal_of = principal_of
+        self.refused = refused
+        self.inbox_path = inbox_path
+        self.app = mcp_asgi_app(
+            runtime,
+            authenticate=self._authenticated,
+            inbox_url=self._inbox_url,
+            path=path,
+            host="",  # no loopback-only Host check: the host app authenticates every request
+        )
+        inner = self.app.app if isinstance(self.app, FastPath) else self.app
+        self.lifespan = inner.router.lifespan_context
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.requests import Request
+
+        try:
+            scope[_PRINCIPAL] = await self.principal_of(Request(scope, receive))
+        except Exception as error:
+            response = self.refused(error)
+            if response is None:
+                raise
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _authenticated(req: McpRequest) -> Principal | None:
+        found = None if req.http is None else req.http.scope.get(_PRINCIPAL)
+        return found if isinstance(found, Principal) else None
+
+    def _inbox_url(self, req: McpRequest) -> str | None:
+        if self.inbox_path is None or req.http is None:
+            return None
+        return f"{str(req.http.base_url).rstrip('/')}{self.inbox_path}#action={{action_id}}"
+
+
+_PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticated principal in
 
 
 def load_runtime(target: str, store_url: str | None) -> Runtime:

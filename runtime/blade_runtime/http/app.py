@@ -457,8 +457,11 @@ def create_app(
     allow_anonymous: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     inbox: bool = True,
+    mcp: bool = False,
 ) -> Starlette:
-    """The runtime's HTTP API (routes under ``/v1``, the approval inbox at ``/inbox``).
+    """The runtime's HTTP API (routes under ``/v1``, the approval inbox at ``/inbox``; with
+    ``mcp=True``, ``blade-runtime[mcp]``'s streamable-HTTP MCP endpoint at ``/mcp``, behind the
+    same authentication).
 
     ``authenticate(request)`` returns the request's Principal or None (401), sync or async; with
     ``allow_anonymous=True`` a request it returns None for is an operator, but only on a server
@@ -657,9 +660,20 @@ def create_app(
         log.error("%s %s failed: %s", request.method, request.url.path, type(error).__name__)
         return error_response(HttpError.INTERNAL, "The server failed; see its log.")
 
+    lifespan = None
+    if mcp:
+        from blade_runtime.mcp import McpMount
+
+        def refused(error: Exception) -> Response | None:
+            return error_response(error.code, error.message) if isinstance(error, Refused) else None
+
+        mount = McpMount(runtime, api.principal, refused, inbox_path="/inbox" if inbox else None)
+        routes.append(Route("/mcp", mount))
+        lifespan = mount.lifespan
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan,
     )
     app.state.api = api
     return app
