@@ -19,6 +19,8 @@ from blade_runtime.memory import MemoryStore
 from blade_runtime.results import ErrorCode
 from blade_runtime.runtime import Runtime
 from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.store import Store
+from blade_runtime.urls import open_store
 
 MODES = ["asgi", "uvicorn"]
 
@@ -96,6 +98,18 @@ def sqlite_store(tmp_path: Path, example_package: Any) -> SQLiteStore:
     return SQLiteStore(tmp_path / "api.db")
 
 
+# every route and every refusal on each durable store; PostgreSQL in process only (its server
+# is the tests' private cluster, tests/postgres.py)
+STORES = [("asgi", "sqlite"), ("uvicorn", "sqlite"), ("asgi", "postgres")]
+
+
+def durable_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    request.getfixturevalue("example_package")
+    if kind == "postgres":
+        return open_store(request.getfixturevalue("postgres_url"))
+    return SQLiteStore(tmp_path / "api.db")
+
+
 def test_every_error_code_has_one_status() -> None:
     for code in ErrorCode:
         assert code in STATUS, f"{code} has no HTTP status"
@@ -106,9 +120,11 @@ def test_every_error_code_has_one_status() -> None:
     assert STATUS[HttpError.BODY_TOO_LARGE] == 413
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_every_route(mode: str, sqlite_store: SQLiteStore) -> None:
-    runtime, tools = runtime_of(sqlite_store)
+@pytest.mark.parametrize(("mode", "store_kind"), STORES)
+def test_every_route(
+    mode: str, store_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    runtime, tools = runtime_of(durable_store(store_kind, request, tmp_path))
     app = create_app(runtime, authenticate=authenticate)
 
     async def scenario() -> None:
@@ -318,11 +334,11 @@ def test_events_stream_live_over_uvicorn_and_in_process(
         assert kinds[-2:] == ["resumed", "result"] or kinds[-1] == "result"
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("mode", "store_kind"), STORES)
 def test_refused_requests_answer_as_specified_and_write_nothing(
-    mode: str, sqlite_store: SQLiteStore
+    mode: str, store_kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    runtime, tools = runtime_of(sqlite_store)
+    runtime, tools = runtime_of(durable_store(store_kind, request, tmp_path))
     app = create_app(runtime, authenticate=authenticate, max_body_bytes=2000)
 
     async def scenario() -> None:
@@ -605,13 +621,17 @@ def test_authenticate_may_be_async_and_its_failure_says_nothing_of_it(example_pa
 # -- blade-runtime serve ---------------------------------------------------------------------
 
 SERVED = """
+import os
+
 from blade_runtime.runtime import Runtime
 from http_support import Tools, authenticate
 
 
 def factory(store):
     runtime = Runtime(store=store)
-    Tools().register(runtime)
+    tools = Tools()
+    tools.delay_s = float(os.environ.get("LOOKUP_DELAY_S", "0"))
+    tools.register(runtime)
     return runtime
 """
 
@@ -642,6 +662,7 @@ def test_serve_runs_the_api_and_recovery_and_stops_cleanly_on_sigterm(
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(built_examples), str(Path(__file__).parent)]),
+        "LOOKUP_DELAY_S": "1.5",
     }
     command = [str(bin_dir / "blade-runtime"), "serve", "served:factory"]
     process = subprocess.Popen(
@@ -723,9 +744,26 @@ def test_serve_runs_the_api_and_recovery_and_stops_cleanly_on_sigterm(
             while not any(line.startswith("event: ") for line in streamed):
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+            # a call in flight when SIGTERM arrives is finished, answered and recorded
+            slow: list[httpx.Response] = []
+
+            def call_slowly() -> None:
+                slow.append(
+                    httpx.post(
+                        f"{base}/v1/tools/lookup_customer/calls",
+                        json={"customer_id": "cus_1"},
+                        headers={**ALICE, "Idempotency-Key": "slow-1"},
+                        timeout=30,
+                    )
+                )
+
+            caller = threading.Thread(target=call_slowly, daemon=True)
+            caller.start()
+            time.sleep(0.5)
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
+        caller.join(10)
     finally:
         if process.poll() is None:
             process.kill()
@@ -735,8 +773,11 @@ def test_serve_runs_the_api_and_recovery_and_stops_cleanly_on_sigterm(
     assert "Traceback" not in stderr and "token-" not in stderr
     assert "blade-runtime stopped" in stderr
     listener.join(10)
+    assert [r.status_code for r in slow] == [200], stderr
+    assert slow[0].json()["output"] == {"found": False}
     store = SQLiteStore(db)
     try:
+        assert store.call("slow-1").state == "settled"  # type: ignore[union-attr]
         assert [a.action_id for a in store.actions()] == [left.json()["action"]["action_id"]]
         assert store.call(action["call_id"]).state == "settled"  # type: ignore[union-attr]
     finally:
