@@ -19,7 +19,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from blade_runtime.caller import OPERATOR, Principal
+from blade_runtime.caller import OPERATOR, CallContext, Principal
 from blade_runtime.mcp import RESUME_KEY, flat_form_schema, mcp_asgi_app, mcp_server
 from blade_runtime.results import ToolSuccess
 from blade_runtime.runtime import Runtime
@@ -576,3 +576,32 @@ def test_mounted_at_mcp_in_the_http_app_behind_its_authentication(runtime: Runti
     (action,) = runtime.pending(principal=ANN)  # recorded for the authenticated principal
     assert seen[0].url == f"http://tools.example:8000/inbox#action={action.action_id}"
     assert structured(waiting)["action_id"] == action.action_id  # the user has not answered yet
+
+
+def test_tools_list_is_the_callers_own(runtime: Runtime) -> None:
+    from blade_agent_specs.crm import find_v1
+
+    from blade_runtime.context import CallInfo
+
+    def acme_only(call: CallInfo) -> bool:
+        principal = None if call.context is None else call.context.principal
+        return principal is not None and principal.tenant == "acme"
+
+    def described(context: CallContext | None) -> str:
+        principal = None if context is None else context.principal
+        return f"Find a customer of {principal.tenant if principal else 'nobody'}."
+
+    runtime.register(
+        find_v1.SPEC, agent_tools.find, name="find_acme", enabled=acme_only, describe=described
+    )
+
+    async def listed(who: Principal) -> tuple[dict[str, str | None], types.CallToolResult]:
+        async with Client(mcp_server(runtime, principal=who)) as client:
+            tools = {t.name: t.description for t in (await client.list_tools()).tools}
+            return tools, await client.call_tool("find_acme", {"customer_id": 1})
+
+    (acme, called), (other, refused) = run(listed(ANN)), run(listed(Principal("bo", "other")))
+    assert acme["find_acme"] == "Find a customer of acme."
+    assert "find_acme" not in other and "find" in other
+    assert called.structured_content == {"id": 1, "name": "customer 1"}
+    assert refused.is_error  # not there for this caller: the runtime refuses the call too

@@ -41,6 +41,8 @@ from pydantic import JsonValue
 
 from blade_runtime.caller import CallContext, Principal
 from blade_runtime.content import is_blocks, to_mcp
+from blade_runtime.export import NAME_RULES, wire_names
+from blade_runtime.registry import Registration
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime
 from blade_runtime.store import ActionRecord
@@ -222,11 +224,19 @@ class McpTools:
 
     # -- tools/list ---------------------------------------------------------------------------
 
-    def listing(self) -> _Listing:
-        names = tuple(r.name for r in self.runtime.registrations())
-        if self._listing is not None and self._listing.names == names:
-            return self._listing
-        exported = self.runtime.export("mcp")
+    def listing(self, context: CallContext | None = None) -> _Listing:
+        """The tool list for ``context`` (a registration's ``enabled`` and ``describe`` may
+        depend on the caller); cached while no registration depends on it."""
+        registrations = list(self.runtime.registrations())
+        names = tuple(r.name for r in registrations)
+        if any(r.enabled is not None or r.describe is not None for r in registrations):
+            return self._build(names, context)
+        if self._listing is None or self._listing.names != names:
+            self._listing = self._build(names, None)
+        return self._listing
+
+    def _build(self, names: tuple[str, ...], context: CallContext | None) -> _Listing:
+        exported = self.runtime.export("mcp", context=context, run_id=self.run_id)
         document = exported.document
         assert isinstance(document, dict) and isinstance(document["tools"], list)
         tools: list[types.Tool] = []
@@ -261,7 +271,7 @@ class McpTools:
                     annotations=annotations,
                 )
             )
-        self._listing = _Listing(
+        return _Listing(
             names,
             types.ListToolsResult(tools=tools),
             exported.names.from_wire,
@@ -269,16 +279,39 @@ class McpTools:
             frozenset(structured),
             {tool.name: tool.input_schema for tool in tools},
         )
-        return self._listing
 
     def input_schema(self, wire: str) -> Mapping[str, Any] | None:
-        """The input schema of the tool listed as ``wire`` (None: no such tool)."""
-        return self.listing().input_schemas.get(wire)
+        """The input schema of the tool listed as ``wire`` (None: no such tool), whoever asks
+        (the SDK checks Mcp-Param headers with it before any handler runs)."""
+        listing = self._listing
+        if listing is not None and listing.names == self._names():
+            return listing.input_schemas.get(wire)
+        registration = self._registration(wire)
+        return None if registration is None else registration.spec.input_schema
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.runtime.registrations())
+
+    def _registration(self, wire: str) -> Registration[Any] | None:
+        """The registration listed as ``wire``, whoever asks (None: none)."""
+        name = wire_names(self._names(), NAME_RULES["mcp"]).from_wire.get(wire, wire)
+        return next((r for r in self.runtime.registrations() if r.name == name), None)
+
+    def _announces_output(self, wire: str) -> bool:
+        """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
+        content can only be an object, so only an object schema is announced)."""
+        listing = self._listing
+        if listing is not None and listing.names == self._names():
+            return wire in listing.structured
+        registration = self._registration(wire)
+        output = None if registration is None else registration.spec.output_schema
+        return isinstance(output, dict) and output.get("type") == "object"
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return self.listing().result
+        principal = await self._principal(McpRequest.of(ctx))
+        return self.listing(CallContext(principal=principal)).result
 
     # -- tools/call ---------------------------------------------------------------------------
 
@@ -292,7 +325,7 @@ class McpTools:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """One tools/call (the SDK's handler, and the HTTP fast path, call this)."""
         principal = await self._principal(req)
-        listing = self.listing()
+        listing = self.listing(CallContext(principal=principal))
         name = listing.from_wire.get(params.name, params.name)
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
@@ -450,7 +483,7 @@ class McpTools:
     def _pending_result(
         self, content: JsonValue, wire: str, action_id: str
     ) -> types.CallToolResult:
-        structured = wire in self.listing().structured
+        structured = self._announces_output(wire)
         return types.CallToolResult(
             content=[types.TextContent(text=_text(content))],
             structured_content=None if structured else content,
