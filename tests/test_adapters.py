@@ -366,3 +366,23 @@ def test_two_processes_resuming_one_interrupt_run_the_side_effect_once(
     assert [r[1] for r in results] == [['{"status":"sent","by":"ann"}']] * 2
     assert sorted(len(r[2]) for r in results) == [0, 1]
     assert effects.read_text().count("sent 5 to bob") == 1
+
+
+def test_pydantic_ai_tools_are_the_callers_own(runtime: Runtime) -> None:
+    from blade_agent_specs.crm import find_v1
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset
+    from blade_runtime.caller import CallContext
+    from blade_runtime.context import CallInfo
+
+    def acme_only(call: CallInfo) -> bool:
+        return call.context is not None and call.context.tenant == "acme"
+
+    runtime.register(find_v1.SPEC, agent_tools.find, name="find_acme", enabled=acme_only)
+    toolset = BladeToolset(runtime, principal=ANN)
+    assert "find_acme" in toolset.definitions(CallContext(principal=ANN))
+    assert "find_acme" not in toolset.definitions(CallContext(principal=Principal("b", "o")))
+    agent = Agent(TestModel(call_tools=["find_acme"]), toolsets=[toolset])
+    assert "customer" in run(agent.run("find")).output  # listed and callable for ann

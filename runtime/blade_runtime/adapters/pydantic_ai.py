@@ -96,31 +96,39 @@ class BladeToolset(AbstractToolset[Any]):
     def id(self) -> str | None:
         return self._id
 
-    def definitions(self) -> dict[str, ToolDefinition]:
-        names = tuple(r.name for r in self.runtime.registrations())
+    def definitions(self, context: CallContext | None = None) -> dict[str, ToolDefinition]:
+        """The tool definitions for ``context`` (registrations' ``enabled`` and ``describe`` may
+        depend on the caller); cached while none does."""
+        registrations = list(self.runtime.registrations())
+        names = tuple(r.name for r in registrations)
+        if any(r.enabled is not None or r.describe is not None for r in registrations):
+            return self._build(context)
         if self._tools is None or self._tools[0] != names:
-            exported = self.runtime.export("openai")  # the strictest common name rule
-            document = exported.document
-            assert isinstance(document, list)
-            found: dict[str, ToolDefinition] = {}
-            for entry in document:
-                assert isinstance(entry, dict) and isinstance(entry["function"], dict)
-                function = entry["function"]
-                wire = str(function["name"])
-                registration = next(
-                    r for r in self.runtime.registrations() if r.name == exported.names.name(wire)
-                )
-                parameters = function["parameters"]
-                assert isinstance(parameters, dict)
-                found[wire] = ToolDefinition(
-                    name=wire,
-                    description=str(function["description"]),
-                    parameters_json_schema=dict(parameters),
-                    strict=False,  # the schema as written: no provider rewrite of it
-                    metadata={"blade_name": registration.name, "spec_id": registration.spec.id},
-                )
-            self._tools = (names, found)
+            self._tools = (names, self._build(None))
         return self._tools[1]
+
+    def _build(self, context: CallContext | None) -> dict[str, ToolDefinition]:
+        exported = self.runtime.export("openai", context=context, run_id=self.run_id)
+        document = exported.document  # the openai name rule: the strictest common one
+        assert isinstance(document, list)
+        found: dict[str, ToolDefinition] = {}
+        for entry in document:
+            assert isinstance(entry, dict) and isinstance(entry["function"], dict)
+            function = entry["function"]
+            wire = str(function["name"])
+            registration = next(
+                r for r in self.runtime.registrations() if r.name == exported.names.name(wire)
+            )
+            parameters = function["parameters"]
+            assert isinstance(parameters, dict)
+            found[wire] = ToolDefinition(
+                name=wire,
+                description=str(function["description"]),
+                parameters_json_schema=dict(parameters),
+                strict=False,  # the schema as written: no provider rewrite of it
+                metadata={"blade_name": registration.name, "spec_id": registration.spec.id},
+            )
+        return found
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         return {
@@ -130,7 +138,7 @@ class BladeToolset(AbstractToolset[Any]):
                 max_retries=self.max_retries,
                 args_validator=_ANY,
             )
-            for name, definition in self.definitions().items()
+            for name, definition in self.definitions(self._call_context(ctx)).items()
         }
 
     def _call_context(self, ctx: RunContext[Any]) -> CallContext:
