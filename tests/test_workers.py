@@ -784,10 +784,10 @@ def test_a_subscription_receives_another_process_s_events_in_commit_order_and_re
 
 
 def test_a_call_longer_than_its_lease_keeps_it_by_the_heartbeat(cluster: Cluster) -> None:
-    sweeper = cluster.spawn(lease_s=0.5, loop=0.1, stop=str(cluster.stop))
+    sweeper = cluster.spawn(lease_s=1.0, loop=0.1, stop=str(cluster.stop))
     wait_until(lambda: cluster.ready_count() == 1, 30, "the sweeping worker", cluster)
-    owner = cluster.spawn(lease_s=0.5, calls=[["long", "charge", {"n": 7, "sleep_ms": 2500}]])
-    [result] = cluster.results(owner)  # five leases long; renewed every third of one
+    owner = cluster.spawn(lease_s=1.0, calls=[["long", "charge", {"n": 7, "sleep_ms": 3500}]])
+    [result] = cluster.results(owner)  # 3.5 leases long; renewed every third of one
     assert result == {"call_id": "long", "status": "success", "code": None}
     store = open_store(cluster.url)
     kinds = [e.kind for e in store.events("default") if e.call_id == "long"]
