@@ -75,24 +75,37 @@
     setStatus(seen.size + " pending · updated " + new Date().toLocaleTimeString());
   }
 
+  // Updated in place, keyed by action id: an item being clicked is never replaced under the
+  // pointer by the next refresh.
   function renderList() {
     const list = $("actions");
     const now = Date.now() / 1000;
-    list.replaceChildren();
+    const existing = new Map([...list.children].map((item) => [item.dataset.actionId, item]));
+    let previous = null;
     for (const action of state.actions.values()) {
-      const meta = "run " + action.run_id + " · since " + action.suspended_at.replace("T", " ").slice(0, 19);
-      const expires = action.expires_at ? " · expires in " + Math.max(0, Math.round(action.expires_at - now)) + " s" : "";
-      const button = el(
-        "button",
-        { type: "button" },
-        el("span", { className: "name", text: action.name }),
-        el("span", { className: "meta", text: meta + expires }),
-      );
-      button.addEventListener("click", () => select(action.action_id));
-      const item = el("li", { "data-action-id": action.action_id }, button);
-      if (action.action_id === state.selected) item.classList.add("selected");
-      list.append(item);
+      let item = existing.get(action.action_id);
+      existing.delete(action.action_id);
+      if (!item) {
+        const button = el(
+          "button",
+          { type: "button" },
+          el("span", { className: "name", text: action.name }),
+          el("span", { className: "meta" }),
+        );
+        button.addEventListener("click", () => select(action.action_id));
+        item = el("li", { "data-action-id": action.action_id }, button);
+      }
+      const since = action.suspended_at.replace("T", " ").slice(0, 19);
+      const left = action.expires_at ? Math.max(0, Math.round(action.expires_at - now)) : null;
+      const meta = "run " + action.run_id + " · since " + since + (left === null ? "" : " · expires in " + left + " s");
+      const metaNode = item.querySelector(".meta");
+      if (metaNode.textContent !== meta) metaNode.textContent = meta;
+      item.classList.toggle("selected", action.action_id === state.selected);
+      const expected = previous ? previous.nextSibling : list.firstChild;
+      if (item !== expected) list.insertBefore(item, expected);
+      previous = item;
     }
+    for (const stale of existing.values()) stale.remove();
     $("empty").hidden = state.actions.size > 0;
   }
 
