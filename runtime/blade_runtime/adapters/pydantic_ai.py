@@ -91,6 +91,7 @@ class BladeToolset(AbstractToolset[Any]):
         self.max_retries = max_retries
         self._id = id
         self._tools: tuple[tuple[str, ...], dict[str, ToolDefinition]] | None = None
+        self._fixed = CallContext(principal=principal)  # immutable: one for every call
 
     @property
     def id(self) -> str | None:
@@ -146,7 +147,7 @@ class BladeToolset(AbstractToolset[Any]):
             made = self.context(ctx)
             if made is not None:
                 return made
-        return CallContext(principal=self.principal)
+        return self._fixed
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
