@@ -582,6 +582,8 @@ def test_anonymous_access_only_on_loopback(example_package: Any) -> None:
         local = httpx.ASGITransport(app=app, client=("127.0.0.1", 1))
         async with httpx.AsyncClient(transport=local, base_url="http://127.0.0.1") as http:
             ok = (await http.get("/v1/actions")).status_code
+            proxied = await http.get("/v1/actions", headers={"X-Forwarded-For": "203.0.113.9"})
+            assert proxied.status_code == 403, proxied.text
         async with httpx.AsyncClient(transport=local, base_url="http://api.example.com") as http:
             remote = await http.get("/v1/actions")
             assert remote.json()["code"] == "ANONYMOUS_REFUSED"

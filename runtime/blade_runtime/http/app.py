@@ -154,7 +154,10 @@ class Api:
             raise Refused(HttpError.UNAUTHENTICATED, "Authentication required.")
         server = request.scope.get("server")
         client = request.client
-        if not (server and loopback(server[0]) and client and loopback(client.host)):
+        # a proxy on this host makes remote callers look local: a forwarded request is refused
+        forwarded = any(h in request.headers for h in ("forwarded", "x-forwarded-for"))
+        local = server and loopback(server[0]) and client and loopback(client.host)
+        if forwarded or not local:
             raise Refused(
                 HttpError.ANONYMOUS_REFUSED,
                 "Anonymous access is allowed only on a server bound to loopback.",
