@@ -477,3 +477,30 @@ def test_deny_and_ask_decisions_from_an_async_policy(deploy: Any) -> None:
     assert isinstance(denied, ToolError) and denied.message == "no deploys on Fridays"
     action = asked(run(runtime.call("deploy_service", GOOD)))
     assert action.input.prompt == "ok?"
+
+
+def test_the_typed_client_lists_and_answers_permission_requests(deploy: Any) -> None:
+    from blade_specs.client import Client
+
+    from blade_runtime.client import CallPending, CallSuccess, PermissionRequestAction
+
+    runtime, deploys = runtime_of(deploy, MemoryStore())
+    client = Client(runtime)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        waiting = await client.deploy_service(deploy.DeployServiceInput(**GOOD), run_id="r1")
+        assert isinstance(waiting, CallPending)
+        assert isinstance(waiting.action, PermissionRequestAction)
+        [listed] = client.permission_requests(run_id="r1")
+        assert listed.input.kind == "execute" and listed.input.input == GOOD
+        assert client.pending(run_id="r1") == []  # the package's own actions are apart
+        edited = {**GOOD, "version": "v9.9.9"}
+        done = await listed.approve(edited)  # with edited input
+        second = await client.deploy_service(deploy.DeployServiceInput(**GOOD))
+        assert isinstance(second, CallPending)
+        denied = await second.action.deny("Not now.")  # type: ignore[union-attr]
+        return done, denied, waiting
+
+    done, denied, _ = run(scenario())
+    assert isinstance(done, CallSuccess) and deploys.inputs == [{**GOOD, "version": "v9.9.9"}]
+    assert denied.status == "error" and denied.code == ErrorCode.PERMISSION_DENIED

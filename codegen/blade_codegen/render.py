@@ -480,6 +480,8 @@ def render_tool(
         spec_class = "ClientToolSpec"
     client = own.setdefault("blade_runtime.client", {"CallError", "CallSkipped", "CallSuccess"})
     client.add("Parser")
+    if backend:  # any backend call may wait on a permission request
+        client.update({"CallPending", "PermissionRequestAction"})
     if tool.actions:
         client.update({"CallPending", "PendingActionBase"})
         if len(tool.actions) > 1:

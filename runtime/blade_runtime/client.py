@@ -16,12 +16,14 @@ with the same typed calls, results, pending actions and submit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue, PrivateAttr, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, TypeAdapter
 
 from blade_runtime.events import PendingAction
+from blade_runtime.permissions import POINTS as PERMISSION_POINTS
+from blade_runtime.permissions import PermissionAnswer, PermissionPrompt
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 
 if TYPE_CHECKING:
@@ -147,6 +149,33 @@ class PendingActionBase(BaseModel, Generic[InputT]):
 
     def _ids(self) -> dict[str, str]:
         return {"call_id": self.call_id, "run_id": self.run_id}
+
+
+AnyResult: TypeAlias = CallSuccess[Any] | CallSkipped | CallError | CallPending[Any]
+
+
+class PermissionRequestAction(PendingActionBase[PermissionPrompt]):
+    """A permission request of any backend tool (``kind``: ``<spec id>#@permission``, before the
+    call runs, or ``#@permission-step``, from ``ctx.request_permission``): ``input`` shows the
+    tool, its contract and the input that would run; answer with ``approve`` or ``deny``."""
+
+    kind: Annotated[str, Field(pattern=r"#@permission(-step)?$")]
+
+    async def approve(self, input: BaseModel | Mapping[str, Any] | None = None) -> AnyResult:
+        """Let the call run (with ``input`` instead, validated against the tool's input schema,
+        when given; only before the call runs)."""
+        answer: dict[str, Any] = {"decision": "approve"}
+        if input is not None:
+            answer["input"] = input
+        return await self._submit(answer, _ANY_RESULT)
+
+    async def deny(self, message: str) -> AnyResult:
+        """Refuse: the call settles as PERMISSION_DENIED with ``message`` for the model (or, for
+        a request from inside the tool, the tool resumes with the denial)."""
+        return await self._submit({"decision": "deny", "message": message}, _ANY_RESULT)
+
+    async def submit(self, answer: PermissionAnswer) -> AnyResult:
+        return await self._submit(answer, _ANY_RESULT)
 
 
 def action_kind(spec_id: str, point: str | None) -> str:
@@ -286,6 +315,15 @@ class ToolClient:
             if data["kind"] in known
         ]
 
+    def permission_requests(self, *, run_id: str | None = None) -> list[PermissionRequestAction]:
+        """The pending permission requests (of one run, or all), typed and bound to this
+        client."""
+        return [
+            self._action(_PERMISSION_ACTIONS, data)
+            for data in self.transport.pending(run_id)
+            if data["point"] in PERMISSION_POINTS
+        ]
+
     def _action(self, actions: Parser[T], data: Any) -> T:
         action = actions.parse(data)
         if isinstance(action, PendingActionBase):
@@ -309,3 +347,9 @@ def _action_data(view: PendingAction[Any]) -> dict[str, Any]:
         "suspended_at": origin.suspended_at,
         "input": view.payload,
     }
+
+
+_ANY_RESULT: Parser[AnyResult] = Parser(
+    CallSuccess[Any] | CallSkipped | CallError | CallPending[Any]
+)
+_PERMISSION_ACTIONS = Parser[PermissionRequestAction](PermissionRequestAction)
