@@ -911,3 +911,26 @@ def test_a_runs_events_from_another_worker_process_reach_the_stream(
     assert [e["event"] for e in got] == ["started", "suspended", "result"]
     assert got[-1]["payload"]["code"] == "CANCELLED"
     assert all(e["call_id"] != "" for e in got)
+
+
+def test_live_events_of_unrecorded_calls_reach_only_their_tenant(example_package: Any) -> None:
+    """On the memory store a pure call leaves no record; its live events still reach its own
+    tenant's stream (the API knows whose call it is before it runs), and no other tenant's."""
+    runtime, _ = runtime_of(MemoryStore())
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with client_for(app, "asgi") as http:
+            lookup = "/v1/tools/lookup_customer/calls?run_id=m"
+            await http.post(lookup, json={"customer_id": "cus_1"}, headers=ALICE)
+            await http.post(lookup, json={"customer_id": "cus_2"}, headers=BOB)
+            reading = asyncio.ensure_future(sse(app, "/v1/runs/m/events", ALICE, 2))
+            await asyncio.sleep(0.2)  # subscribed
+            await http.post(lookup, json={"customer_id": "cus_3"}, headers=BOB)
+            await http.post(
+                lookup, json={"customer_id": "cus_4"}, headers={**ALICE, "Idempotency-Key": "a4"}
+            )
+            return await reading
+
+    got = asyncio.run(scenario())
+    assert [(e["event"], e["call_id"]) for e in got] == [("started", "a4"), ("result", "a4")]

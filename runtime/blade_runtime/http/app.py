@@ -14,6 +14,7 @@ import inspect
 import ipaddress
 import json
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -343,18 +344,25 @@ class Api:
         if not isinstance(arguments, dict):
             raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
         context = CallContext(principal=principal, thread_id=thread_id)
+        # The call id is known before the call, and so is its tenant: the run's event stream
+        # can tell whose the call's first events are, even where the store keeps no record.
+        generated = call_id is None
+        call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
+        remembered = call_id not in self._tenants
+        if remembered:
+            self._remember(call_id, principal.tenant, run_id)
         result = await self.runtime.call(
             name, arguments, call_id=call_id, run_id=run_id, context=context
         )
         if isinstance(result, ToolError) and result.code == ErrorCode.DUPLICATE_CALL:
-            record = None if call_id is None else self.runtime.store.call(call_id)
+            if remembered:
+                self._tenants.pop(call_id, None)  # another process's call: not ours to name
+            record = None if generated else self.runtime.store.call(call_id)
             if record is not None and record.tenant == principal.tenant:
                 self._same(
                     principal, name, arguments, record.tenant, record.name, dict(record.input)
                 )
                 return await self._from_record(record, name, arguments)
-        if not (isinstance(result, ToolError) and result.code == ErrorCode.DUPLICATE_CALL):
-            self._remember(result.call.call_id, principal.tenant, run_id)
         status, body = self.result_json(result)
         return _Outcome(principal.tenant, name, arguments, status, body, run_id)
 
@@ -686,6 +694,7 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
     """Server-Sent Events of one run: ``id`` is the event's sequence number (resume with
     Last-Event-ID), ``event`` its kind; events of calls of other tenants are left out."""
     api.streams.add(subscription)
+    tenants: dict[str, str] = {}
     try:
         yield "retry: 1000\n\n"
         iterator = subscription.__aiter__()
@@ -698,7 +707,11 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
             except StopAsyncIteration:
                 return
             if not principal.operator:
-                tenant = api.tenant_of(event.call_id)
+                tenant = tenants.get(event.call_id)
+                if tenant is None:  # one lookup per call of the run (None: not yet known)
+                    tenant = api.tenant_of(event.call_id)
+                    if tenant is not None:
+                        tenants[event.call_id] = tenant
                 if tenant != principal.tenant:
                     continue
             data = json.dumps(
