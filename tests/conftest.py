@@ -277,7 +277,7 @@ def _hermetic_spec_packages() -> Iterator[None]:
 # Session fixtures cheap enough for every xdist worker to make its own.
 _PER_WORKER = frozenset({"built_examples", "example_package", "postgres_dsn"})
 # Groups that take minutes: scheduled first, so that the other worker fills in around them.
-_HEAVY = ("mcp_package", "tests/test_schemastore.py")
+_HEAVY = ("mcp_package", "test_schemastore")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -286,13 +286,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker, so it is made once: a session fixture other than the cheap ones groups its users, a
     module-scoped one its module's users. Tests of the corpus groups are marked ``slow``
     (``-m "not slow"`` is the quick subset) and run first."""
+    grouping = bool(getattr(config.option, "loadgroup", False))  # set in xdist's workers
     for item in items:
         group = _group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            if grouping and hasattr(item, "_id"):
+                _suffix_group(item, group)
         if group is not None and any(heavy in group for heavy in _HEAVY):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first
+
+
+def _suffix_group(item: pytest.Item, group: str) -> None:
+    """What xdist 3.8's loadgroup does to a grouped item's id (``nodeid@group``, which its
+    scheduler splits on), done where pytest 9 keeps the id: xdist still sets ``_nodeid``, which
+    pytest 9 no longer reads, so without this no group held and the corpus packages were built
+    once per worker."""
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -310,7 +323,7 @@ def _group(item: pytest.Item) -> str | None:
         if scope == "session" and name not in _PER_WORKER and not name.startswith("_"):
             return name  # a session fixture groups across modules: it wins
         if scope in ("module", "class", "package"):
-            module_group = item.nodeid.split("::")[0]
+            module_group = Path(item.nodeid.split("::")[0]).stem
     return module_group
 
 
