@@ -278,14 +278,17 @@ def _hermetic_spec_packages() -> Iterator[None]:
 _PER_WORKER = frozenset({"built_examples", "example_package", "postgres_dsn"})
 # Groups that take minutes: scheduled first, so that the other worker fills in around them.
 _HEAVY = ("mcp_package", "test_schemastore")
+# Also left out of the quick subset: wheels and fresh virtual environments, worker processes
+# killed and restarted, a browser.
+_SLOW_MODULES = frozenset({"test_pack", "test_workers", "test_inbox"})
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (``--dist loadgroup``), the tests that share an expensive fixture run on one
     worker, so it is made once: a session fixture other than the cheap ones groups its users, a
-    module-scoped one its module's users. Tests of the corpus groups are marked ``slow``
-    (``-m "not slow"`` is the quick subset) and run first."""
+    module-scoped one its module's users. The corpus groups and _SLOW_MODULES are marked
+    ``slow`` (``-m "not slow"`` is the quick subset), and slow tests run first."""
     grouping = bool(getattr(config.option, "loadgroup", False))  # set in xdist's workers
     for item in items:
         group = _group(item)
@@ -293,7 +296,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
             if grouping and hasattr(item, "_id"):
                 _suffix_group(item, group)
-        if group is not None and any(heavy in group for heavy in _HEAVY):
+        corpus = group is not None and any(heavy in group for heavy in _HEAVY)
+        if corpus or Path(item.nodeid.split("::")[0]).stem in _SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first
 
