@@ -24,7 +24,8 @@ class Principal:
     id: str
     tenant: str
     roles: frozenset[str] = frozenset()
-    claims: JsonValue = None  # what else the application wants stored with it (JSON)
+    # What else the application keeps about the principal (JSON); never in reprs or logs.
+    claims: JsonValue = field(default=None, repr=False)
 
     @property
     def operator(self) -> bool:
@@ -57,9 +58,9 @@ class CallContext:
     """The caller's side of a call: the trusted principal, untrusted client data, a thread id."""
 
     principal: Principal | None = None
-    client_data: JsonValue = None
+    client_data: JsonValue = field(default=None, repr=False)  # untrusted: never in logs
     thread_id: str | None = None
-    extra: dict[str, JsonValue] = field(default_factory=dict)
+    extra: dict[str, JsonValue] = field(default_factory=dict, repr=False)
 
     @property
     def tenant(self) -> str:

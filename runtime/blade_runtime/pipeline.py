@@ -302,7 +302,9 @@ class CallPipeline(RuntimeCore):
             except DuplicateCall as duplicate:
                 return error_result(call, ErrorCode.DUPLICATE_CALL, f"{duplicate}; nothing ran.")
             except StoreError as error:
-                log.error("%s (call %s): the store refused its start: %s", call.name, call, error)
+                log.error(
+                    "%s (call %s): the store refused its start: %s", call.name, call.call_id, error
+                )
                 return error_result(
                     call, ErrorCode.STORE_UNAVAILABLE, "The tool could not start; try again."
                 )
@@ -598,7 +600,9 @@ class CallPipeline(RuntimeCore):
             except LeaseLost as lost:
                 # Another worker claimed the call (this one's lease lapsed): its outcome is the
                 # one recorded; this late result is reported, not written.
-                log.error("%s (call %s): %s; the result is not recorded", call.name, call, lost)
+                log.error(
+                    "%s (call %s): %s; the result is not recorded", call.name, call.call_id, lost
+                )
         elif self._events.active:
             self._events.publish(self._event(call, "result", result_json(result)))
         return result
