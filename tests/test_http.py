@@ -934,3 +934,26 @@ def test_live_events_of_unrecorded_calls_reach_only_their_tenant(example_package
 
     got = asyncio.run(scenario())
     assert [(e["event"], e["call_id"]) for e in got] == [("started", "a4"), ("result", "a4")]
+
+
+def test_a_retry_never_runs_a_call_again_after_the_store_forgot_it(example_package: Any) -> None:
+    runtime, tools = runtime_of(MemoryStore(keep_settled=0))
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        async with client_for(app, "asgi") as http:
+            headers = {**ALICE, "Idempotency-Key": "refund-forgotten"}
+            first = await http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=headers)
+            action_id = first.json()["action"]["action_id"]
+            await http.post(
+                f"/v1/actions/{action_id}/submit",
+                json={"approved": True, "approver": "ann"},
+                headers=ALICE,
+            )
+            assert runtime.store.call(first.json()["call_id"]) is None  # forgotten
+            again = await http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=headers)
+            return first, again
+
+    first, again = asyncio.run(scenario())
+    assert tools.refund_entries == 2  # the call and its resume: no second call
+    assert again.json()["call_id"] == first.json()["call_id"] == "refund-forgotten"

@@ -246,7 +246,15 @@ class Api:
         inflight = self._inflight.get(call_id)
         if inflight is not None:
             self._same(principal, name, arguments, inflight[0], inflight[1], inflight[2])
-            return await asyncio.shield(inflight[3])
+            try:
+                return await asyncio.shield(inflight[3])
+            except asyncio.CancelledError:
+                if not inflight[3].cancelled():
+                    raise  # this request was cancelled
+            # the first request was cancelled: this one answers from the store, or calls
+            return await self.call(
+                principal, name, arguments, call_id=call_id, run_id=run_id, thread_id=thread_id
+            )
         earlier = self._earlier(principal, name, arguments, call_id)
         if earlier is not None:
             return await earlier
@@ -254,6 +262,9 @@ class Api:
         self._inflight[call_id] = (principal.tenant, name, arguments, future)
         try:
             outcome = await self._call(principal, name, arguments, call_id, run_id, thread_id)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
         except BaseException as error:
             future.set_exception(error)
             future.exception()  # retrieved: a lone request leaves no unobserved exception
@@ -295,7 +306,8 @@ class Api:
                 return _ready(kept)
         record = self.runtime.store.call(call_id)
         if record is None:
-            return None
+            # never run a call twice: a store that forgot it still has its first answer here
+            return None if kept is None else _ready(kept)
         self._same(principal, name, arguments, record.tenant, record.name, dict(record.input))
         return self._from_record(record, name, arguments)
 
