@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import EXAMPLE_SPECS, _import_package, add_spec
-from http_support import ALICE, BOB, REFUND, authenticate, runtime_of, serving
+from http_support import ALICE, BOB, REFUND, TOKENS, authenticate, runtime_of, serving
 
 from blade_runtime import ResumeEntry
 from blade_runtime.http import create_app
@@ -276,8 +276,8 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
     print("screenshots:", *shots)
 
 
-def test_an_expired_action_leaves_the_inbox_live(
-    tmp_path: Path, inbox_package: Any, browser: Any
+def test_an_expired_action_leaves_the_inbox_live_and_a_deep_link_opens_one(
+    tmp_path: Path, inbox_package: Any, browser: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from blade_inbox.orders import hold_seat_v1 as hold
     from playwright.sync_api import expect
@@ -305,3 +305,17 @@ def test_an_expired_action_leaves_the_inbox_live(
         expect(page.locator("#empty")).to_be_visible()
         record = runtime.store.action(action_id)
         assert record is not None and record.state == "expired"
+
+        # a deep link (as an MCP elicitation gives) opens its action; a token with "+" survives
+        monkeypatch.setitem(TOKENS, "a+b/c=", TOKENS["token-alice"])
+        second = http.post("/v1/tools/hold_seat/calls", json={"seat": "14C"}, headers=ALICE)
+        linked = second.json()["action"]["action_id"]
+        deep = browser.new_page()
+        deep.goto(f"{server.url}/inbox#token=a%2Bb%2Fc%3D&action={linked}")
+        expect(deep.locator("#detail-title")).to_have_text("hold_seat.confirm")
+        expect(deep.locator("#detail-payload")).to_contain_text("14C")
+        assert deep.url.endswith(f"/inbox#action={linked}")  # the token left the address bar
+        gone = browser.new_page()
+        gone.goto(f"{server.url}/inbox#token=token-bob&action={linked}")
+        expect(gone.locator("#status")).to_contain_text("is not pending for you")
+        expect(gone.locator("#detail")).to_be_hidden()

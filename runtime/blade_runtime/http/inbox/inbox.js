@@ -6,16 +6,31 @@
 
 (function () {
   const POLL_MS = 1000;
-  const state = { actions: new Map(), selected: null, form: null, busy: false };
+  const state = { actions: new Map(), selected: null, form: null, busy: false, wanted: null };
   const $ = (id) => document.getElementById(id);
 
   // -- credentials and requests ------------------------------------------------------------
 
-  (function takeToken() {
-    const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
-    if (match) {
-      sessionStorage.setItem("blade-inbox-token", decodeURIComponent(match[1]));
-      history.replaceState(null, "", location.pathname + location.search);
+  // #token=... is kept in sessionStorage and taken out of the address bar; #action=ID (a deep
+  // link, e.g. from an MCP elicitation) opens that action once it is listed.
+  (function takeFragment() {
+    const params = new Map();
+    for (const pair of location.hash.slice(1).split("&")) {
+      const at = pair.indexOf("=");
+      if (at < 1) continue;
+      try {
+        // decodeURIComponent, not URLSearchParams: a "+" in a token stays a "+"
+        params.set(decodeURIComponent(pair.slice(0, at)), decodeURIComponent(pair.slice(at + 1)));
+      } catch (error) {
+        /* a malformed escape: ignored */
+      }
+    }
+    const token = params.get("token");
+    if (token) sessionStorage.setItem("blade-inbox-token", token);
+    state.wanted = params.get("action") || null;
+    if (token) {
+      const rest = state.wanted ? "#action=" + encodeURIComponent(state.wanted) : "";
+      history.replaceState(null, "", location.pathname + location.search + rest);
     }
   })();
 
@@ -73,6 +88,12 @@
     renderList();
     if (state.selected && !seen.has(state.selected)) showGone(state.selected);
     setStatus(seen.size + " pending · updated " + new Date().toLocaleTimeString());
+    if (state.wanted) {
+      const wanted = state.wanted;
+      state.wanted = null;
+      if (seen.has(wanted)) select(wanted);
+      else setStatus("The action " + wanted + " is not pending for you · " + seen.size + " pending");
+    }
   }
 
   // Updated in place, keyed by action id: an item being clicked is never replaced under the
