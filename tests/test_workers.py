@@ -698,12 +698,6 @@ def test_a_redacting_post_hook_leaves_the_secret_in_no_store_event_or_stream(
     assert SECRET not in shown([plain.content, resumed.content]), "the results' content"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the typed client's CallSuccess.output is built from ToolSuccess.output (the "
-    "implementation's value, which _post_hooks keeps) instead of the hook-rewritten content, so "
-    "a redacted secret is in client.<tool>() results and in their model_dump_json()",
-)
 def test_a_redacting_post_hook_leaves_the_secret_out_of_the_typed_client_s_view(
     any_store: Store, worker_package: Path, tmp_path: Path
 ) -> None:
@@ -870,14 +864,6 @@ def test_a_runtime_closed_with_calls_running_settles_them_cancelled(cluster: Clu
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Runtime.close() promises the calls it abandons 'become claimable at once', but "
-    "nothing marks the owner dead: SQLiteStore.detach is a no-op (and another host's pid is "
-    "never checked), PostgresStore.detach deletes the blade_runtimes row before unlocking so "
-    "alive() answers None (unknown) rather than False, and Recovery._dead counts only alive() "
-    "is False; a closed runtime also stays in recovery._LIVE. The call waits for its lease",
-)
 def test_a_call_abandoned_by_close_is_claimable_at_once(cluster: Cluster) -> None:
     lease_s = 60.0  # far longer than the wait: only the close can free the call
     survivor = cluster.spawn(lease_s=lease_s, host="host-b", loop=0.1, stop=str(cluster.stop))

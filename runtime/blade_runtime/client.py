@@ -19,7 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+)
 
 from blade_runtime.events import PendingAction
 from blade_runtime.permissions import POINTS as PERMISSION_POINTS
@@ -258,7 +266,9 @@ def result_data(called: ToolResult[Any]) -> Data:
     """A runtime result as the fields of its result DTO."""
     ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
     if isinstance(called, ToolSuccess):
-        return {"status": "success", **ids, "output": called.output, "content": called.content}
+        # A post hook's rewrite is all a typed view may hold: what it withheld reaches nobody.
+        output = called.content if called.rewritten else called.output
+        return {"status": "success", **ids, "output": output, "content": called.content}
     if isinstance(called, ToolError):
         return {"status": "error", **ids, "code": called.code, "message": called.message}
     if isinstance(called, ToolPending):
@@ -298,7 +308,15 @@ class ToolClient:
 
     def _converted(self, data: Data, result: Parser[T]) -> T:
         """A result's fields as the tool's typed result DTO, its pending action bound here."""
-        parsed = result.parse(data)
+        try:
+            parsed = result.parse(data)
+        except ValidationError:
+            if data.get("status") != "success":
+                raise
+            # A post hook rewrote the output into a shape its type cannot hold.
+            message = "The tool's output was rewritten into a shape its typed result cannot hold."
+            refused = {**data, "status": "error", "code": ErrorCode.INVALID_OUTPUT}
+            parsed = result.parse({**refused, "message": message})
         if isinstance(parsed, CallPending) and isinstance(parsed.action, PendingActionBase):
             parsed.action._client = self
         return parsed

@@ -806,6 +806,8 @@ class CallPipeline(RuntimeCore):
         if verdict.output is None:
             return result
         if isinstance(result, ToolSuccess):
-            return ToolSuccess(result.call, result.output, verdict.output, result.display)
+            rewritten = ToolSuccess(result.call, result.output, verdict.output, result.display)
+            rewritten.rewritten = True  # typed views are built from what the model may read
+            return rewritten
         assert isinstance(result, ToolError)
         return ToolError(result.call, result.code, result.message, verdict.output, result.display)

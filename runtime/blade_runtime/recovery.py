@@ -41,6 +41,12 @@ class Recovery(PendingActions):
     def _live(self) -> None:
         _LIVE[self.owner] = self
 
+    def _gone(self) -> None:
+        """This runtime stops: its leases end now, so another worker may claim its calls at
+        once (a late result of an abandoned call is then refused by the store, LeaseLost)."""
+        _LIVE.pop(self.owner, None)
+        self.store.renew(self.owner, 0.0)
+
     async def recover(self, *, replay: bool = True, limit: int = 100) -> list[ToolResult[Any]]:
         """One sweep: claim what needs a runtime and take it up here; returns the results.
 
@@ -85,7 +91,8 @@ class Recovery(PendingActions):
             return False
         host, _, rest = owner.partition(":")
         if host == HOST and rest.partition(":")[0] == str(os.getpid()):
-            return owner not in _LIVE  # a runtime of this process: open, or gone
+            live = _LIVE.get(owner)
+            return live is None or live._closed  # a runtime of this process: open, or gone
         return self.store.alive(owner) is False
 
     async def _take_up(self, claimed: Claimed, replay: bool) -> ToolResult[Any]:

@@ -84,6 +84,9 @@ class ToolSuccess(Generic[OutputT]):
     output_json: JsonValue = None
     """The whole output as JSON when ``content`` is a projection of it (else None: ``content``
     is the output itself, or what a post hook let the model read)."""
+    rewritten: bool = False
+    """A post hook replaced ``content``: typed views elsewhere (the typed client, the HTTP API)
+    are built from it, so that what a hook withheld (a secret) reaches nobody."""
 
 
 @dataclass(slots=True)

@@ -419,6 +419,7 @@ class Runtime(Recovery):
         stuck = len(self._guard.stuck())
         self._closed = True
         self._leases.close()
+        self._gone()
         self.store.detach(self.owner)
         if abandoned or stuck:
             log.error(
