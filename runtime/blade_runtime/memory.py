@@ -51,6 +51,9 @@ class MemoryStore:
         self._settled: OrderedDict[str, None] = OrderedDict()  # oldest first
         self._actions: dict[str, ActionRecord] = {}
         self._data: dict[tuple[str, str], dict[str, DataRecord]] = {}
+        # By call id, so that forgetting a call costs its own records, not a scan of all.
+        self._call_actions: dict[str, list[str]] = {}
+        self._call_channels: dict[str, set[str]] = {}
         self._seq = 0
 
     def begin(self, call: CallRecord, event: Event) -> None:
@@ -67,6 +70,7 @@ class MemoryStore:
                 self._owned(call.call_id, call.owner)
             self._calls[call.call_id] = replace(call)
             self._actions[action.action_id] = replace(action)
+            self._call_actions.setdefault(action.call_id, []).append(action.action_id)
 
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         with self._lock:
@@ -177,17 +181,18 @@ class MemoryStore:
     def write_data(self, record: DataRecord, event: Event | None) -> None:
         with self._lock:
             items = self._data.setdefault((record.call_id, record.channel), {})
+            self._call_channels.setdefault(record.call_id, set()).add(record.channel)
             previous = items.get(record.item_id)
             self._seq += 1
             items[record.item_id] = replace(record, seq=previous.seq if previous else self._seq)
 
     def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
         with self._lock:
+            channels = self._call_channels.get(call_id, ()) if channel is None else (channel,)
             found = [
                 replace(item)
-                for (call, name), items in self._data.items()
-                if call == call_id and channel in (None, name)
-                for item in items.values()
+                for name in channels
+                for item in self._data.get((call_id, name), {}).values()
             ]
         return sorted(found, key=lambda item: item.seq)
 
@@ -229,9 +234,14 @@ class MemoryStore:
         tenant: str | None = None,
     ) -> list[ActionRecord]:
         with self._lock:
+            chosen = (
+                self._actions.values()
+                if call_id is None
+                else [self._actions[a] for a in self._call_actions.get(call_id, ())]
+            )
             return [
                 replace(a)
-                for a in self._actions.values()
+                for a in chosen
                 if state in (None, a.state)
                 and run_id in (None, a.run_id)
                 and name in (None, a.name)
@@ -264,7 +274,7 @@ class MemoryStore:
         while len(self._settled) > self.keep_settled:
             old, _ = self._settled.popitem(last=False)
             self._calls.pop(old, None)
-            for key in [k for k in self._data if k[0] == old]:
-                del self._data[key]
-            for action_id in [a for a, r in self._actions.items() if r.call_id == old]:
-                del self._actions[action_id]
+            for channel in self._call_channels.pop(old, ()):
+                self._data.pop((old, channel), None)
+            for action_id in self._call_actions.pop(old, ()):
+                self._actions.pop(action_id, None)
