@@ -49,6 +49,7 @@ from typing import Any
 
 from blade_codegen.build import build
 from blade_runtime import ResumeEntry, Runtime
+from blade_runtime.permissions import Ask
 from blade_runtime.sqlite import SQLiteStore
 from blade_runtime.store import Store
 from blade_runtime.urls import open_store
@@ -183,6 +184,24 @@ async def run_cycles(module: Any, store: Store, count: int, prefix: str = "o") -
 
 async def cycles_s(module: Any, store: SQLiteStore, count: int) -> float:
     return await run_cycles(module, store, count) / count
+
+
+async def ask_round_trips_s(module: Any, store: Store, count: int) -> float:
+    """Seconds per permission round trip: the policy asks, a person approves, the call runs."""
+
+    async def approve(ctx: Any) -> Any:
+        return module.ApproveOutput(approved=True)
+
+    runtime = Runtime(store=store, permission=lambda request: Ask())
+    runtime.register(module.SPEC, approve)
+    start = time.perf_counter()
+    for i in range(count):
+        asked = await runtime.call("approve", {"order_id": f"p{i}", "amount": i})
+        done = await runtime.submit(asked.action.action_id, {"decision": "approve"})  # type: ignore[union-attr]
+        assert done.status == "success", done
+    elapsed = time.perf_counter() - start
+    await runtime.close()
+    return elapsed / count
 
 
 async def data_writes_s(module: Any, store: Store, count: int) -> float:
@@ -396,11 +415,14 @@ def main() -> None:
         build(root / "specs", out, PACKAGE)
         sys.path.insert(0, str(out))
         module = importlib.import_module(MODULE)
-        bare = cycle = write = float("inf")
+        bare = cycle = write = ask = float("inf")
         for r in range(args.rounds):  # the best of each, alternating
             bare = min(bare, bare_commit_s(root / f"bare{r}.db", args.cycles))
             store = SQLiteStore(root / f"cycles{r}.db")
             cycle = min(cycle, asyncio.run(cycles_s(module, store, args.cycles)))
+            store.close()
+            store = SQLiteStore(root / f"ask{r}.db")
+            ask = min(ask, asyncio.run(ask_round_trips_s(module, store, args.cycles)))
             store.close()
             store = SQLiteStore(root / f"data{r}.db")
             write = min(write, asyncio.run(data_writes_s(module, store, args.cycles)))
@@ -415,6 +437,10 @@ def main() -> None:
         print(
             f"  durable ToolData write:           {write * 1e6:8.1f} us = {1 / write:7.0f} "
             f"writes/s; {write / bare:.2f}x a bare commit"
+        )
+        print(
+            f"  ask round trip (ask, approve, run): {ask * 1e6:6.1f} us = "
+            f"{ask / (cycle + bare):.2f}x a cycle plus one commit (target <= 1x)"
         )
         if "sqlite" in engines:
             files = (f"sqlite:///{root / f'm{i}.db'}" for i in itertools.count())
