@@ -358,35 +358,73 @@ class Recorder:
 
 @pytest.mark.parametrize(
     "fail_at",
-    [None, "scheduled", "permission_resolved", "execution_started", "settled"],
+    [
+        None,
+        "scheduled",
+        "permission_requested",
+        "permission_resolved",
+        "execution_started",
+        "settled",
+    ],
 )
 def test_an_observer_failing_at_each_boundary_stops_that_call_only(
     deploy: Any, tmp_path: Path, fail_at: str | None
 ) -> None:
     store = SQLiteStore(tmp_path / "obs.db")
-    runtime = Runtime(store=store, permission=lambda request: Allow())
+    runtime = Runtime(store=store, permission=lambda request: Ask("deploy?"))
     deploys = Deploys(deploy)
     runtime.register(deploy.SPEC, deploys)
     recorder = Recorder(fail_at)
     runtime.observe(recorder)
-    result = run(runtime.call("deploy_service", GOOD, call_id="c1"))
-    order = ["scheduled", "permission_resolved", "execution_started", "settled"]
+    order = [
+        "scheduled",
+        "permission_requested",
+        "permission_resolved",
+        "execution_started",
+        "settled",
+    ]
+
+    async def scenario() -> Any:
+        first = await runtime.call("deploy_service", GOOD, call_id="c1")
+        if not isinstance(first, ToolPending):
+            return first
+        return await runtime.submit(first.action.action_id, {"decision": "approve"})
+
+    result = run(scenario())
     if fail_at is None:
         assert isinstance(result, ToolSuccess) and recorder.seen == order
         return
     assert isinstance(result, ToolError) and result.code == ErrorCode.OBSERVER_FAILED
-    # Every scheduled call is observed settling, with the error that stopped it.
-    settles = [] if fail_at == "settled" else ["settled"]
-    assert recorder.seen == order[: order.index(fail_at) + 1] + settles
+    stopped = order.index(fail_at)
+    # A stopped entry is still seen settling, except where the call waits on (or never made)
+    # its request: before the answer is accepted nothing of the call ended.
+    settles = fail_at in ("scheduled", "permission_requested", "execution_started")
+    assert recorder.seen == order[: stopped + 1] + (["settled"] if settles else [])
     ran = fail_at == "settled"
     assert len(deploys.inputs) == (1 if ran else 0)  # a failure before the start blocks it
-    stored = store.call("c1")
-    if order.index(fail_at) >= order.index("execution_started"):
+    if fail_at == "permission_resolved":  # the answer was not accepted: it still waits
+        assert [p.origin.call_id for p in runtime.pending()] == ["c1"]
+    if stopped >= order.index("execution_started"):
+        stored = store.call("c1")
         assert stored is not None and stored.state == "settled"
         assert isinstance(stored.result, dict) and stored.result["code"] == "OBSERVER_FAILED"
     # Another call is not broken by it.
     recorder.fail_at = None
-    assert isinstance(run(runtime.call("deploy_service", GOOD)), ToolSuccess)
+    other = run(runtime.call("deploy_service", GOOD))
+    assert isinstance(other, ToolPending)
+
+
+def test_a_policys_allow_crosses_no_permission_boundary_and_a_denial_does(deploy: Any) -> None:
+    for policy, expected in (
+        (lambda request: Allow(), ["scheduled", "execution_started", "settled"]),
+        (lambda request: Deny("no"), ["scheduled", "permission_resolved", "settled"]),
+    ):
+        runtime = Runtime(permission=policy)
+        runtime.register(deploy.SPEC, Deploys(deploy))
+        recorder = Recorder()
+        runtime.observe(recorder)
+        run(runtime.call("deploy_service", GOOD))
+        assert recorder.seen == expected
 
 
 def test_invalid_json_never_enters_the_lifecycle(deploy: Any) -> None:

@@ -7,8 +7,9 @@ the step happens:
     scheduled              the call is an executable invocation (its input is valid); before its
                            permission is decided and before it starts
     permission_requested   a policy asked a human; before the request becomes visible
-    permission_resolved    a decision (a policy's allow or deny, or a human's answer); before the
-                           runtime acts on it
+    permission_resolved    a request answered (approved or denied by a person), or a policy's
+                           denial; before the runtime acts on it (a policy's allow asks nobody,
+                           so it crosses no permission boundary)
     execution_started      the start, the final input and the side-effect contract are stored;
                            before the implementation runs (a failure here blocks the side effect)
     settled                the call has its result; before it is recorded and announced

@@ -66,6 +66,7 @@ from blade_runtime.permissions import (
     DECISIONS,
     STEP,
     STEP_POINT,
+    Allow,
     Ask,
     Deny,
     PermissionPrompt,
@@ -278,15 +279,12 @@ class CallPipeline(RuntimeCore):
         result is not recorded here: ``_conclude`` does it, after the post-hooks. ``claimed``:
         the store records the call as running under this runtime already (a resume, a replay)."""
         admitting = not claimed and entry is INITIAL  # a new invocation, not a re-entry
-        if admitting and self._observers.any:
-            scope.observed = True  # a scheduled call is observed when it settles too
-            failed = (
-                await self._observe("scheduled", registration, call, arguments)
-                if self._observers.by_boundary["scheduled"]
-                else None
-            )
-            if failed is not None:
-                return failed
+        if self._observers.any:
+            scope.observed = True  # an entry that observers see start is seen settling too
+            if admitting and self._observers.by_boundary["scheduled"]:
+                failed = await self._observe("scheduled", registration, call, arguments)
+                if failed is not None:
+                    return failed
         context = None
         asks = admitting and (registration.permission or self.permission) is not None
         if registration.context is not None or asks:
@@ -415,10 +413,13 @@ class CallPipeline(RuntimeCore):
                 )
         decision = decision_of(cast(PolicyAnswer, answer))  # awaited above if it was awaitable
         asking = type(decision) is Ask
-        if self._hooks[HookEvent.PERMISSION_REQUEST] or self._observers.any:
+        # An allow needs no request, so it crosses no permission boundary (observers see a
+        # request made, and a denial); permission_request hooks see every decision.
+        observed = self._observers.any and type(decision) is not Allow
+        if self._hooks[HookEvent.PERMISSION_REQUEST] or observed:
             label, reason = describe_decision(decision)
             refused = await self._permission_hooks(call, arguments, scope, label, reason)
-            if refused is None and self._observers.any:
+            if refused is None and observed:
                 boundary = "permission_requested" if asking else "permission_resolved"
                 refused = await self._observe(
                     boundary, registration, call, arguments, label, reason
