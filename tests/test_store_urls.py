@@ -28,13 +28,15 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
     "url, said",
     [
         ("redis://user:hunter2@127.0.0.1/0", "unknown store scheme 'redis'"),
-        (f"postgresql://ops:hunter2@127.0.0.1:{closed_port()}/blade", "127.0.0.1"),
+        ("postgresql://ops:hunter2@127.0.0.1:{port}/blade", "127.0.0.1"),
         ("sqlite:/relative.db", "sqlite:///relative/path.db"),
     ],
+    ids=["unknown-scheme", "unreachable-server", "malformed-sqlite"],
 )
 def test_a_bad_store_url_is_one_line_exit_3_with_the_password_masked(
     url: str, said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    url = url.format(port=closed_port())  # here, not at collection: every worker collects
     assert main(["pending", "list", "--store", url]) == EXIT_STORE
     err = one_line(capsys)
     assert said in err and "hunter2" not in err
