@@ -165,7 +165,12 @@ class CallPipeline(RuntimeCore):
         """Post-hooks, then record and announce what they let the model read."""
         if self._post_any:
             result = await self._finish(registration, call, arguments, scope.signal, result)
-        if scope.observed and registration is not None and not isinstance(result, ToolPending):
+        if (
+            scope.observed
+            and registration is not None
+            and self._observers.by_boundary["settled"]
+            and not isinstance(result, ToolPending)
+        ):
             failed = await self._observe(
                 "settled", registration, call, arguments, result=result_json(result)
             )
@@ -287,10 +292,19 @@ class CallPipeline(RuntimeCore):
                     return failed
         context = None
         asks = admitting and (registration.permission or self.permission) is not None
-        if registration.context is not None or asks:
+        if registration.context is not None:
             context, refused = await self._prepare(registration, call, arguments, scope, asks)
             if refused is not None:
                 return refused
+        elif asks:  # no server context to build: the permission alone (one coroutine less)
+            try:
+                refused = await self._permit(registration, call, arguments, scope)
+            except Exception as error:
+                return self._tool_error(call, error)
+            if refused is not None:
+                return refused
+            if scope.reason is not None:
+                return self._cancelled(call, scope)
         if registration.implementation is None:
             return self._await_client(registration, call, arguments)
         attempt = None
