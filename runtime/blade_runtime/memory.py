@@ -126,8 +126,11 @@ class MemoryStore:
         at = clock()
         claimed: list[Claimed] = []
         with self._lock:
-            candidates = [self._calls[call_id]] if call_id in self._calls else []
-            for call in candidates if call_id is not None else list(self._calls.values()):
+            if call_id is None:
+                candidates = list(self._calls.values())
+            else:
+                candidates = [self._calls[call_id]] if call_id in self._calls else []
+            for call in candidates:
                 if len(claimed) >= limit:
                     break
                 orphaned = call.state == "running" and (call.lease_until < at or call.owner in dead)

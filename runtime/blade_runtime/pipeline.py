@@ -165,21 +165,21 @@ class CallPipeline(RuntimeCore):
         """Post-hooks, then record and announce what they let the model read."""
         if self._post_any:
             result = await self._finish(registration, call, arguments, scope.signal, result)
+        stored = None  # the result's JSON, made once for the observers and the store
         if (
             scope.observed
             and registration is not None
             and self._observers.by_boundary["settled"]
             and not isinstance(result, ToolPending)
         ):
-            failed = await self._observe(
-                "settled", registration, call, arguments, result=result_json(result)
-            )
+            stored = result_json(result)
+            failed = await self._observe("settled", registration, call, arguments, result=stored)
             if failed is not None:
-                result = failed
+                result, stored = failed, None
         attempt: Attempt | None = scope.stored
         if isinstance(result, ToolPending) or (attempt is None and not self._events.active):
             return result
-        return self._settled(call, result, attempt)
+        return self._settled(call, result, attempt, stored)
 
     async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
         """One ``ctx.tools.call``: a full call of the child's registration, its output or a
@@ -293,18 +293,13 @@ class CallPipeline(RuntimeCore):
         context = None
         asks = admitting and (registration.permission or self.permission) is not None
         if registration.context is not None:
-            context, refused = await self._prepare(registration, call, arguments, scope, asks)
+            context, refused = await self._server_context(registration, call, scope)
             if refused is not None:
                 return refused
-        elif asks:  # no server context to build: the permission alone (one coroutine less)
-            try:
-                refused = await self._permit(registration, call, arguments, scope)
-            except Exception as error:
-                return self._tool_error(call, error)
+        if asks:
+            refused = await self._permit(registration, call, arguments, scope)
             if refused is not None:
                 return refused
-            if scope.reason is not None:
-                return self._cancelled(call, scope)
         if registration.implementation is None:
             return self._await_client(registration, call, arguments)
         attempt = None
@@ -372,27 +367,17 @@ class CallPipeline(RuntimeCore):
             return self._cancelled(call, scope)
         return self._output(registration, call, output, ctx._display)
 
-    async def _prepare(
-        self,
-        registration: Registration[Any],
-        call: CallInfo,
-        arguments: JsonObject,
-        scope: CancelScope,
-        asks: bool,
+    async def _server_context(
+        self, registration: Registration[Any], call: CallInfo, scope: CancelScope
     ) -> tuple[Any, ToolResult[Any] | None]:
-        """The server context, and the permission of a new call: (context, None), or (None,
-        the result that ends the call: a denial, or a pending permission request)."""
+        """The registration's server context for the call: (context, None), or (None, the
+        result that ends the call)."""
+        assert registration.context is not None
         try:
-            context = None
-            if registration.context is not None:
-                context = registration.context(call)
-                if inspect.isawaitable(context):
-                    scope.bind()
-                    context = await context
-            if asks:
-                decided = await self._permit(registration, call, arguments, scope)
-                if decided is not None:
-                    return None, decided
+            context = registration.context(call)
+            if inspect.isawaitable(context):
+                scope.bind()
+                context = await context
         except Exception as error:
             return None, self._tool_error(call, error)
         if scope.reason is not None:
@@ -415,17 +400,21 @@ class CallPipeline(RuntimeCore):
         request = PermissionRequest(
             call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope
         )
-        answer = policy(request)
-        if answer is not None and type(answer) not in DECISIONS and inspect.isawaitable(answer):
-            scope.bind()
-            try:
+        try:
+            answer = policy(request)
+            if answer is not None and type(answer) not in DECISIONS and inspect.isawaitable(answer):
+                scope.bind()
                 answer = await self._guard.run("permission", answer, None, scope.signal)
-            except Overran as overran:
-                log.error("%s (call %s): permission: %s", call.name, call.call_id, overran)
-                return error_result(
-                    call, ErrorCode.HOOK_TIMEOUT, "The permission check did not finish."
-                )
-        decision = decision_of(cast(PolicyAnswer, answer))  # awaited above if it was awaitable
+            decision = decision_of(cast(PolicyAnswer, answer))  # awaited above if awaitable
+        except Overran as overran:
+            log.error("%s (call %s): permission: %s", call.name, call.call_id, overran)
+            return error_result(
+                call, ErrorCode.HOOK_TIMEOUT, "The permission check did not finish."
+            )
+        except Exception as error:  # the policy raised: a bug of the application's
+            return self._tool_error(call, error)
+        if scope.reason is not None:
+            return self._cancelled(call, scope)
         asking = type(decision) is Ask
         # An allow needs no request, so it crosses no permission boundary (observers see a
         # request made, and a denial); permission_request hooks see every decision.
@@ -604,12 +593,19 @@ class CallPipeline(RuntimeCore):
         return ToolSuccess(call, output, model_reads, display, output_json=content)
 
     def _settled(
-        self, call: CallInfo, result: ToolResult[Any], attempt: Attempt | None
+        self,
+        call: CallInfo,
+        result: ToolResult[Any],
+        attempt: Attempt | None,
+        stored: JsonValue = None,
     ) -> ToolResult[Any]:
-        """Record the end of a stored call (with its event), or just announce it."""
+        """Record the end of a stored call (with its event), or just announce it. ``stored``:
+        the result's JSON when the caller made it already."""
+        if stored is None:
+            stored = result_json(result)
         if attempt is not None and attempt.stored:
             self._leases.release(call.call_id)
-            event = self._event(call, "result", result_json(result))
+            event = self._event(call, "result", stored)
             try:
                 self._emit(self.store.settle, call.call_id, event.payload, event, owner=self.owner)
             except LeaseLost as lost:
@@ -619,7 +615,7 @@ class CallPipeline(RuntimeCore):
                     "%s (call %s): %s; the result is not recorded", call.name, call.call_id, lost
                 )
         elif self._events.active:
-            self._events.publish(self._event(call, "result", result_json(result)))
+            self._events.publish(self._event(call, "result", stored))
         return result
 
     def _stopped(

@@ -325,15 +325,15 @@ class Runtime(Recovery):
 
         ``context``: the tool list for that caller's run step: ``enabled`` callbacks decide
         which tools are there, and ``describe`` callbacks what their descriptions say."""
-        call = CallInfo("", run_id, "", "", context)
         chosen = []
         for entry in self._registrations.values():
             if not self.is_allowed(entry.name):
                 continue
-            if entry.enabled is not None:
-                call.name, call.spec_id = entry.name, entry.spec.id
-                if not entry.enabled(call):
-                    continue
+            enabled = entry.enabled  # given a CallInfo of its own: it may keep it
+            if enabled is not None and not enabled(
+                CallInfo("", run_id, entry.name, entry.spec.id, context)
+            ):
+                continue
             chosen.append(entry.exported(context))
         return export_tools(chosen, format)
 
