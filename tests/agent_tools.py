@@ -8,12 +8,18 @@ processes.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import Any
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
 
 from blade_runtime import ResumeEntry
 from blade_runtime.runtime import Runtime
 from blade_runtime.store import Store
+
+T = TypeVar("T")
 
 PACKAGE = "blade_agent_specs"
 
@@ -262,3 +268,19 @@ def resume_graph_worker(
         out.put((os.getpid(), asyncio.run(main()), list(ENTRIES)))
     finally:
         store.close()
+
+
+def built_package(factory: Any) -> Path:
+    """The agent tools' package built under ``factory`` (pytest's tmp_path_factory) and put on
+    the import path: the module fixture of the adapter and MCP tests."""
+    out: Path = build_package(factory.mktemp("agent"))
+    if str(out) not in sys.path:
+        sys.path.insert(0, str(out))
+    return out
+
+
+def run(coroutine: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coroutine
+
+    return asyncio.run(main())

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +20,12 @@ ANN = Principal("ann", "acme")
 SEND = {"to": "bob", "amount": 5}
 
 
-def run(coroutine: Awaitable[Any]) -> Any:
-    async def main() -> Any:
-        return await coroutine
-
-    return asyncio.run(main())
+run = agent_tools.run
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out: Path = agent_tools.build_package(tmp_path_factory.mktemp("agent"))
-    if str(out) not in sys.path:
-        sys.path.insert(0, str(out))
-    return out
+    return agent_tools.built_package(tmp_path_factory)
 
 
 @pytest.fixture
