@@ -817,8 +817,9 @@ class CallPipeline(RuntimeCore):
         if verdict.output is None:
             return result
         if isinstance(result, ToolSuccess):
-            rewritten = ToolSuccess(result.call, result.output, verdict.output, result.display)
-            rewritten.rewritten = True  # typed views are built from what the model may read
-            return rewritten
+            # Typed views elsewhere are built from what the model may read (``rewritten``).
+            return ToolSuccess(
+                result.call, result.output, verdict.output, result.display, rewritten=True
+            )
         assert isinstance(result, ToolError)
         return ToolError(result.call, result.code, result.message, verdict.output, result.display)
