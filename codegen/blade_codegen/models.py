@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema_rs
 
+from blade_codegen.cheaper import bounds_per_member, by_name_only_with_aliases, inline_scalar_roots
 from blade_codegen.patterns import model_pattern
 from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
@@ -52,8 +53,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # 7: typed_annotations, flatten_conflicts, model_shapes, hoist_pattern_values; 8: union_bases;
 # 9: optional non-nullable properties default to pydantic.MISSING; patterns translated; defaults
 # checked against their schema; object keywords moved into union branches; 10: long lines wrapped;
-# 11: long JSON literals split too; 12: typed keywords into union branches, titled classes.
-POSTPROCESS_REVISION = 12
+# 11: long JSON literals split too; 12: typed keywords into union branches, titled classes;
+# 13: scalar item roots inlined, numeric bounds per member, validate_by_name only with aliases.
+POSTPROCESS_REVISION = 13
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -366,7 +368,9 @@ def generate_models(document: dict[str, Any]) -> str:
         raise ModelFailure("the generator wrote several modules for one document")
     code = none_last(with_key_types(code))
     code = union_bases(typed_annotations(flatten_conflicts(code)))
-    return keep_integers(keep_unknown_properties(code))
+    code = keep_integers(keep_unknown_properties(code))
+    code = inline_scalar_roots(code, keep=document.get("$defs", {}).keys())
+    return by_name_only_with_aliases(bounds_per_member(code))
 
 
 def none_last(code: str) -> str:
