@@ -113,7 +113,7 @@ class RuntimeCore:
         self._registrations: dict[str, Registration[Any]] = {}
         self._by_spec: dict[str, Registration[Any]] = {}  # the first registration of each id
         self._hooks: dict[HookEvent, list[Hook]] = {event: [] for event in HookEvent}
-        self._pre_any = self._post_any = False
+        self._pre_any = self._post_any = self._permission_hooked = False
         self._running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         self._events = EventHub(store)
         self.owner = f"{host or HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

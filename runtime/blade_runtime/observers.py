@@ -21,7 +21,7 @@ not even JSON never enter the lifecycle: they never form an invocation.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic import JsonValue
@@ -42,9 +42,9 @@ BOUNDARIES = (
 class Lifecycle:
     """What an observer sees at a boundary. ``boundary`` names it; the rest depends on it:
     ``input`` (the final input), ``side_effect`` and ``kind`` (the contract), ``decision`` and
-    ``reason`` (permissions), ``action_id`` (a permission request), ``result`` (settled: the
-    stored JSON of the result). (Not frozen: frozen dataclasses cost three times as much to
-    build, and one is built per boundary of every observed call.)"""
+    ``reason`` (permissions), ``action_id`` (a permission request), ``outcome`` and ``result``
+    (settled: the ToolResult, and its JSON as stored). (Not frozen: frozen dataclasses cost
+    three times as much to build, and one is built per boundary of every observed call.)"""
 
     boundary: str
     call: CallInfo
@@ -55,7 +55,18 @@ class Lifecycle:
     decision: str | None = None
     reason: str | None = None
     action_id: str | None = None
-    result: JsonValue = None
+    outcome: Any = None
+    _result: JsonValue = field(default=None, repr=False)
+
+    @property
+    def result(self) -> JsonValue:
+        """settled: the result's JSON as it is stored (made when first read: most observers
+        of a call never read it)."""
+        if self._result is None and self.outcome is not None:
+            from blade_runtime.core import result_json  # core imports this module
+
+            self._result = result_json(self.outcome)
+        return self._result
 
 
 class LifecycleObserver(Protocol):
@@ -69,13 +80,19 @@ class ObserverFailed(Exception):
         self.boundary = boundary
 
 
+Method = Callable[[Lifecycle], Awaitable[Any]]
+
+
 class Observers:
-    """The registered observers' methods, by boundary (only the ones they define)."""
+    """The registered observers' methods, by boundary (only the ones they define), one
+    attribute per boundary: the pipeline reads them on every observed call."""
 
     def __init__(self) -> None:
-        self.by_boundary: dict[str, list[Callable[[Lifecycle], Awaitable[Any]]]] = {
-            boundary: [] for boundary in BOUNDARIES
-        }
+        self.scheduled: list[Method] = []
+        self.permission_requested: list[Method] = []
+        self.permission_resolved: list[Method] = []
+        self.execution_started: list[Method] = []
+        self.settled: list[Method] = []
         self.any = False
 
     def add(self, observer: object) -> None:
@@ -83,7 +100,7 @@ class Observers:
         for boundary in BOUNDARIES:
             method = getattr(observer, boundary, None)
             if method is not None:
-                self.by_boundary[boundary].append(method)
+                getattr(self, boundary).append(method)
                 found = True
         if not found:
             raise TypeError(
@@ -91,11 +108,3 @@ class Observers:
                 f"({', '.join(BOUNDARIES)})"
             )
         self.any = True
-
-    async def notify(self, event: Lifecycle) -> None:
-        """Run the boundary's observers in order; the first that raises stops the call."""
-        for method in self.by_boundary[event.boundary]:
-            try:
-                await method(event)
-            except Exception as error:
-                raise ObserverFailed(event.boundary, error) from error

@@ -121,9 +121,19 @@ class PendingActions(CallPipeline):
         text = reason if isinstance(reason, str) else None
         refused = await self._permission_hooks(call, inputs, None, decision, text)
         if refused is None and self._observers.any:
-            refused = await self._observe(
-                "permission_resolved", registration, call, inputs, decision, text, action.action_id
-            )
+            try:
+                await self._observing(
+                    "permission_resolved",
+                    self._observers.permission_resolved,
+                    registration,
+                    call,
+                    inputs,
+                    decision,
+                    text,
+                    action.action_id,
+                )
+            except Exception as error:
+                refused = self._observer_failed("permission_resolved", call, error)
         return refused
 
     def _resolve(

@@ -61,6 +61,7 @@ from blade_runtime.hooks import (
 )
 from blade_runtime.jsonvalue import NotJson, checked, model_of
 from blade_runtime.observers import Lifecycle, ObserverFailed
+from blade_runtime.observers import Method as ObserverMethod
 from blade_runtime.permissions import (
     ADMISSION,
     DECISIONS,
@@ -71,6 +72,7 @@ from blade_runtime.permissions import (
     Deny,
     PermissionPrompt,
     PermissionRequest,
+    Policy,
     PolicyAnswer,
     answer_schema,
     decision_of,
@@ -165,21 +167,27 @@ class CallPipeline(RuntimeCore):
         """Post-hooks, then record and announce what they let the model read."""
         if self._post_any:
             result = await self._finish(registration, call, arguments, scope.signal, result)
-        stored = None  # the result's JSON, made once for the observers and the store
         if (
             scope.observed
             and registration is not None
-            and self._observers.by_boundary["settled"]
+            and self._observers.settled
             and not isinstance(result, ToolPending)
         ):
-            stored = result_json(result)
-            failed = await self._observe("settled", registration, call, arguments, result=stored)
-            if failed is not None:
-                result, stored = failed, None
+            try:
+                await self._observing(
+                    "settled",
+                    self._observers.settled,
+                    registration,
+                    call,
+                    arguments,
+                    outcome=result,
+                )
+            except Exception as error:
+                result = self._observer_failed("settled", call, error)
         attempt: Attempt | None = scope.stored
         if isinstance(result, ToolPending) or (attempt is None and not self._events.active):
             return result
-        return self._settled(call, result, attempt, stored)
+        return self._settled(call, result, attempt)
 
     async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
         """One ``ctx.tools.call``: a full call of the child's registration, its output or a
@@ -286,18 +294,21 @@ class CallPipeline(RuntimeCore):
         admitting = not claimed and entry is INITIAL  # a new invocation, not a re-entry
         if self._observers.any:
             scope.observed = True  # an entry that observers see start is seen settling too
-            if admitting and self._observers.by_boundary["scheduled"]:
-                failed = await self._observe("scheduled", registration, call, arguments)
-                if failed is not None:
-                    return failed
+            if admitting and self._observers.scheduled:
+                try:
+                    await self._observing(
+                        "scheduled", self._observers.scheduled, registration, call, arguments
+                    )
+                except Exception as error:
+                    return self._observer_failed("scheduled", call, error)
         context = None
-        asks = admitting and (registration.permission or self.permission) is not None
+        policy = (registration.permission or self.permission) if admitting else None
         if registration.context is not None:
             context, refused = await self._server_context(registration, call, scope)
             if refused is not None:
                 return refused
-        if asks:
-            refused = await self._permit(registration, call, arguments, scope)
+        if policy is not None:
+            refused = await self._permit(policy, registration, call, arguments, scope)
             if refused is not None:
                 return refused
         if registration.implementation is None:
@@ -317,10 +328,17 @@ class CallPipeline(RuntimeCore):
                 )
         elif self._events.active:
             self._events.publish(self._event(call, "started", None))
-        if self._observers.by_boundary["execution_started"]:
-            failed = await self._observe("execution_started", registration, call, arguments)
-            if failed is not None:
-                return failed
+        if self._observers.execution_started:
+            try:
+                await self._observing(
+                    "execution_started",
+                    self._observers.execution_started,
+                    registration,
+                    call,
+                    arguments,
+                )
+            except Exception as error:
+                return self._observer_failed("execution_started", call, error)
         ctx = ToolContext(registration.spec.input_type, arguments, call, scope, registration.points)
         if context is not None:
             ctx.context = context
@@ -386,6 +404,7 @@ class CallPipeline(RuntimeCore):
 
     async def _permit(
         self,
+        policy: Policy,
         registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
@@ -394,14 +413,14 @@ class CallPipeline(RuntimeCore):
         """The policy's decision on the final input: None (allowed), a denial, or a durable
         permission request (the call waits on it). An async policy is cancellation-bounded, and
         one that outlives its call's cancellation blocks later permission checks."""
-        policy = registration.permission or self.permission
-        assert policy is not None
         spec = registration.spec
         request = PermissionRequest(
             call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope
         )
         try:
             answer = policy(request)
+            if (answer is None or type(answer) is Allow) and not self._permission_hooked:
+                return None  # the common case: nothing to ask, observe or hook
             if answer is not None and type(answer) not in DECISIONS and inspect.isawaitable(answer):
                 scope.bind()
                 answer = await self._guard.run("permission", answer, None, scope.signal)
@@ -419,14 +438,18 @@ class CallPipeline(RuntimeCore):
         # An allow needs no request, so it crosses no permission boundary (observers see a
         # request made, and a denial); permission_request hooks see every decision.
         observed = self._observers.any and type(decision) is not Allow
-        if self._hooks[HookEvent.PERMISSION_REQUEST] or observed:
+        if self._permission_hooked or observed:
             label, reason = describe_decision(decision)
             refused = await self._permission_hooks(call, arguments, scope, label, reason)
             if refused is None and observed:
                 boundary = "permission_requested" if asking else "permission_resolved"
-                refused = await self._observe(
-                    boundary, registration, call, arguments, label, reason
-                )
+                methods = getattr(self._observers, boundary)
+                try:
+                    await self._observing(
+                        boundary, methods, registration, call, arguments, label, reason
+                    )
+                except Exception as error:
+                    refused = self._observer_failed(boundary, call, error)
             if refused is not None:
                 return refused
         if asking:
@@ -466,21 +489,21 @@ class CallPipeline(RuntimeCore):
         view = PendingAction.of(action, PermissionPrompt.model_validate(payload))
         return ToolPending(call, view, pending_content(view))
 
-    async def _observe(
-        self,
+    @staticmethod
+    def _observing(
         boundary: str,
+        methods: list[ObserverMethod],
         registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
         decision: str | None = None,
         reason: str | None = None,
         action_id: str | None = None,
-        result: JsonValue = None,
-    ) -> ToolError | None:
-        """Run the observers of ``boundary``; the error that stops the call if one raised."""
-        methods = self._observers.by_boundary[boundary]
-        if not methods:
-            return None
+        outcome: ToolResult[Any] | None = None,
+    ) -> Awaitable[object]:
+        """The observers' ``methods`` of ``boundary`` run in order on one event, as one
+        awaitable; the caller turns a raise into ``_observer_failed``. (One observer's own
+        coroutine is returned as it is: no wrapper on the path of every observed call.)"""
         spec = registration.spec
         event = Lifecycle(
             boundary,
@@ -492,16 +515,18 @@ class CallPipeline(RuntimeCore):
             decision,
             reason,
             action_id,
-            result,
+            outcome,
         )
-        try:
-            for method in methods:
-                await method(event)
-        except Exception as error:
-            failed = ObserverFailed(boundary, error)
-            log.error("%s (call %s): %s", call.name, call.call_id, failed, exc_info=error)
-            return error_result(call, ErrorCode.OBSERVER_FAILED, GENERIC_ERROR)
-        return None
+        if len(methods) == 1:
+            return methods[0](event)
+        return _in_order(methods, event)
+
+    @staticmethod
+    def _observer_failed(boundary: str, call: CallInfo, error: Exception) -> ToolError:
+        """An observer raised: the call stops, OBSERVER_FAILED (the details go to the log)."""
+        failed = ObserverFailed(boundary, error)
+        log.error("%s (call %s): %s", call.name, call.call_id, failed, exc_info=error)
+        return error_result(call, ErrorCode.OBSERVER_FAILED, GENERIC_ERROR)
 
     async def _permission_hooks(
         self,
@@ -593,16 +618,10 @@ class CallPipeline(RuntimeCore):
         return ToolSuccess(call, output, model_reads, display, output_json=content)
 
     def _settled(
-        self,
-        call: CallInfo,
-        result: ToolResult[Any],
-        attempt: Attempt | None,
-        stored: JsonValue = None,
+        self, call: CallInfo, result: ToolResult[Any], attempt: Attempt | None
     ) -> ToolResult[Any]:
-        """Record the end of a stored call (with its event), or just announce it. ``stored``:
-        the result's JSON when the caller made it already."""
-        if stored is None:
-            stored = result_json(result)
+        """Record the end of a stored call (with its event), or just announce it."""
+        stored = result_json(result)
         if attempt is not None and attempt.stored:
             self._leases.release(call.call_id)
             event = self._event(call, "result", stored)
@@ -823,3 +842,8 @@ class CallPipeline(RuntimeCore):
             )
         assert isinstance(result, ToolError)
         return ToolError(result.call, result.code, result.message, verdict.output, result.display)
+
+
+async def _in_order(methods: list[ObserverMethod], event: Lifecycle) -> None:
+    for method in methods:
+        await method(event)

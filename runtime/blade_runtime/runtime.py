@@ -313,6 +313,7 @@ class Runtime(Recovery):
         self._post_any = bool(
             self._hooks[HookEvent.POST_TOOL_USE] or self._hooks[HookEvent.POST_TOOL_USE_FAILURE]
         )
+        self._permission_hooked = bool(self._hooks[HookEvent.PERMISSION_REQUEST])
 
     def export(
         self,
