@@ -9,6 +9,20 @@ and processes queue on the file's lock (``busy_timeout``), and resolving an acti
 The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[n]`` (its statements, in one
 transaction) takes version n to n+1.
 
+What a commit costs here is mostly the pages it writes (each a WAL frame, and a share of the
+checkpoint that copies it back and syncs), so the transitions of a call touch as few B-trees as
+they can: no index follows a call's state. Sweeps find the calls that may need a runtime without
+one. A resumable call is in a partial index that the running-suspended-running-settled path never
+enters. A running call is found through its owner: ``runtimes`` has a row per owner that may hold
+running calls, and each of them is either listed in its ``held`` or was granted to it by a
+transaction whose event comes after its ``since`` (every begin, claim and resume appends one), so
+a sweep reads the owner's calls from that short tail of the events table. A sweep looks at an
+owner only once its row's ``lease_until`` (no later than the lease of any call it holds) has
+passed or the owner is known dead, and then moves ``since`` up to the end of the events table, or
+drops the row when the owner holds nothing. Leases stay per call, as on every store. A call's
+actions are listed in its own row (``action_ids``, written with the state change of its
+suspension) instead of an index on the actions table.
+
 Many processes may share one file (on one machine: SQLite's locks do not hold over network file
 systems). Whether the owner of a running call still runs is checked by its pid when it is on this
 host; otherwise its lease decides. Other processes' events are found by polling the events table.
@@ -125,8 +139,48 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX actions_expiring ON actions (expires_at) "
         "WHERE state = 'pending' AND expires_at IS NOT NULL",
     ),
+    (  # 3: owners find their running calls, and calls their actions, without per-state indexes
+        """
+        CREATE TABLE runtimes (
+            owner TEXT PRIMARY KEY,
+            lease_until REAL NOT NULL,  -- no later than the lease of any call it holds
+            since INTEGER NOT NULL,  -- calls granted to it later have an event after this seq
+            held TEXT NOT NULL  -- the calls granted to it up to since that may still run (JSON)
+        ) WITHOUT ROWID
+        """,
+        "ALTER TABLE calls ADD COLUMN action_ids TEXT",  # the action ids, JSON, without brackets
+        "DROP INDEX calls_open",
+        "CREATE INDEX calls_resumable ON calls (started_at) WHERE state = 'resumable'",
+        "@owners_and_action_ids",  # the data of the two new columns and table, in Python
+        "DROP INDEX actions_call",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _owners_and_action_ids(db: sqlite3.Connection) -> None:
+    """Migration 3's data: a runtimes row per owner of running calls, and each call's actions."""
+    head = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+    held: dict[str, tuple[list[str], float]] = {}
+    for owner, call_id, lease_until in db.execute(
+        "SELECT owner, call_id, lease_until FROM calls WHERE state = 'running'"
+    ):
+        ids, earliest = held.get(owner, ([], lease_until))
+        held[owner] = ([*ids, call_id], min(earliest, lease_until))
+    db.executemany(
+        "INSERT INTO runtimes (owner, lease_until, since, held) VALUES (?, ?, ?, ?)",
+        [(owner, earliest, head, _dump(ids)[1:-1]) for owner, (ids, earliest) in held.items()],
+    )
+    listed: dict[str, list[str]] = {}
+    for call_id, action_id in db.execute("SELECT call_id, action_id FROM actions"):
+        listed.setdefault(call_id, []).append(action_id)
+    db.executemany(
+        "UPDATE calls SET action_ids = ? WHERE call_id = ?",
+        [(_dump(ids)[1:-1], call_id) for call_id, ids in listed.items()],
+    )
+
+
+_STEPS = {"@owners_and_action_ids": _owners_and_action_ids}
 
 _CALL_COLUMNS = (
     "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
@@ -142,7 +196,11 @@ _HOST = socket.gethostname()
 # ASCII JSON: any Python string round-trips, a lone surrogate included (as a \u escape), where
 # UTF-8 text would refuse it; and the C encoder is fastest in this mode.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-_dump = _ENCODER.encode
+_encode = _ENCODER.encode
+
+
+def _dump(value: Any) -> str:
+    return "null" if value is None else _encode(value)  # None is common: no encoder for it
 
 
 def _load(text: str | None) -> Any:
@@ -170,6 +228,34 @@ class _Schemas:
         return parsed
 
 
+class _Transaction:
+    """``with store._write() as db``: one BEGIN IMMEDIATE transaction, committed at the end or
+    rolled back (a class, not a generator: it is entered on every state change)."""
+
+    __slots__ = ("_db", "_store")
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+        self._db = store._connection()
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._db.execute("BEGIN IMMEDIATE")
+        return self._db
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            try:
+                self._db.execute("COMMIT")
+                return
+            except BaseException:
+                self._store._rows.clear()
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        self._store._rows.clear()  # what this transaction wrote there is not so
+        self._db.execute("ROLLBACK")
+
+
 class SQLiteStore:
     """A durable store in one SQLite file, shared safely by threads and processes."""
 
@@ -191,6 +277,11 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._schemas = _Schemas()
+        # The lease_until of runtimes rows as this store last wrote them, by owner. While it is
+        # in the future, no other runtime's sweep touches the row (it is not due, and the owner
+        # is alive: it is granting), so a grant no earlier than it needs no statement. An owner
+        # is used through one store object (its runtime's). Cleared when a transaction fails.
+        self._rows: dict[str, float] = {}
         try:
             self._migrate()
         except sqlite3.DatabaseError as error:
@@ -212,16 +303,18 @@ class SQLiteStore:
                 self._connections.append(connection)
         return connection
 
+    def _write(self) -> _Transaction:
+        return _Transaction(self)
+
+    @staticmethod
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        connection = self._connection()
-        connection.execute("BEGIN IMMEDIATE")
+    def _read(db: sqlite3.Connection) -> Iterator[None]:
+        """One snapshot for several reads."""
+        db.execute("BEGIN")
         try:
-            yield connection
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
+            yield
+        finally:
+            db.execute("COMMIT")
 
     def _migrate(self) -> None:
         with self._write() as db:
@@ -233,7 +326,10 @@ class SQLiteStore:
                 )
             for step in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step]:
-                    db.execute(statement)
+                    if statement in _STEPS:
+                        _STEPS[statement](db)
+                    else:
+                        db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @staticmethod
@@ -244,10 +340,76 @@ class SQLiteStore:
         )
         event.seq = int(cursor.lastrowid or 0)
 
+    def _grant(self, db: sqlite3.Connection, owner: str, lease_until: float, seq: int) -> None:
+        """``owner`` now holds a running call, granted by the transaction whose event is ``seq``:
+        its runtimes row exists (a new one starts just before that event), and its lease_until is
+        no later than this call's. Usually the row is there already and nothing is written."""
+        known = self._rows.get(owner)
+        if known is not None and clock() < known <= lease_until:
+            return
+        changed = db.execute(
+            "INSERT INTO runtimes (owner, lease_until, since, held) VALUES (?, ?, ?, '') "
+            "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until "
+            "WHERE excluded.lease_until < runtimes.lease_until RETURNING lease_until",
+            (owner, lease_until, seq - 1),
+        ).fetchone()
+        if changed is None:  # the row was there, due or earlier: unknown here until next time
+            self._rows.pop(owner, None)
+        else:
+            self._rows[owner] = lease_until
+
     @staticmethod
-    def _put_call(db: sqlite3.Connection, call: CallRecord) -> None:
+    def _running_of(
+        db: sqlite3.Connection, owner: str, since: int, held: str
+    ) -> list[tuple[Any, ...]]:
+        """The rows of the calls running under ``owner``: those its runtimes row lists, and
+        those of the events after its ``since`` that it still owns."""
+        listed = _load(f"[{held}]")
+        rows = db.execute(
+            f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id IN "
+            "(SELECT call_id FROM events WHERE seq > ?) AND owner = ? AND state = 'running'",
+            (since, owner),
+        ).fetchall()
+        found = {row[0] for row in rows}
+        for start in range(0, len(listed), 500):
+            chunk = [call_id for call_id in listed[start : start + 500] if call_id not in found]
+            if chunk:
+                rows += db.execute(
+                    f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id IN "
+                    f"({','.join('?' * len(chunk))}) AND owner = ? AND state = 'running'",
+                    (*chunk, owner),
+                ).fetchall()
+        return rows
+
+    def _keep(
+        self,
+        db: sqlite3.Connection,
+        owner: str,
+        left: list[CallRecord],
+        head: int,
+        until: float | None = None,
+    ) -> None:
+        """Rewrite ``owner``'s runtimes row once its running calls were read (``left``: those it
+        still holds): they are listed, the events up to ``head`` need no reading again, and
+        lease_until is the earliest of their leases. ``until``: a renewal (every call it holds
+        and the row have that lease). A sweep drops the row of an owner that holds nothing (its
+        next grant makes one)."""
+        if not left and until is None:
+            db.execute("DELETE FROM runtimes WHERE owner = ?", (owner,))
+            self._rows.pop(owner, None)
+            return
+        earliest = min(c.lease_until for c in left) if until is None else until
         db.execute(
-            f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "UPDATE runtimes SET lease_until = ?, since = ?, held = ? WHERE owner = ?",
+            (earliest, head, _dump([c.call_id for c in left])[1:-1], owner),
+        )
+        self._rows[owner] = earliest
+
+    @staticmethod
+    def _put_call(db: sqlite3.Connection, call: CallRecord, action_ids: str | None = None) -> None:
+        db.execute(
+            f"INSERT INTO calls ({_CALL_COLUMNS}, action_ids) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 call.call_id,
                 call.run_id,
@@ -264,6 +426,7 @@ class SQLiteStore:
                 call.lease_until,
                 call.tenant,
                 _dump(call.context),
+                action_ids,
             ),
         )
 
@@ -276,21 +439,24 @@ class SQLiteStore:
             except sqlite3.IntegrityError:
                 raise DuplicateCall(call.call_id) from None
             self._append(db, event)
+            if call.state == "running":
+                self._grant(db, call.owner, call.lease_until, event.seq)
 
     def suspend(
         self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
     ) -> None:
+        listed = _dump(action.action_id)
         with self._write() as db:
             if known:
                 changed = db.execute(
-                    "UPDATE calls SET state = ? WHERE call_id = ? AND owner = ? "
-                    "AND state = 'running'",
-                    (call.state, call.call_id, call.owner),
+                    "UPDATE calls SET state = ?, action_ids = COALESCE(action_ids || ',', '') || ? "
+                    "WHERE call_id = ? AND owner = ? AND state = 'running'",
+                    (call.state, listed, call.call_id, call.owner),
                 ).rowcount
                 if not changed:
                     raise LeaseLost(call.call_id, call.owner)
             else:
-                self._put_call(db, call)
+                self._put_call(db, call, listed)
             db.execute(
                 f"INSERT INTO actions ({_ACTION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
@@ -334,6 +500,8 @@ class SQLiteStore:
                     raise UnknownAction(action_id)
                 raise ActionAlreadyResolved(action)
             action = _action(row, self._schemas)
+            owner = resolution.call_owner
+            until = clock() + resolution.lease_s if owner else 0.0
             call_input = db.execute(
                 "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner), "
                 "input = COALESCE(?, input), lease_until = ? WHERE call_id = ? "
@@ -342,13 +510,15 @@ class SQLiteStore:
                     resolution.call_state,
                     _dump(resolution.call_entry),
                     _dump(resolution.call_result),
-                    resolution.call_owner,
+                    owner,
                     None if resolution.call_input is None else _dump(dict(resolution.call_input)),
-                    clock() + resolution.lease_s if resolution.call_owner else 0.0,
+                    until,
                     action.call_id,
                 ),
             ).fetchone()
             self._append(db, event)
+            if owner and resolution.call_state == "running" and call_input is not None:
+                self._grant(db, owner, until, event.seq)
             if call_input is None:
                 return Resolved(action, {})
             return Resolved(action, _load(call_input[0]), _load(call_input[1]))
@@ -374,29 +544,53 @@ class SQLiteStore:
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
-        # BEGIN IMMEDIATE holds the write lock from the read to the update: sweeps of other
+        # BEGIN IMMEDIATE holds the write lock from the reads to the updates: sweeps of other
         # processes wait for it and then find these calls owned, with fresh leases.
         at = clock()
-        dead = list(dead)
-        marks = ",".join("?" * len(dead))
-        orphaned = f"lease_until < ?{f' OR owner IN ({marks})' if dead else ''}"
-        only, values = "", []
-        if names is not None:
-            wanted = list(names)
-            only += f" AND name IN ({','.join('?' * len(wanted))})"
-            values += wanted
-        if call_id is not None:
-            only += " AND call_id = ?"
-            values.append(call_id)
+        gone = set(dead)
+        wanted = None if names is None else set(names)
+
+        def claimable(call: CallRecord) -> bool:
+            if wanted is not None and call.name not in wanted:
+                return False
+            if call.state == "resumable":
+                return True
+            return call.state == "running" and (call.lease_until < at or call.owner in gone)
+
         with self._write() as db:
-            rows = db.execute(
-                f"SELECT {_CALL_COLUMNS} FROM calls WHERE state IN ('running', 'resumable') "
-                f"AND (state = 'resumable' OR {orphaned}){only} ORDER BY started_at LIMIT ?",
-                (at, *dead, *values, limit),
-            ).fetchall()
-            claimed = []
-            for row in rows:
-                before = _call(row)
+            examined: list[tuple[str, list[CallRecord]]] = []
+            if call_id is not None:
+                row = db.execute(
+                    f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,)
+                ).fetchone()
+                candidates = [c for c in ([] if row is None else [_call(row)]) if claimable(c)]
+            else:
+                only, values = "", []
+                if wanted is not None:
+                    only, values = f" AND name IN ({','.join('?' * len(wanted))})", [*wanted]
+                candidates = [
+                    _call(row)
+                    for row in db.execute(
+                        f"SELECT {_CALL_COLUMNS} FROM calls WHERE state = 'resumable'{only} "
+                        "ORDER BY started_at LIMIT ?",
+                        (*values, limit),
+                    )
+                ]
+                marks = ",".join("?" * len(gone))
+                due = db.execute(
+                    "SELECT owner, since, held FROM runtimes WHERE lease_until < ?"
+                    + (f" OR owner IN ({marks})" if gone else ""),
+                    (at, *gone),
+                ).fetchall()
+                for who, since, held in due:
+                    running = [_call(row) for row in self._running_of(db, who, since, held)]
+                    examined.append((who, running))
+                    candidates += [c for c in running if claimable(c)]
+                candidates.sort(key=lambda c: c.started_at)
+                del candidates[limit:]
+            head = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            claimed, first = [], 0
+            for before in candidates:
                 db.execute(
                     "UPDATE calls SET state = 'running', owner = ?, lease_until = ? "
                     "WHERE call_id = ?",
@@ -404,18 +598,38 @@ class SQLiteStore:
                 )
                 after = replace(before, state="running", owner=owner, lease_until=at + lease_s)
                 payload: JsonValue = {"was": before.state, "previous_owner": before.owner}
-                self._append(db, Event(before.run_id, before.call_id, "claimed", payload, now()))
+                event = Event(before.run_id, before.call_id, "claimed", payload, now())
+                self._append(db, event)
+                first = first or event.seq
                 claimed.append(Claimed(after, before.state, before.owner))
+            taken = {c.call.call_id for c in claimed}
+            for who, running in examined:
+                self._keep(db, who, [c for c in running if c.call_id not in taken], head)
+            if claimed:
+                self._grant(db, owner, at + lease_s, first)
             return claimed
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
         with self._write() as db:
-            rows = db.execute(
-                "UPDATE calls SET lease_until = ? WHERE owner = ? AND state = 'running' "
-                "RETURNING call_id",
-                (clock() + lease_s, owner),
-            ).fetchall()
-        return {row[0] for row in rows}
+            row = db.execute(
+                "SELECT since, held FROM runtimes WHERE owner = ?", (owner,)
+            ).fetchone()
+            if row is None:  # it holds no running call (each grant makes the row)
+                self._rows.pop(owner, None)
+                return set()
+            until = clock() + lease_s
+            held = [_call(r) for r in self._running_of(db, owner, row[0], row[1])]
+            ids = [c.call_id for c in held]
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                db.execute(
+                    f"UPDATE calls SET lease_until = ? WHERE call_id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    (until, *chunk),
+                )
+            head = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            self._keep(db, owner, held, head, until)
+        return set(ids)
 
     def expired(self, limit: int = 100) -> list[ActionRecord]:
         rows = self._connection().execute(
@@ -426,11 +640,10 @@ class SQLiteStore:
         return [_action(row, self._schemas) for row in rows]
 
     def owners(self) -> set[str]:
+        """The owners whose runtimes row has not come due: each holds, or lately held, a
+        running call whose lease has not expired (a superset, as the protocol allows)."""
         rows = self._connection().execute(
-            # The IN term lets SQLite use the partial index calls_open.
-            "SELECT DISTINCT owner FROM calls WHERE state IN ('running', 'resumable') "
-            "AND state = 'running' AND lease_until >= ?",
-            (clock(),),
+            "SELECT owner FROM runtimes WHERE lease_until >= ?", (clock(),)
         )
         return {row[0] for row in rows}
 
@@ -536,14 +749,31 @@ class SQLiteStore:
             "call_id": call_id,
             "tenant": tenant,
         }
-        where = " AND ".join(
-            f"{column} = ?" for column, value in given.items() if value is not None
-        )
-        rows = self._connection().execute(
-            f"SELECT {_ACTION_COLUMNS} FROM actions {'WHERE ' + where if where else ''} "
-            "ORDER BY suspended_at, action_id",
-            [value for value in given.values() if value is not None],
-        )
+        clauses = [f"{column} = ?" for column, value in given.items() if value is not None]
+        values: list[Any] = [value for value in given.values() if value is not None]
+        db = self._connection()
+        if call_id is None:
+            rows = db.execute(
+                f"SELECT {_ACTION_COLUMNS} FROM actions "
+                f"{'WHERE ' + ' AND '.join(clauses) if clauses else ''} "
+                "ORDER BY suspended_at, action_id",
+                values,
+            ).fetchall()
+        else:  # the call lists its actions: look them up by id
+            with self._read(db):
+                listed = db.execute(
+                    "SELECT action_ids FROM calls WHERE call_id = ?", (call_id,)
+                ).fetchone()
+                ids: list[str] = [] if listed is None else _load(f"[{listed[0] or ''}]")
+                rows = []
+                for start in range(0, len(ids), 500):
+                    chunk = ids[start : start + 500]
+                    rows += db.execute(
+                        f"SELECT {_ACTION_COLUMNS} FROM actions WHERE action_id IN "
+                        f"({','.join('?' * len(chunk))}) AND {' AND '.join(clauses)}",
+                        (*chunk, *values),
+                    ).fetchall()
+            rows.sort(key=lambda row: (row[8], row[0]))  # suspended_at, action_id
         return [_action(row, self._schemas) for row in rows]
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:

@@ -251,7 +251,8 @@ class Store(Protocol):
 
     def owners(self) -> set[str]:
         """The owners of running calls whose lease has not expired (candidates for a liveness
-        check: an owner known dead loses its calls before its lease runs out)."""
+        check: an owner known dead loses its calls before its lease runs out). It may name more
+        (SQLite names the owners that lately held such a call): each is only checked."""
         ...
 
     def alive(self, owner: str) -> bool | None:

@@ -1,0 +1,201 @@
+"""SQLiteStore's way of finding the calls that need a runtime (schema 3): no index follows a
+call's state, so sweeps find running calls through their owner's ``runtimes`` row (the calls it
+lists, and those granted to it after its ``since``), and a call lists its own actions.
+
+These are the cases the conformance suite does not reach: a call found through the list a
+renewal or an earlier sweep left, an owner whose row a sweep dropped and that grants again, and
+a store of schema 2 (written by the previous release) that opens with its calls still found.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import time
+from pathlib import Path
+
+from blade_runtime.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+from blade_runtime.store import ActionRecord, CallRecord, Event, Resolution, clock, now
+
+_ids = itertools.count()
+
+
+def a_call(owner: str, lease_s: float, state: str = "running") -> CallRecord:
+    return CallRecord(
+        call_id=f"call-{next(_ids)}",
+        run_id="run-1",
+        name="refund",
+        spec_id="acme.refund.v1",
+        side_effect="idempotent",
+        execution="inline",
+        input={"amount": 10},
+        state=state,  # type: ignore[arg-type]
+        started_at=now(),
+        owner=owner,
+        lease_until=clock() + lease_s,
+    )
+
+
+def an_action(call: CallRecord) -> ActionRecord:
+    return ActionRecord(
+        action_id=f"action-{next(_ids)}",
+        call_id=call.call_id,
+        run_id=call.run_id,
+        name=call.name,
+        spec_id=call.spec_id,
+        point="approve",
+        payload={"why": "over the limit"},
+        submit_schema={"type": "object"},
+        suspended_at=now(),
+    )
+
+
+def ev(call: CallRecord, kind: str) -> Event:
+    return Event(call.run_id, call.call_id, kind, {}, now())
+
+
+def begun(store: SQLiteStore, owner: str, lease_s: float = 30.0) -> CallRecord:
+    call = a_call(owner, lease_s)
+    store.begin(call, ev(call, "started"))
+    return call
+
+
+def others_work(store: SQLiteStore, count: int = 20) -> None:
+    """Events of another owner's short calls, so that the ones of interest are not the last."""
+    for _ in range(count):
+        call = begun(store, "busy")
+        store.settle(call.call_id, 1, ev(call, "result"), owner="busy")
+
+
+def test_a_call_listed_by_a_renewal_is_found_when_its_owner_dies(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    early = begun(store, "w1")
+    assert store.renew("w1", 30.0) == {early.call_id}  # the row now lists it, since moved past
+    others_work(store)
+    late = begun(store, "w1")  # found from the events after since
+    others_work(store)
+    assert store.claim("me", 30.0) == []  # alive, leased
+    taken = store.claim("me", 30.0, dead={"w1"})
+    assert {c.call.call_id for c in taken} == {early.call_id, late.call_id}
+    assert store.claim("me", 30.0, dead={"w1"}) == []
+
+
+def test_a_sweep_keeps_what_it_could_not_take_yet(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    leased = begun(store, "w1", lease_s=60.0)
+    lapsed = begun(store, "w1", lease_s=-1.0)  # the row comes due: sweeps look at w1
+    others_work(store)
+    [taken] = store.claim("me", 30.0)
+    assert taken.call.call_id == lapsed.call_id
+    others_work(store)  # the sweep moved since past the leased call's start: it is listed
+    [later] = store.claim("me", 30.0, dead={"w1"})
+    assert later.call.call_id == leased.call_id
+
+
+def test_a_lease_that_runs_out_is_found_by_a_later_sweep(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    call = begun(store, "w1", lease_s=0.3)
+    assert store.claim("me", 30.0) == []
+    time.sleep(0.4)
+    [taken] = store.claim("me", 30.0)
+    assert (taken.call.call_id, taken.previous_owner) == (call.call_id, "w1")
+
+
+def test_an_owner_whose_row_a_sweep_dropped_grants_again(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    lost = begun(store, "w1", lease_s=-1.0)
+    [taken] = store.claim("me", 30.0)  # w1 holds nothing now: its row goes
+    assert taken.call.call_id == lost.call_id
+    assert store.renew("w1", 30.0) == set()
+    again = begun(store, "w1", lease_s=-1.0)
+    [retaken] = SQLiteStore(tmp_path / "s.db").claim("other", 30.0)  # another worker
+    assert retaken.call.call_id == again.call_id
+    fresh = begun(store, "w1")
+    assert store.renew("w1", 30.0) == {fresh.call_id}
+
+
+def test_a_resumed_call_is_found_through_the_runtime_that_resumed_it(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    call = begun(store, "w1")
+    action = an_action(call)
+    call.state = "suspended"
+    store.suspend(call, action, ev(call, "suspended"), known=True)
+    resolution = Resolution("submitted", now(), {}, call_state="running", call_owner="w2")
+    store.resolve(action.action_id, resolution, ev(call, "resumed"))
+    others_work(store)
+    assert store.claim("me", 30.0, dead={"w1"}) == []  # no longer w1's
+    [taken] = store.claim("me", 30.0, dead={"w2"})
+    assert (taken.call.call_id, taken.previous_owner) == (call.call_id, "w2")
+
+
+def test_a_call_lists_its_actions(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    call = begun(store, "w1")
+    first = an_action(call)
+    call.state = "suspended"
+    store.suspend(call, first, ev(call, "suspended"), known=True)
+    store.resolve(
+        first.action_id,
+        Resolution("submitted", now(), {}, call_state="running", call_owner="w1"),
+        ev(call, "resumed"),
+    )
+    second = an_action(call)
+    store.suspend(call, second, ev(call, "suspended"), known=True)
+    client = a_call("w1", 30.0, state="pending")  # a client tool's call: recorded with it
+    third = an_action(client)
+    store.suspend(client, third, ev(client, "pending"))
+    assert [a.action_id for a in store.actions(state=None, call_id=call.call_id)] == [
+        first.action_id,
+        second.action_id,
+    ]
+    assert [a.action_id for a in store.actions(call_id=call.call_id)] == [second.action_id]
+    assert [a.action_id for a in store.actions(call_id=client.call_id)] == [third.action_id]
+    assert store.actions(call_id="no-such-call") == []
+
+
+def test_a_store_of_schema_2_opens_with_its_calls_and_actions_found(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    for statement in (*MIGRATIONS[0], *MIGRATIONS[1]):
+        db.execute(statement)
+    db.execute("PRAGMA user_version=2")
+    columns = (
+        "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, "
+        "owner, entry, result, lease_until"
+    )
+    at = clock()
+    rows = [
+        ("c-lapsed", "running", "w-old", at - 1),
+        ("c-leased", "running", "w-old", at + 60),
+        ("c-ready", "resumable", "w-old", 0.0),
+        ("c-waiting", "suspended", "w-old", 0.0),
+    ]
+    for call_id, state, owner, lease_until in rows:
+        db.execute(
+            f"INSERT INTO calls ({columns}) VALUES (?, 'run-1', 'refund', 'acme.refund.v1', "
+            "'idempotent', 'inline', '{}', ?, ?, ?, 'null', 'null', ?)",
+            (call_id, state, now(), owner, lease_until),
+        )
+    for action_id in ("a-1", "a-2"):
+        db.execute(
+            "INSERT INTO actions (action_id, call_id, run_id, name, spec_id, point, payload, "
+            "submit_schema, suspended_at, state) VALUES (?, 'c-waiting', 'run-1', 'refund', "
+            "'acme.refund.v1', 'approve', '{}', '{}', ?, 'pending')",
+            (action_id, now()),
+        )
+    db.execute(
+        "INSERT INTO events (run_id, call_id, kind, payload, at) VALUES "
+        "('run-1', 'c-lapsed', 'started', '{}', 'then')"
+    )
+    db.close()
+
+    store = SQLiteStore(path)
+    with sqlite3.connect(path) as check:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert [a.action_id for a in store.actions(call_id="c-waiting")] == ["a-1", "a-2"]
+    claimed = {c.call.call_id: c.was for c in store.claim("me", 30.0)}
+    assert claimed == {"c-lapsed": "running", "c-ready": "resumable"}
+    [leased] = store.claim("me", 30.0, dead={"w-old"})
+    assert leased.call.call_id == "c-leased"
+    assert "w-old" not in store.owners()
