@@ -199,13 +199,13 @@ class ToolContext:
 
     def __init__(
         self,
-        input_type: type[BaseModel],
+        build_input: Callable[[JsonObject], Any],
         arguments: JsonObject,
         call: CallInfo,
         scope: CancelScope,
         points: Mapping[str, Point],
     ) -> None:
-        self._input_type = input_type
+        self._build_input = build_input
         self._arguments = arguments
         self.call = call
         self._scope = scope
@@ -226,7 +226,7 @@ class ToolContext:
     def input(self) -> Any:
         if self._input is None:
             try:
-                self._input = model_of(self._input_type.model_validate, self._arguments)
+                self._input = model_of(self._build_input, self._arguments)
             except ValidationError as error:
                 raise InputModelMismatch(
                     f"{self.call.spec_id}: the generated input model rejected input its JSON "

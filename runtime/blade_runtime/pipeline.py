@@ -339,7 +339,7 @@ class CallPipeline(RuntimeCore):
                 )
             except Exception as error:
                 return self._observer_failed("execution_started", call, error)
-        ctx = ToolContext(registration.spec.input_type, arguments, call, scope, registration.points)
+        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
         if context is not None:
             ctx.context = context
         if attempt is not None:

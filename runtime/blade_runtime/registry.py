@@ -73,6 +73,9 @@ class Registration(Generic[OutputT]):
     timeout_s: float = field(init=False)
     # Flattened from input and output: read on every call.
     input_validator: SchemaValidator = field(init=False)
+    build_input: Callable[[Any], Any] = field(init=False)
+    """The typed input from valid arguments (``ctx.input``): the core validator itself, without
+    ``model_validate``'s Python wrapper."""
     output_validator: SchemaValidator | None = field(init=False)
     children: tuple[str, ...] = field(init=False)  # ids ctx.tools may call (backend specs)
     detached: set[asyncio.Task[None]] = field(default_factory=set)
@@ -98,6 +101,7 @@ class Registration(Generic[OutputT]):
     def __post_init__(self) -> None:
         self.timeout_s = self.timeout_ms / 1000
         self.input_validator = self.input.validator
+        self.build_input = self.input.adapter.validator.validate_python
         self.output_validator = None if self.output is None else self.output.validator
         self.children = getattr(self.spec, "children", ())
 
