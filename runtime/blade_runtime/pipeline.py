@@ -308,9 +308,11 @@ class CallPipeline(RuntimeCore):
             if refused is not None:
                 return refused
         if policy is not None:
-            refused = await self._permit(policy, registration, call, arguments, scope)
-            if refused is not None:
-                return refused
+            permitted = self._permit(policy, registration, call, arguments, scope)
+            if permitted is not None:
+                refused = permitted if isinstance(permitted, _RESULTS) else await permitted
+                if refused is not None:
+                    return refused
         if registration.implementation is None:
             return self._await_client(registration, call, arguments)
         attempt = None
@@ -402,25 +404,42 @@ class CallPipeline(RuntimeCore):
             return None, self._cancelled(call, scope)
         return context, None
 
-    async def _permit(
+    def _permit(
         self,
         policy: Policy,
         registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
         scope: CancelScope,
-    ) -> ToolResult[Any] | None:
-        """The policy's decision on the final input: None (allowed), a denial, or a durable
-        permission request (the call waits on it). An async policy is cancellation-bounded, and
-        one that outlives its call's cancellation blocks later permission checks."""
+    ) -> ToolResult[Any] | Awaitable[ToolResult[Any] | None] | None:
+        """Ask the policy about the final input: None when it allows at once and no hook
+        watches (the common case, without a coroutine), the error when it raised, else the rest
+        of the decision to await (``_decide``)."""
         spec = registration.spec
         request = PermissionRequest(
             call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope
         )
         try:
             answer = policy(request)
-            if (answer is None or type(answer) is Allow) and not self._permission_hooked:
-                return None  # the common case: nothing to ask, observe or hook
+        except Exception as error:  # the policy raised: a bug of the application's
+            return self._tool_error(call, error)
+        if (answer is None or type(answer) is Allow) and not self._permission_hooked:
+            return None
+        return self._decide(answer, request, registration, call, arguments, scope)
+
+    async def _decide(
+        self,
+        answer: PolicyAnswer | Awaitable[PolicyAnswer],
+        request: PermissionRequest,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+    ) -> ToolResult[Any] | None:
+        """The policy's decision: None (allowed), a denial, or a durable permission request (the
+        call waits on it). An async policy is cancellation-bounded, and one that outlives its
+        call's cancellation blocks later permission checks."""
+        try:
             if answer is not None and type(answer) not in DECISIONS and inspect.isawaitable(answer):
                 scope.bind()
                 answer = await self._guard.run("permission", answer, None, scope.signal)
