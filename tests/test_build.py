@@ -9,15 +9,17 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EXAMPLE_SPECS, add_spec, run_mypy, run_ruff, spec, tree_bytes, write_json
 
+from blade_codegen import build as build_module
 from blade_codegen import models as models_module
 from blade_codegen import write as write_module
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
-from blade_codegen.write import STATE_FILE
+from blade_codegen.write import CACHE_FILE, STATE_FILE
 
 
 def test_example_package_passes_mypy_strict_and_ruff(built_examples: Path) -> None:
@@ -166,6 +168,47 @@ def test_changing_a_shared_schema_regenerates_its_users(
         "crm/lookup_customer_v1.py",
         "payments/refund_payment_v1.py",
     }
+
+
+def test_rebuild_resolves_only_changed_specs_and_a_damaged_cache_costs_nothing_but_time(
+    example_specs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    build(example_specs, out, "blade_specs")
+    cache = out / "blade_specs" / CACHE_FILE
+    assert cache.is_file() and CACHE_FILE not in tree_bytes(out / "blade_specs")
+    resolved: list[str] = []
+    real = build_module.resolve
+
+    def recording(tree: Any) -> Any:
+        resolved.extend(s.rel for s in tree.specs)
+        return real(tree)
+
+    monkeypatch.setattr(build_module, "resolve", recording)
+    path = example_specs / "deploy" / "deploy-service.v1.json"
+    data = json.loads(path.read_text("utf-8"))
+    data["description"] = "Deploy, described anew."
+    write_json(path, data)
+    build(example_specs, out, "blade_specs")
+    assert resolved == ["deploy/deploy-service.v1.json"]
+
+    resolved.clear()  # a shared file resolves every spec again: any of them may use it
+    money = example_specs / "common" / "money.schema.json"
+    data = json.loads(money.read_text("utf-8"))
+    data["$defs"]["Currency"]["enum"].append("JPY")
+    write_json(money, data)
+    build(example_specs, out, "blade_specs")
+    assert len(resolved) == len(list(example_specs.rglob("*.v1.json")))
+
+    resolved.clear()
+    cache.write_bytes(b"not a pickle")
+    data["$defs"]["Currency"]["enum"].append("CHF")
+    write_json(money, data)
+    build(example_specs, out, "blade_specs")
+    assert len(resolved) == len(list(example_specs.rglob("*.v1.json")))
+    cold = tmp_path / "cold"
+    build(example_specs, cold, "blade_specs")
+    assert tree_bytes(cold / "blade_specs") == tree_bytes(out / "blade_specs")
 
 
 def test_removed_spec_disappears_and_hand_edits_are_replaced(

@@ -24,13 +24,17 @@ RUFF_FIXES = ("PYI016", "PYI030", "UP006", "UP007", "UP035", "UP037", "UP045", "
 
 def format_files(files: Mapping[str, str], fresh: set[str]) -> dict[str, str]:
     """Fix and format the Python files in ``fresh``; reused files were when first made."""
-    import black
-    from black.mode import Mode, TargetVersion
-
-    mode = Mode(target_versions={TargetVersion.PY311}, line_length=LINE_LENGTH)
     out = dict(files)
     paths = sorted(p for p in fresh if p.endswith(".py"))
-    fixed = ruff_fixed({p: files[p] for p in paths})
+    if not paths:
+        return out
+    with _RuffFixes({p: files[p] for p in paths}) as fixes:
+        # black loads while ruff runs: a rebuild of one module waits for neither twice.
+        import black
+        from black.mode import Mode, TargetVersion
+
+        fixed = fixes.result()
+    mode = Mode(target_versions={TargetVersion.PY311}, line_length=LINE_LENGTH)
     for path in paths:
         out[path] = wrap_long_lines(black.format_str(fixed[path], mode=mode))
     return out
@@ -147,21 +151,51 @@ def ruff_fixed(files: Mapping[str, str]) -> dict[str, str]:
     """``files`` with ruff's safe fixes of RUFF_FIXES applied (one ruff process for all)."""
     if not files:
         return {}
-    from ruff.__main__ import find_ruff_bin
+    with _RuffFixes(files) as fixes:
+        return fixes.result()
 
-    with tempfile.TemporaryDirectory(prefix="blade-ruff-") as scratch:
-        root = Path(scratch)
-        for rel, text in files.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text, "utf-8")
-        subprocess.run(
-            [
-                find_ruff_bin(),
-                *("check", "--isolated", "--no-cache", "--fix", "--exit-zero", "--quiet"),
-                *("--target-version", "py311", "--select", ",".join(RUFF_FIXES), "."),
-            ],
-            cwd=root,
-            check=True,
-            capture_output=True,
-        )
-        return {rel: (root / rel).read_text("utf-8") for rel in files}
+
+class _RuffFixes:
+    """One ruff process fixing ``files`` in a scratch folder, started on entering; ``result``
+    waits for it. Leaving removes the folder (and ends the process if it still runs)."""
+
+    def __init__(self, files: Mapping[str, str]) -> None:
+        self.files = files
+
+    def __enter__(self) -> _RuffFixes:
+        from ruff.__main__ import find_ruff_bin
+
+        self.scratch = tempfile.TemporaryDirectory(prefix="blade-ruff-")
+        self.root = Path(self.scratch.name)
+        try:
+            for rel, text in self.files.items():
+                (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (self.root / rel).write_text(text, "utf-8")
+            self.process = subprocess.Popen(
+                [
+                    find_ruff_bin(),
+                    *("check", "--isolated", "--no-cache", "--fix", "--exit-zero", "--quiet"),
+                    *("--target-version", "py311", "--select", ",".join(RUFF_FIXES), "."),
+                ],
+                cwd=self.root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except BaseException:
+            self.scratch.cleanup()
+            raise
+        return self
+
+    def result(self) -> dict[str, str]:
+        stdout, stderr = self.process.communicate()
+        if self.process.returncode:
+            raise subprocess.CalledProcessError(
+                self.process.returncode, self.process.args, stdout, stderr
+            )
+        return {rel: (self.root / rel).read_text("utf-8") for rel in self.files}
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.scratch.cleanup()

@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 STATE_FILE = ".blade-build.json"
+# What the build keeps from one run for the next that is not output: under ``__pycache__``, which
+# every reader of the output already leaves out (``on_disk``, a diff of two builds, packaging),
+# and which is as disposable as the bytecode beside it.
+CACHE_FILE = "__pycache__/blade-build.pickle"
+_CACHES = "__pycache__"
 
 
 def write_file(path: Path, text: str) -> None:
@@ -86,40 +91,75 @@ def state_text(
     return json.dumps(state, indent=1, sort_keys=True) + "\n"
 
 
+def _files(folder: str, rel: str, found: list[str]) -> None:
+    """POSIX paths (below ``rel``) of the files under ``folder``; links to folders are not
+    followed, and ``__pycache__`` folders are left out."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != _CACHES:
+                    _files(entry.path, rel + entry.name + "/", found)
+            elif entry.name != _CACHES and entry.is_file():
+                found.append(rel + entry.name)
+
+
 def on_disk(target: Path) -> dict[str, str]:
     """Every file under ``target`` (package-relative POSIX path -> text), caches excluded."""
     found: dict[str, str] = {}
     if not target.is_dir():
         return found
-    for path in sorted(target.rglob("*")):
-        rel = path.relative_to(target)
-        if path.is_file() and "__pycache__" not in rel.parts:
-            try:
-                found[rel.as_posix()] = path.read_text("utf-8")
-            except (OSError, UnicodeDecodeError):
-                found[rel.as_posix()] = "\0unreadable"
+    paths: list[str] = []
+    _files(str(target), "", paths)
+    for rel in sorted(paths):
+        try:
+            found[rel] = (target / rel).read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            found[rel] = "\0unreadable"
     return found
 
 
+def read_cache(target: Path) -> bytes | None:
+    """What the last build left in ``CACHE_FILE``, if anything."""
+    try:
+        return (target / CACHE_FILE).read_bytes()
+    except OSError:
+        return None
+
+
+def _plain(rel: str) -> bool:
+    """A relative path of plain names: below the staging folder whatever the file system does,
+    since nothing in that new folder is a link. Anything else is resolved to be sure."""
+    return all(
+        part not in ("", ".", "..") and "\\" not in part and ":" not in part
+        for part in rel.split("/")
+    )
+
+
 def write_package(
-    target: Path, files: Mapping[str, str], unchanged: AbstractSet[str] = frozenset()
+    target: Path,
+    files: Mapping[str, str],
+    unchanged: AbstractSet[str] = frozenset(),
+    cache: bytes | None = None,
 ) -> None:
     """Make ``target`` hold exactly ``files``, atomically as seen by the next build.
 
     Files in ``unchanged`` are already in ``target`` with the same text: they are hard-linked into
     the staging folder instead of written again (the old folder is then removed, so the link is
-    the only name left).
+    the only name left). ``cache`` goes to ``CACHE_FILE``, beside the files and not one of them.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
     root = staging.resolve()
+    folders = {staging}
     try:
         for rel, text in sorted(files.items()):
             path = staging / rel
-            if not path.resolve().is_relative_to(root):
+            if not _plain(rel) and not path.resolve().is_relative_to(root):
                 raise ValueError(f"refusing to write outside the output folder: {rel}")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.parent not in folders:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                folders.add(path.parent)
             if rel in unchanged:
                 try:
                     os.link(target / rel, path)
@@ -127,6 +167,9 @@ def write_package(
                 except OSError:
                     pass  # a file system without hard links: write it
             path.write_text(text, "utf-8")
+        if cache is not None:
+            (staging / CACHE_FILE).parent.mkdir(exist_ok=True)
+            (staging / CACHE_FILE).write_bytes(cache)
         backup = _backup(target)
         if target.exists():
             target.rename(backup)
