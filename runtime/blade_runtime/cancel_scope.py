@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import types
 from collections.abc import Awaitable, Coroutine, Generator
+from time import monotonic as _monotonic
 from typing import Any, Literal, Protocol, TypeVar
 
 from blade_runtime.context import CallInfo, CancellationSignal
@@ -112,7 +113,9 @@ class CancelScope:
 
     def run(self, awaitable: Awaitable[T], timeout_s: float) -> Awaitable[T]:
         """Awaitable that drives ``awaitable`` with a deadline ``timeout_s`` from now."""
-        self._deadline = asyncio.get_running_loop().time() + timeout_s
+        # The monotonic clock, not the loop's: one C call on every call's path; the timer
+        # (armed only when the call first suspends) converts it to a delay on the loop.
+        self._deadline = _monotonic() + timeout_s
         self.running = True
         if type(awaitable) is not _COROUTINE:
             awaitable = _coroutine(awaitable)
@@ -145,7 +148,8 @@ class CancelScope:
     def _suspended(self) -> None:
         self.bind()
         if self._timer is None and self._deadline is not None:
-            self._timer = asyncio.get_running_loop().call_at(self._deadline, self._expire)
+            delay = max(0.0, self._deadline - _monotonic())
+            self._timer = asyncio.get_running_loop().call_later(delay, self._expire)
 
     def _expire(self) -> None:
         self.cancel("timeout", "the call ran past its deadline")

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from pydantic import JsonValue
 
 from blade_runtime.context import CallInfo
-from blade_runtime.spec import JsonObject
+from blade_runtime.spec import JsonObject, ToolSpec
 
 BOUNDARIES = (
     "scheduled",
@@ -41,22 +41,34 @@ BOUNDARIES = (
 @dataclass(slots=True)
 class Lifecycle:
     """What an observer sees at a boundary. ``boundary`` names it; the rest depends on it:
-    ``input`` (the final input), ``side_effect`` and ``kind`` (the contract), ``decision`` and
+    ``spec`` (the tool's, with ``spec_id``), ``input`` (the final input), ``side_effect`` and
+    ``kind`` (the contract), ``decision`` and
     ``reason`` (permissions), ``action_id`` (a permission request), ``outcome`` and ``result``
     (settled: the ToolResult, and its JSON as stored). (Not frozen: frozen dataclasses cost
     three times as much to build, and one is built per boundary of every observed call.)"""
 
     boundary: str
     call: CallInfo
-    spec_id: str
+    spec: ToolSpec[Any, Any, Any]
     input: JsonObject
-    side_effect: str
-    kind: str | None = None
     decision: str | None = None
     reason: str | None = None
     action_id: str | None = None
     outcome: Any = None
     _result: JsonValue = field(default=None, repr=False)
+
+    @property
+    def spec_id(self) -> str:
+        spec_id: str = self.spec.id  # the spec's generic id type, a str
+        return spec_id
+
+    @property
+    def side_effect(self) -> str:
+        return self.spec.side_effect
+
+    @property
+    def kind(self) -> str | None:
+        return self.spec.kind
 
     @property
     def result(self) -> JsonValue:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from blade_runtime.caller import Principal
 from blade_runtime.context import CallInfo, CancellationSignal
 from blade_runtime.registry import Point, typed
-from blade_runtime.spec import JsonObject
+from blade_runtime.spec import JsonObject, ToolSpec
 
 ADMISSION = "@permission"
 """The point of a permission request made before a call runs (the policy said ``Ask``)."""
@@ -67,12 +67,23 @@ class PermissionRequest:
     (Not frozen: one is built for every call a policy decides, on the call's hot path.)"""
 
     name: str
-    spec_id: str | None
+    spec: ToolSpec[Any, Any, Any]
     call: CallInfo
     input: JsonObject
-    kind: str | None = None
-    side_effect: str = "non_idempotent"
     _scope: Any = None  # the call's cancel scope: its signal is made when first asked for
+
+    @property
+    def spec_id(self) -> str:
+        spec_id: str = self.spec.id  # the spec's generic id type, a str
+        return spec_id
+
+    @property
+    def kind(self) -> str | None:
+        return self.spec.kind
+
+    @property
+    def side_effect(self) -> str:
+        return self.spec.side_effect
 
     @property
     def principal(self) -> Principal | None:

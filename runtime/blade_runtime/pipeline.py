@@ -154,7 +154,9 @@ class CallPipeline(RuntimeCore):
             result = self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        return await self._conclude(registration, call, admitted, scope, result)
+        if self._post_any or scope.observed:
+            return await self._conclude(registration, call, admitted, scope, result)
+        return self._recorded(call, scope, result)  # no coroutine where nothing awaits
 
     async def _conclude(
         self,
@@ -184,6 +186,13 @@ class CallPipeline(RuntimeCore):
                 )
             except Exception as error:
                 result = self._observer_failed("settled", call, error)
+        return self._recorded(call, scope, result)
+
+    def _recorded(
+        self, call: CallInfo, scope: CancelScope, result: ToolResult[Any]
+    ) -> ToolResult[Any]:
+        """The result, recorded where the store keeps the call and announced where anyone
+        listens (a pending result was recorded when its action was)."""
         attempt: Attempt | None = scope.stored
         if isinstance(result, ToolPending) or (attempt is None and not self._events.active):
             return result
@@ -415,10 +424,7 @@ class CallPipeline(RuntimeCore):
         """Ask the policy about the final input: None when it allows at once and no hook
         watches (the common case, without a coroutine), the error when it raised, else the rest
         of the decision to await (``_decide``)."""
-        spec = registration.spec
-        request = PermissionRequest(
-            call.name, spec.id, call, arguments, spec.kind, spec.side_effect, scope
-        )
+        request = PermissionRequest(call.name, registration.spec, call, arguments, scope)
         try:
             answer = policy(request)
         except Exception as error:  # the policy raised: a bug of the application's
@@ -523,18 +529,8 @@ class CallPipeline(RuntimeCore):
         """The observers' ``methods`` of ``boundary`` run in order on one event, as one
         awaitable; the caller turns a raise into ``_observer_failed``. (One observer's own
         coroutine is returned as it is: no wrapper on the path of every observed call.)"""
-        spec = registration.spec
         event = Lifecycle(
-            boundary,
-            call,
-            spec.id,
-            arguments,
-            spec.side_effect,
-            spec.kind,
-            decision,
-            reason,
-            action_id,
-            outcome,
+            boundary, call, registration.spec, arguments, decision, reason, action_id, outcome
         )
         if len(methods) == 1:
             return methods[0](event)
