@@ -150,11 +150,12 @@ def resolve_tree(
     only the spec files that differ from the ones ``cached`` holds; and the cache for the next
     build. SpecError lists every problem of the tree."""
     tree = with_dependencies(load(specs, contents))
-    problems = validate(tree)
-    if problems:
-        raise SpecError(problems)
     context = _context(tree, tools)
     kept = _kept(cached, context)
+    checked = frozenset(s.rel for s in tree.specs if kept.get(s.rel, ("",))[0] == s.digest)
+    problems = validate(tree, checked)
+    if problems:
+        raise SpecError(problems)
     entries: dict[str, tuple[str, bytes]] = {}
     reused: list[ResolvedSpec] = []
     changed = []
