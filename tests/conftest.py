@@ -278,6 +278,10 @@ def _hermetic_spec_packages() -> Iterator[None]:
 _PER_WORKER = frozenset({"built_examples", "example_package", "postgres_dsn"})
 # Groups that take minutes: scheduled first, so that the other worker fills in around them.
 _HEAVY = ("mcp_package", "test_schemastore")
+# The order work starts in, longest first (their share of a run: the SchemaStore build alone is
+# about a quarter), so that no long group starts last while the other worker idles. xdist's own
+# order (by number of tests, --loadscope-reorder) is off in pyproject.toml.
+_LONGEST_FIRST = ("test_schemastore", "mcp_package", "worker_package", "test_pack", "test_inbox")
 # Also left out of the quick subset: wheels and fresh virtual environments, worker processes
 # killed and restarted, a browser.
 _SLOW_MODULES = frozenset({"test_pack", "test_workers", "test_inbox"})
@@ -288,7 +292,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under xdist (``--dist loadgroup``), the tests that share an expensive fixture run on one
     worker, so it is made once: a session fixture other than the cheap ones groups its users, a
     module-scoped one its module's users. The corpus groups and _SLOW_MODULES are marked
-    ``slow`` (``-m "not slow"`` is the quick subset), and slow tests run first."""
+    ``slow`` (``-m "not slow"`` is the quick subset), and the longest groups run first."""
     grouping = bool(getattr(config.option, "loadgroup", False))  # set in xdist's workers
     for item in items:
         group = _group(item)
@@ -299,7 +303,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         corpus = group is not None and any(heavy in group for heavy in _HEAVY)
         if corpus or Path(item.nodeid.split("::")[0]).stem in _SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first
+    items.sort(key=_start_order)  # stable: within a rank, the order of collection
+
+
+def _start_order(item: pytest.Item) -> tuple[int, bool]:
+    """The groups of _LONGEST_FIRST in that order, then other slow tests, then the rest."""
+    group = _group(item)
+    rank = _LONGEST_FIRST.index(group) if group in _LONGEST_FIRST else len(_LONGEST_FIRST)
+    return rank, item.get_closest_marker("slow") is None
 
 
 def _suffix_group(item: pytest.Item, group: str) -> None:
