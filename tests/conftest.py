@@ -294,8 +294,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     module-scoped one its module's users. The corpus groups and _SLOW_MODULES are marked
     ``slow`` (``-m "not slow"`` is the quick subset), and the longest groups run first."""
     grouping = bool(getattr(config.option, "loadgroup", False))  # set in xdist's workers
+    groups = {id(item): _group(item) for item in items}  # ids: _suffix_group renames items
     for item in items:
-        group = _group(item)
+        group = groups[id(item)]
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
             if grouping and hasattr(item, "_id"):
@@ -303,12 +304,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         corpus = group is not None and any(heavy in group for heavy in _HEAVY)
         if corpus or Path(item.nodeid.split("::")[0]).stem in _SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=_start_order)  # stable: within a rank, the order of collection
+    items.sort(key=lambda item: _start_order(item, groups[id(item)]))  # stable
 
 
-def _start_order(item: pytest.Item) -> tuple[int, bool]:
-    """The groups of _LONGEST_FIRST in that order, then other slow tests, then the rest."""
-    group = _group(item)
+def _start_order(item: pytest.Item, group: str | None) -> tuple[int, bool]:
+    """The groups of _LONGEST_FIRST in that order, then other slow tests, then the rest (within
+    a rank, the order of collection)."""
     rank = _LONGEST_FIRST.index(group) if group in _LONGEST_FIRST else len(_LONGEST_FIRST)
     return rank, item.get_closest_marker("slow") is None
 
@@ -342,11 +343,18 @@ def _group(item: pytest.Item) -> str | None:
     return module_group
 
 
-def _ours(function: Callable[..., Any]) -> bool:
-    import inspect
+_OURS: dict[Callable[..., Any], bool] = {}  # asked for every fixture of every item: once each
 
-    source = inspect.getsourcefile(function)
-    return source is not None and Path(source).resolve().is_relative_to(ROOT / "tests")
+
+def _ours(function: Callable[..., Any]) -> bool:
+    if function not in _OURS:
+        import inspect
+
+        source = inspect.getsourcefile(function)
+        _OURS[function] = source is not None and Path(source).resolve().is_relative_to(
+            ROOT / "tests"
+        )
+    return _OURS[function]
 
 
 def pytest_report_header() -> str:
