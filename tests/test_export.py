@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE_SPECS, add_spec, spec
+from conftest import EXAMPLE_SPECS, add_spec, run_cli, spec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,6 +36,7 @@ def tool(name: str, **overrides: Any) -> ExportedTool:
 
 
 def export_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``blade-codegen export ARGS`` as a real process (its exit codes, stdout and stderr)."""
     return subprocess.run(
         [str(BIN / "blade-codegen"), "export", *args],
         capture_output=True,
@@ -102,7 +103,7 @@ def test_the_runtime_and_the_command_export_the_same_document(example_package: A
     runtime = Runtime()
     runtime.register(lookup.SPEC, impl, context=lambda call: None)
     runtime.register(deploy.SPEC, impl)
-    from_specs = json.loads(export_cli(str(EXAMPLE_SPECS), "--format", "mcp").stdout)
+    from_specs = json.loads(run_cli("export", str(EXAMPLE_SPECS), "--format", "mcp").stdout)
     from_runtime = runtime.export("mcp").document
     by_name = {entry["name"]: entry for entry in from_specs["tools"]}
     assert set(by_name) == {"check_page", "deploy_service", "lookup_customer", "refund_payment"}
@@ -135,7 +136,8 @@ def test_export_command_writes_files_and_refuses_invalid_specs(tmp_path: Path) -
 
 @pytest.mark.parametrize("format_", ["blade", "openai", "anthropic", "mcp"])
 def test_every_format_is_plain_json(format_: str) -> None:
-    done = export_cli(str(EXAMPLE_SPECS), "--format", format_)
+    # In this process; test_export_command_writes_files_and_refuses_invalid_specs runs the real one.
+    done = run_cli("export", str(EXAMPLE_SPECS), "--format", format_)
     assert done.returncode == 0, done.stderr
     assert "contextSchema" not in done.stdout and "tenant_id" not in done.stdout  # server-only
     json.loads(done.stdout)

@@ -107,8 +107,9 @@ def inbox_package(tmp_path_factory: pytest.TempPathFactory, example_package: Any
     return _import_package(root / "out", "blade_inbox")
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for the module: a launch (with playwright's driver) takes about 2 s."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does)"
@@ -118,6 +119,18 @@ def browser() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Any]:
+    """The module's Chromium, with no page of an earlier test: every page a test opens is its
+    own context (cookies, storage), and all of them are closed after the test."""
+    assert chromium.contexts == []
+    try:
+        yield chromium
+    finally:
+        for context in chromium.contexts:
+            context.close()
 
 
 def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
