@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -96,14 +97,39 @@ class _DuplicateKeyError(ValueError):
 
 
 def spec_paths(root: Path) -> list[Path]:
-    """Every ``*.json`` file under ``root``, in a stable order; hidden folders are skipped."""
-    found = []
-    for path in root.rglob("*.json"):
-        rel_parts = path.relative_to(root).parts
-        if any(part.startswith(".") for part in rel_parts):
-            continue
-        found.append(path)
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+    """Every ``*.json`` file under ``root``, in a stable order; hidden folders are skipped.
+
+    What ``root.rglob("*.json")`` finds (folders are entered without following links, a folder
+    that may not be listed is left out), by one ``scandir`` per folder: rglob's paths cost three
+    times as much, and a build lists the tree twice (the command's check that there are specs,
+    then the read)."""
+    found: list[tuple[str, Path]] = []
+    if not root.is_dir():
+        return []
+
+    def walk(folder: Path, rel: str) -> None:
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except PermissionError:
+            return
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            path = folder / name
+            if name.endswith(".json"):
+                found.append((rel + name, path))
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_folder = False
+            if is_folder:
+                walk(path, rel + name + "/")
+
+    walk(root, "")
+    found.sort(key=lambda item: item[0])
+    return [path for _, path in found]
 
 
 def _inside(root: Path, path: Path) -> bool:
