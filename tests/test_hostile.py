@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,10 @@ def test_hostile_spec_gives_valid_safe_typed_code(tmp_path: Path) -> None:
     assert run_ruff(out / "evil_pkg").returncode == 0
     sys.path.insert(0, str(out))
     try:
-        module = importlib.import_module("evil_pkg.evil.hostile_tool_v1")
+        with warnings.catch_warnings():
+            # A property named model_dump, renamed model_dump_: no warning at import.
+            warnings.simplefilter("error")
+            module = importlib.import_module("evil_pkg.evil.hostile_tool_v1")
         assert module.SPEC.description == HOSTILE_TEXT
         assert module.SPEC.name == "hostile.tool-name_1"
         fields = module.HostileToolInput.model_json_schema()["properties"]

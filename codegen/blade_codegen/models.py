@@ -54,7 +54,8 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # 9: optional non-nullable properties default to pydantic.MISSING; patterns translated; defaults
 # checked against their schema; object keywords moved into union branches; 10: long lines wrapped;
 # 11: long JSON literals split too; 12: typed keywords into union branches, titled classes;
-# 13: scalar item roots inlined, numeric bounds per member, validate_by_name only with aliases.
+# 13: scalar item roots inlined, numeric bounds per member, validate_by_name only with aliases,
+# no protected namespaces where a field is named model_dump_ or model_validate_.
 POSTPROCESS_REVISION = 13
 
 
@@ -368,7 +369,7 @@ def generate_models(document: dict[str, Any]) -> str:
         raise ModelFailure("the generator wrote several modules for one document")
     code = none_last(with_key_types(code))
     code = union_bases(typed_annotations(flatten_conflicts(code)))
-    code = keep_integers(keep_unknown_properties(code))
+    code = keep_integers(unprotected_fields(keep_unknown_properties(code)))
     code = inline_scalar_roots(code, keep=document.get("$defs", {}).keys())
     return by_name_only_with_aliases(bounds_per_member(code))
 
@@ -614,6 +615,35 @@ def keep_unknown_properties(code: str) -> str:
     for row, column in sorted(inserts, reverse=True):
         line = lines[row - 1]
         lines[row - 1] = line[: column + 1] + "extra='allow', " + line[column + 1 :]
+    return "".join(lines)
+
+
+def unprotected_fields(code: str) -> str:
+    """``protected_namespaces=()`` in the configuration of a model with a field named like
+    ``model_dump_`` (a property ``model_dump``, renamed): pydantic would warn at every import
+    of the module that the name is in its ``model_`` namespace, though it takes nothing there."""
+    lines = code.splitlines(keepends=True)
+    inserts: list[tuple[int, int]] = []
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.ClassDef) or not any(
+            isinstance(s, ast.AnnAssign)
+            and isinstance(s.target, ast.Name)
+            and s.target.id.startswith(("model_validate", "model_dump"))
+            for s in node.body
+        ):
+            continue
+        for statement in node.body:
+            value = statement.value if isinstance(statement, ast.Assign) else None
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "ConfigDict"
+                and not any(k.arg == "protected_namespaces" for k in value.keywords)
+            ):
+                inserts.append((value.func.end_lineno or 0, value.func.end_col_offset or 0))
+    for row, column in sorted(inserts, reverse=True):
+        line = lines[row - 1]
+        lines[row - 1] = line[: column + 1] + "protected_namespaces=(), " + line[column + 1 :]
     return "".join(lines)
 
 
