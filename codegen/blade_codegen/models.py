@@ -15,7 +15,7 @@ import io
 import json
 import tokenize
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
@@ -596,41 +596,38 @@ def keep_unknown_properties(code: str) -> str:
     value would not round-trip. Its global ``extra_fields`` option would open closed objects too.
     Root models (which pydantic forbids an ``extra`` setting) are left as they are.
     """
-    lines = code.splitlines(keepends=True)
-    inserts: list[tuple[int, int]] = []
-    for node in ast.walk(ast.parse(code)):
-        if not isinstance(node, ast.ClassDef) or any(
-            "RootModel" in ast.unparse(b) for b in node.bases
-        ):
-            continue
-        for statement in node.body:
-            value = statement.value if isinstance(statement, ast.Assign) else None
-            if (
-                isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Name)
-                and value.func.id == "ConfigDict"
-                and not any(k.arg == "extra" for k in value.keywords)
-            ):
-                inserts.append((value.func.end_lineno or 0, value.func.end_col_offset or 0))
-    for row, column in sorted(inserts, reverse=True):
-        line = lines[row - 1]
-        lines[row - 1] = line[: column + 1] + "extra='allow', " + line[column + 1 :]
-    return "".join(lines)
+    return _configured(
+        code,
+        "extra",
+        "extra='allow'",
+        lambda cls: not any("RootModel" in ast.unparse(b) for b in cls.bases),
+    )
 
 
 def unprotected_fields(code: str) -> str:
     """``protected_namespaces=()`` in the configuration of a model with a field named like
     ``model_dump_`` (a property ``model_dump``, renamed): pydantic would warn at every import
     of the module that the name is in its ``model_`` namespace, though it takes nothing there."""
-    lines = code.splitlines(keepends=True)
-    inserts: list[tuple[int, int]] = []
-    for node in ast.walk(ast.parse(code)):
-        if not isinstance(node, ast.ClassDef) or not any(
+    return _configured(
+        code,
+        "protected_namespaces",
+        "protected_namespaces=()",
+        lambda cls: any(
             isinstance(s, ast.AnnAssign)
             and isinstance(s.target, ast.Name)
             and s.target.id.startswith(("model_validate", "model_dump"))
-            for s in node.body
-        ):
+            for s in cls.body
+        ),
+    )
+
+
+def _configured(code: str, key: str, setting: str, wanted: Callable[[ast.ClassDef], bool]) -> str:
+    """``setting`` added to the ``ConfigDict(...)`` of each class ``wanted`` picks that does not
+    set ``key`` already (every model the generator writes has one)."""
+    lines = code.splitlines(keepends=True)
+    inserts: list[tuple[int, int]] = []
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.ClassDef) or not wanted(node):
             continue
         for statement in node.body:
             value = statement.value if isinstance(statement, ast.Assign) else None
@@ -638,12 +635,12 @@ def unprotected_fields(code: str) -> str:
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Name)
                 and value.func.id == "ConfigDict"
-                and not any(k.arg == "protected_namespaces" for k in value.keywords)
+                and not any(k.arg == key for k in value.keywords)
             ):
                 inserts.append((value.func.end_lineno or 0, value.func.end_col_offset or 0))
     for row, column in sorted(inserts, reverse=True):
         line = lines[row - 1]
-        lines[row - 1] = line[: column + 1] + "protected_namespaces=(), " + line[column + 1 :]
+        lines[row - 1] = line[: column + 1] + setting + ", " + line[column + 1 :]
     return "".join(lines)
 
 
