@@ -330,25 +330,17 @@ async def seed(port: int) -> None:
 
 @contextlib.contextmanager
 def postgres_database(dsn: str | None) -> Iterator[str]:
-    import psycopg
-
     sys.path.insert(0, str(ROOT / "tests"))
-    from postgres import database_url, start_cluster  # type: ignore[import-not-found]
+    from postgres import start_cluster, temporary_database  # type: ignore[import-not-found]
 
     cluster = None
     server = dsn
     if server is None:
         cluster = start_cluster(durable=True)
         server = str(cluster.url)
-    name = f"blade_http_bench_{os.getpid()}"
     try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-        try:
-            yield str(database_url(server, name))
-        finally:
-            with psycopg.connect(server, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        with temporary_database(server, f"blade_http_bench_{os.getpid()}") as url:
+            yield str(url)
     finally:
         if cluster is not None:
             cluster.stop()

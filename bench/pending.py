@@ -320,19 +320,11 @@ def postgres_server(dsn: str | None) -> Iterator[str]:
 @contextlib.contextmanager
 def fresh_database(server: str) -> Iterator[str]:
     """A new database on ``server`` for one measurement, dropped afterwards."""
-    import psycopg
-
     sys.path.insert(0, str(ROOT / "tests"))
-    from postgres import database_url
+    from postgres import temporary_database
 
-    name = f"blade_bench_{os.getpid()}_{time.time_ns()}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    try:
-        yield str(database_url(server, name))
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with temporary_database(server, f"blade_bench_{os.getpid()}_{time.time_ns()}") as url:
+        yield str(url)
 
 
 def measure_engine(

@@ -207,6 +207,24 @@ def postgres_dsn() -> Iterator[str]:
         cluster.stop()
 
 
+@contextlib.contextmanager
+def temporary_database(server_url: str, name: str) -> Iterator[str]:
+    """A new empty database ``name`` on the server, its URL; dropped afterwards (the tests'
+    databases and the benchmarks' alike)."""
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    try:
+        yield database_url(server_url, name)
+    finally:
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(server_url, autocommit=True, connect_timeout=10) as admin,
+        ):
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def postgres_url(postgres_dsn: str) -> Iterator[str]:
     """A fresh empty database for this test, dropped after it."""
@@ -214,16 +232,9 @@ def postgres_url(postgres_dsn: str) -> Iterator[str]:
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     name = f"blade_test_{worker}_{os.getpid()}_{next(_counter)}"
-    try:
-        with psycopg.connect(postgres_dsn, autocommit=True, connect_timeout=10) as admin:
-            admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    except psycopg.Error as error:
-        pytest.fail(f"cannot create a test database on the PostgreSQL server: {error}")
-    try:
-        yield database_url(postgres_dsn, name)
-    finally:
-        with (
-            contextlib.suppress(psycopg.Error),
-            psycopg.connect(postgres_dsn, autocommit=True, connect_timeout=10) as admin,
-        ):
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(temporary_database(postgres_dsn, name))
+        except psycopg.Error as error:
+            pytest.fail(f"cannot create a test database on the PostgreSQL server: {error}")
+        yield url
