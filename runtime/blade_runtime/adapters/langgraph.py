@@ -35,6 +35,7 @@ from langchain_core.tools import BaseTool, ToolException
 from langgraph.types import interrupt
 from pydantic import BaseModel, JsonValue
 
+from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.caller import CallContext, Principal
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.runtime import Runtime
@@ -54,29 +55,20 @@ def structured_tools(
 ) -> list[BaseTool]:
     """A tool per callable registration (see the module's doc). ``context``: a function of the
     runnable config giving the call context, else ``principal``'s."""
-    exported = runtime.export("openai")
-    document = exported.document
-    assert isinstance(document, list)
-    tools: list[BaseTool] = []
-    for entry in document:
-        assert isinstance(entry, dict) and isinstance(entry["function"], dict)
-        function = entry["function"]
-        schema = function["parameters"]
-        assert isinstance(schema, dict)
-        tools.append(
-            BladeTool(
-                name=str(function["name"]),
-                description=str(function["description"]),
-                args_schema=dict(schema),
-                handle_tool_error=True,
-                runtime=runtime,
-                registration=exported.names.name(str(function["name"])),
-                principal=principal,
-                context_of=context,
-                run_id=run_id,
-            )
+    return [
+        BladeTool(
+            name=function.wire,
+            description=function.description,
+            args_schema=function.parameters,
+            handle_tool_error=True,
+            runtime=runtime,
+            registration=function.registration.name,
+            principal=principal,
+            context_of=context,
+            run_id=run_id,
         )
-    return tools
+        for function in exported_functions(runtime)
+    ]
 
 
 def resume_model(runtime: Runtime, value: Any) -> type[BaseModel] | None:

@@ -40,6 +40,7 @@ from agents.tool_context import ToolContext
 from pydantic import JsonValue
 
 from blade_runtime import actions
+from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.caller import CallContext, Principal
 from blade_runtime.results import ToolPending
 from blade_runtime.runtime import Runtime
@@ -152,25 +153,16 @@ def function_tools(
     """A FunctionTool per callable registration (see the module's doc). ``context``: a function
     of the SDK's tool context (its ``context``, say) giving the call context, else
     ``principal``'s."""
-    exported = runtime.export("openai")
-    document = exported.document
-    assert isinstance(document, list)
     tools: list[FunctionTool] = []
-    for entry in document:
-        assert isinstance(entry, dict) and isinstance(entry["function"], dict)
-        function = entry["function"]
-        wire = str(function["name"])
-        name = exported.names.name(wire)
-        registration = next(r for r in runtime.registrations() if r.name == name)
-        schema = function["parameters"]
-        assert isinstance(schema, dict)
+    for function in exported_functions(runtime):
+        schema, name = function.parameters, function.registration.name
         tool = FunctionTool(
-            name=wire,
-            description=str(function["description"]),
+            name=function.wire,
+            description=function.description,
             params_json_schema=dict(schema),
-            on_invoke_tool=_invoker(runtime, name, wire, principal, context, run_id),
+            on_invoke_tool=_invoker(runtime, name, function.wire, principal, context, run_id),
             strict_json_schema=strict_compatible(schema),
-            needs_approval=registration.spec.kind in approve,
+            needs_approval=function.registration.spec.kind in approve,
         )
         tool.params_json_schema = dict(schema)  # strict or not, the schema as the spec has it
         tools.append(tool)

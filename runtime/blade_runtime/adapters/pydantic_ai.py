@@ -40,6 +40,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from blade_runtime import actions
+from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.caller import CallContext, Principal
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.runtime import Runtime
@@ -109,27 +110,19 @@ class BladeToolset(AbstractToolset[Any]):
         return self._tools[1]
 
     def _build(self, context: CallContext | None) -> dict[str, ToolDefinition]:
-        exported = self.runtime.export("openai", context=context, run_id=self.run_id)
-        document = exported.document  # the openai name rule: the strictest common one
-        assert isinstance(document, list)
-        found: dict[str, ToolDefinition] = {}
-        for entry in document:
-            assert isinstance(entry, dict) and isinstance(entry["function"], dict)
-            function = entry["function"]
-            wire = str(function["name"])
-            registration = next(
-                r for r in self.runtime.registrations() if r.name == exported.names.name(wire)
-            )
-            parameters = function["parameters"]
-            assert isinstance(parameters, dict)
-            found[wire] = ToolDefinition(
-                name=wire,
-                description=str(function["description"]),
-                parameters_json_schema=dict(parameters),
+        return {
+            function.wire: ToolDefinition(
+                name=function.wire,
+                description=function.description,
+                parameters_json_schema=function.parameters,
                 strict=False,  # the schema as written: no provider rewrite of it
-                metadata={"blade_name": registration.name, "spec_id": registration.spec.id},
+                metadata={
+                    "blade_name": function.registration.name,
+                    "spec_id": function.registration.spec.id,
+                },
             )
-        return found
+            for function in exported_functions(self.runtime, context, self.run_id)
+        }
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         return {
