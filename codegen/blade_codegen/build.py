@@ -117,9 +117,11 @@ def _code_digest() -> str:
 
 
 def _context(tree: SpecTree, tools: str) -> str:
-    """Everything resolving a spec depends on besides the spec file: the code, the toolchain,
-    every shared file (ours and those of spec packages) and the spec packages themselves."""
+    """Everything resolving and checking a spec depends on besides the spec file: the code, the
+    toolchain, the validators the checks use, every shared file (ours and those of spec
+    packages) and the spec packages themselves."""
     parts = [_code_digest(), tools, sys.version]
+    parts += [f"{name} {version(name)}" for name in ("jsonschema-rs", "pydantic-core")]
     parts += [f"{s.rel}:{s.digest}" for s in sorted(tree.shared, key=lambda s: s.rel)]
     for name, found in sorted(tree.dependencies.items()):
         parts.append(f"{name}:{found.label if isinstance(found, Dependency) else found.message}")
@@ -152,8 +154,9 @@ def resolve_tree(
     tree = with_dependencies(load(specs, contents))
     context = _context(tree, tools)
     kept = _kept(cached, context)
-    checked = frozenset(s.rel for s in tree.specs if kept.get(s.rel, ("",))[0] == s.digest)
-    problems = validate(tree, checked)
+    # The files whose bytes the cache holds: checked when they were cached, resolved there.
+    unchanged = frozenset(s.rel for s in tree.specs if kept.get(s.rel, ("",))[0] == s.digest)
+    problems = validate(tree, unchanged)
     if problems:
         raise SpecError(problems)
     entries: dict[str, tuple[str, bytes]] = {}
@@ -161,7 +164,7 @@ def resolve_tree(
     changed = []
     for source in tree.specs:
         entry = kept.get(source.rel)
-        values = _unpickled(entry[1]) if entry and entry[0] == source.digest else None
+        values = _unpickled(entry[1]) if entry and source.rel in unchanged else None
         if entry and values:
             reused.append(ResolvedSpec(source, **dict(zip(_KEPT, values, strict=True))))
             entries[source.rel] = entry
@@ -298,7 +301,9 @@ def build(
         return BuildResult(target, "unchanged")
     baseline = None if lock is None else read_lock(lock)
     with _collector_quiet() as settle:
-        resolved, cache_bytes = resolve_tree(specs, contents, read_cache(target), tools)
+        # --check writes no cache, and never reads one: a checkout's file is not trusted code.
+        cached = None if check else read_cache(target)
+        resolved, cache_bytes = resolve_tree(specs, contents, cached, tools)
         settle()
         compiled = compile_specs(
             resolved, package, previous_modules(state, disk), progress, baseline
