@@ -147,14 +147,6 @@ def _wrapped_comment(comment: str, col: int, limit: int) -> str:
     )
 
 
-def ruff_fixed(files: Mapping[str, str]) -> dict[str, str]:
-    """``files`` with ruff's safe fixes of RUFF_FIXES applied (one ruff process for all)."""
-    if not files:
-        return {}
-    with _RuffFixes(files) as fixes:
-        return fixes.result()
-
-
 class _RuffFixes:
     """One ruff process fixing ``files`` in a scratch folder, started on entering; ``result``
     waits for it. Leaving removes the folder (and ends the process if it still runs)."""
