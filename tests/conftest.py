@@ -218,6 +218,16 @@ def write_schemastore_corpus(root: Path, source: Path = CORPUS / "schemastore") 
     return len(records)
 
 
+def import_generated(out: Path, module: str) -> Any:
+    """``module`` imported from the build output ``out``, which is on the import path only
+    meanwhile."""
+    sys.path.insert(0, str(out))
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(out))
+
+
 def _import_package(out: Path, package: str) -> Any:
     if str(out) not in sys.path:
         sys.path.insert(0, str(out))

@@ -8,14 +8,12 @@ alias. Each rewrite is checked against the JSON Schema it came from.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
 import pytest
-from conftest import add_spec, run_mypy, spec
+from conftest import add_spec, import_generated, run_mypy, spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
@@ -47,11 +45,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _module(out: Path) -> Any:
-    sys.path.insert(0, str(out))
-    try:
-        return importlib.import_module("cheaper_pkg.t.items_v1")
-    finally:
-        sys.path.remove(str(out))
+    return import_generated(out, "cheaper_pkg.t.items_v1")
 
 
 def test_constrained_scalar_items_are_plain_values(built: Path) -> None:

@@ -7,14 +7,13 @@ accept it for the second, and values round-trip through the models unchanged.
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import add_spec, run_mypy, spec
+from conftest import add_spec, import_generated, run_mypy, spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,11 +82,7 @@ def test_none_is_accepted_where_the_schema_allows_null(exact: Path) -> None:
 
 
 def _models(exact: Path) -> Any:
-    sys.path.insert(0, str(exact))
-    try:
-        return importlib.import_module("exact_pkg.t.every_slot_v1")
-    finally:
-        sys.path.remove(str(exact))
+    return import_generated(exact, "exact_pkg.t.every_slot_v1")
 
 
 @settings(max_examples=60, deadline=None)
@@ -138,7 +133,7 @@ def test_defaults_the_schema_rejects_stay_out_of_the_model(tmp_path: Path) -> No
     text = (tmp_path / "out" / "defaults_pkg" / "t" / "defaults_v1.py").read_text("utf-8")
     assert '"slow"' not in text.split("_SCHEMAS")[0] and "toolong" not in text.split("_SCHEMAS")[0]
     assert text.count("this 'default' is not carried into the model") == 3
-    module = _load(tmp_path / "out", "defaults_pkg.t.defaults_v1")
+    module = import_generated(tmp_path / "out", "defaults_pkg.t.defaults_v1")
     assert module.DefaultsInput().kept == "safe"
     result = run_mypy(tmp_path / "out" / "defaults_pkg", cwd=tmp_path / "out")
     assert result.returncode == 0, result.stdout
@@ -158,18 +153,10 @@ def test_a_string_branch_beside_object_keywords_stays_a_branch(tmp_path: Path) -
     }
     add_spec(tmp_path / "specs", spec("t.branches.v1", inputSchema=schema))
     build(tmp_path / "specs", tmp_path / "out", "branch_pkg")
-    module = _load(tmp_path / "out", "branch_pkg.t.branches_v1")
+    module = import_generated(tmp_path / "out", "branch_pkg.t.branches_v1")
     for value in ({"target": "a string"}, {"target": {"id": "x", "more": 1}}):
         parsed = module.BranchesInput.model_validate(value)
         assert parsed.model_dump(mode="json", by_alias=True, exclude_unset=True) == value
-
-
-def _load(out: Path, name: str) -> Any:
-    sys.path.insert(0, str(out))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(out))
 
 
 BRANCHES = [

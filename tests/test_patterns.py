@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
-from typing import Any
 
 import jsonschema_rs
 import pytest
-from conftest import add_spec, spec
+from conftest import add_spec, import_generated, spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import SchemaValidator, core_schema
@@ -128,14 +125,6 @@ def test_an_invalid_pattern_property_name_is_a_spec_problem(tmp_path: Path) -> N
     assert [p.pointer for p in raised.value.problems] == ["/outputSchema/patternProperties/(x"]
 
 
-def _module(out: Path, name: str) -> Any:
-    sys.path.insert(0, str(out))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(out))
-
-
 def test_no_pattern_makes_a_module_fail_at_import(tmp_path: Path) -> None:
     schema = {
         "type": "object",
@@ -149,7 +138,7 @@ def test_no_pattern_makes_a_module_fail_at_import(tmp_path: Path) -> None:
     build(tmp_path / "specs", tmp_path / "out", "pattern_pkg")
     text = (tmp_path / "out" / "pattern_pkg" / "t" / "patterns_v1.py").read_text("utf-8")
     assert "/properties/word: a 'pattern' the models' regex engine cannot hold" in text
-    module = _module(tmp_path / "out", "pattern_pkg.t.patterns_v1")
+    module = import_generated(tmp_path / "out", "pattern_pkg.t.patterns_v1")
     value = module.PatternsInput.model_validate({"word": "Élan", "digits": "42", "letters": "é"})
     assert value.model_dump(exclude_unset=True) == {"word": "Élan", "digits": "42", "letters": "é"}
     with pytest.raises(ValueError):
