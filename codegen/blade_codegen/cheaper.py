@@ -93,10 +93,8 @@ def _scalar_root(node: ast.stmt) -> ast.expr | None:
         and not node.keywords
     ):
         return None
-    statements = [s for s in node.body if not _is_docstring(s)]
-    if len(statements) != 1 or len(node.body) - len(statements) > (
-        1 if _is_docstring(node.body[0]) else 0
-    ):
+    statements = node.body[1:] if _is_docstring(node.body[0]) else node.body
+    if len(statements) != 1:
         return None
     root = statements[0]
     if not (
