@@ -199,3 +199,15 @@ def test_a_store_of_schema_2_opens_with_its_calls_and_actions_found(tmp_path: Pa
     [leased] = store.claim("me", 30.0, dead={"w-old"})
     assert leased.call.call_id == "c-leased"
     assert "w-old" not in store.owners()
+
+
+def test_a_call_granted_after_a_wrong_death_verdict_is_still_found(tmp_path: Path) -> None:
+    """Another store's sweep took w1's calls on a verdict that w1 died (wrongly) and dropped its
+    row; w1 then begins again through its own store object: its renewal keeps the new call, and
+    when w1 really dies the call is claimable."""
+    mine, theirs = SQLiteStore(tmp_path / "s.db"), SQLiteStore(tmp_path / "s.db")
+    first = begun(mine, "w1")
+    assert [c.call.call_id for c in theirs.claim("w2", 30.0, dead={"w1"})] == [first.call_id]
+    second = begun(mine, "w1")
+    assert mine.renew("w1", 30.0) == {second.call_id}
+    assert [c.call.call_id for c in theirs.claim("w2", 30.0, dead={"w1"})] == [second.call_id]

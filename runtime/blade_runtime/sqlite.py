@@ -166,7 +166,8 @@ def _owners_and_action_ids(db: sqlite3.Connection) -> None:
         "SELECT owner, call_id, lease_until FROM calls WHERE state = 'running'"
     ):
         ids, earliest = held.get(owner, ([], lease_until))
-        held[owner] = ([*ids, call_id], min(earliest, lease_until))
+        ids.append(call_id)
+        held[owner] = (ids, min(earliest, lease_until))
     db.executemany(
         "INSERT INTO runtimes (owner, lease_until, since, held) VALUES (?, ?, ?, ?)",
         [(owner, earliest, head, _dump(ids)[1:-1]) for owner, (ids, earliest) in held.items()],
@@ -232,10 +233,9 @@ class _Transaction:
     """``with store._write() as db``: one BEGIN IMMEDIATE transaction, committed at the end or
     rolled back (a class, not a generator: it is entered on every state change)."""
 
-    __slots__ = ("_db", "_store")
+    __slots__ = ("_db",)
 
     def __init__(self, store: SQLiteStore) -> None:
-        self._store = store
         self._db = store._connection()
 
     def __enter__(self) -> sqlite3.Connection:
@@ -248,11 +248,9 @@ class _Transaction:
                 self._db.execute("COMMIT")
                 return
             except BaseException:
-                self._store._rows.clear()
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
-        self._store._rows.clear()  # what this transaction wrote there is not so
         self._db.execute("ROLLBACK")
 
 
@@ -277,11 +275,6 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._schemas = _Schemas()
-        # The lease_until of runtimes rows as this store last wrote them, by owner. While it is
-        # in the future, no other runtime's sweep touches the row (it is not due, and the owner
-        # is alive: it is granting), so a grant no earlier than it needs no statement. An owner
-        # is used through one store object (its runtime's). Cleared when a transaction fails.
-        self._rows: dict[str, float] = {}
         try:
             self._migrate()
         except sqlite3.DatabaseError as error:
@@ -343,20 +336,15 @@ class SQLiteStore:
     def _grant(self, db: sqlite3.Connection, owner: str, lease_until: float, seq: int) -> None:
         """``owner`` now holds a running call, granted by the transaction whose event is ``seq``:
         its runtimes row exists (a new one starts just before that event), and its lease_until is
-        no later than this call's. Usually the row is there already and nothing is written."""
-        known = self._rows.get(owner)
-        if known is not None and clock() < known <= lease_until:
-            return
-        changed = db.execute(
+        no later than this call's. Usually the row is there already and no page is written.
+        (Always a statement: another runtime's sweep may have rewritten or dropped the row on a
+        verdict that this owner died, and a call granted then must still be found.)"""
+        db.execute(
             "INSERT INTO runtimes (owner, lease_until, since, held) VALUES (?, ?, ?, '') "
             "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until "
-            "WHERE excluded.lease_until < runtimes.lease_until RETURNING lease_until",
+            "WHERE excluded.lease_until < runtimes.lease_until",
             (owner, lease_until, seq - 1),
-        ).fetchone()
-        if changed is None:  # the row was there, due or earlier: unknown here until next time
-            self._rows.pop(owner, None)
-        else:
-            self._rows[owner] = lease_until
+        )
 
     @staticmethod
     def _running_of(
@@ -396,14 +384,12 @@ class SQLiteStore:
         next grant makes one)."""
         if not left and until is None:
             db.execute("DELETE FROM runtimes WHERE owner = ?", (owner,))
-            self._rows.pop(owner, None)
             return
         earliest = min(c.lease_until for c in left) if until is None else until
         db.execute(
             "UPDATE runtimes SET lease_until = ?, since = ?, held = ? WHERE owner = ?",
             (earliest, head, _dump([c.call_id for c in left])[1:-1], owner),
         )
-        self._rows[owner] = earliest
 
     @staticmethod
     def _put_call(db: sqlite3.Connection, call: CallRecord, action_ids: str | None = None) -> None:
@@ -588,7 +574,7 @@ class SQLiteStore:
                     candidates += [c for c in running if claimable(c)]
                 candidates.sort(key=lambda c: c.started_at)
                 del candidates[limit:]
-            head = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            head = self.head()  # the same connection: read inside this transaction
             claimed, first = [], 0
             for before in candidates:
                 db.execute(
@@ -615,7 +601,6 @@ class SQLiteStore:
                 "SELECT since, held FROM runtimes WHERE owner = ?", (owner,)
             ).fetchone()
             if row is None:  # it holds no running call (each grant makes the row)
-                self._rows.pop(owner, None)
                 return set()
             until = clock() + lease_s
             held = [_call(r) for r in self._running_of(db, owner, row[0], row[1])]
@@ -627,7 +612,7 @@ class SQLiteStore:
                     f"({','.join('?' * len(chunk))})",
                     (until, *chunk),
                 )
-            head = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            head = self.head()  # the same connection: read inside this transaction
             self._keep(db, owner, held, head, until)
         return set(ids)
 
@@ -641,7 +626,9 @@ class SQLiteStore:
 
     def owners(self) -> set[str]:
         """The owners whose runtimes row has not come due: each holds, or lately held, a
-        running call whose lease has not expired (a superset, as the protocol allows)."""
+        running call whose lease has not expired. A row's lease_until is its earliest lease, so
+        an owner of a lapsed call and a live one is left out until the sweep (which examines
+        due rows anyway) moves its row to the live lease."""
         rows = self._connection().execute(
             "SELECT owner FROM runtimes WHERE lease_until >= ?", (clock(),)
         )
