@@ -251,8 +251,9 @@ class Store(Protocol):
 
     def owners(self) -> set[str]:
         """The owners of running calls whose lease has not expired (candidates for a liveness
-        check: an owner known dead loses its calls before its lease runs out). It may name more
-        (SQLite names the owners that lately held such a call): each is only checked."""
+        check: an owner known dead loses its calls before its lease runs out). A backend may
+        name more, or briefly fewer, owners (see its own docstring): each is only checked, and
+        an owner left out is examined by the next sweep anyway."""
         ...
 
     def alive(self, owner: str) -> bool | None:
