@@ -76,6 +76,8 @@ from blade_runtime.store import (
     clock,
     now,
 )
+from blade_runtime.store import dump_json as _dump
+from blade_runtime.store import load_json as _load
 from blade_runtime.urls import masked
 
 _LOCK_CLASS = 0x626C6164  # "blad": the (int, int) advisory key space of this store
@@ -207,15 +209,6 @@ _ACTION_VALUES: LiteralString = (
 _EVENT: LiteralString = (
     "blade_event(%(e_run_id)s, %(e_call_id)s, %(e_kind)s, %(e_payload)s, %(e_at)s)"
 )
-
-# ASCII JSON: any Python string round-trips, a lone surrogate included (as a \u escape), where
-# UTF-8 text would refuse it; and the C encoder is fastest in this mode.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-_dump = _ENCODER.encode
-
-
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 def owner_key(owner: str) -> int:

@@ -63,6 +63,8 @@ from blade_runtime.store import (
     clock,
     now,
 )
+from blade_runtime.store import dump_json as _dump
+from blade_runtime.store import load_json as _load
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (  # 1: the first release
@@ -192,20 +194,6 @@ _ACTION_COLUMNS = (
     "state, resume, resolved_at, reason, tenant, expires_at"
 )
 _HOST = socket.gethostname()
-
-
-# ASCII JSON: any Python string round-trips, a lone surrogate included (as a \u escape), where
-# UTF-8 text would refuse it; and the C encoder is fastest in this mode.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-_encode = _ENCODER.encode
-
-
-def _dump(value: Any) -> str:
-    return "null" if value is None else _encode(value)  # None is common: no encoder for it
-
-
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 class _Schemas:

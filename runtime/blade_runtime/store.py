@@ -20,11 +20,12 @@ whose owner is known dead.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 from pydantic import JsonValue
 
@@ -35,6 +36,15 @@ ActionState: TypeAlias = Literal["pending", "submitted", "cancelled", "failed", 
 
 DEFAULT_LEASE_S = 5.0
 """How long a claim on a running call holds without a heartbeat (renewed every third of it)."""
+
+
+# How the durable stores write JSON: ASCII, so any Python string round-trips, a lone surrogate
+# included (as a \u escape), where UTF-8 text would refuse it; and the C encoder is fastest so.
+dump_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode
+
+
+def load_json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 def now() -> str:
