@@ -18,6 +18,8 @@ import ast
 import math
 from collections.abc import Collection, Iterator
 
+from blade_codegen.syntax import parsed
+
 # The names a scalar root's annotation may use: builtins and the constraint spellings only, so
 # an inlined alias never refers to a class (and so never to itself).
 _SCALAR_NAMES = frozenset(
@@ -54,7 +56,7 @@ def _replace(code: str, spans: list[Span]) -> str:
 def inline_scalar_roots(code: str, keep: Collection[str]) -> str:
     """Root models of a constrained scalar as type aliases of the same name (not the classes in
     ``keep``: the ones the module's spec and other modules refer to as models)."""
-    tree = ast.parse(code)
+    tree = parsed(code)
     uses_outside_annotations = _names_used_as_values(tree)
     lines = code.splitlines(keepends=True)
     replaced: list[tuple[int, int, str]] = []
@@ -138,7 +140,7 @@ def bounds_per_member(code: str) -> str:
     le=b)] | Annotated[int, Field(ge=ceil(a), le=floor(b))] | ...`` (the other keywords stay on
     the outer Field). The same numbers pass; an int stays an int."""
     spans: list[Span] = []
-    for sub in _annotated(ast.parse(code)):
+    for sub in _annotated(parsed(code)):
         rewritten = _split_bounds(sub)
         if rewritten is not None:
             spans.append((sub, rewritten))
@@ -226,7 +228,7 @@ def by_name_only_with_aliases(code: str) -> str:
     """``validate_by_name=True`` left out of plain models (bases: BaseModel only) whose fields
     have no alias: there is nothing but the name to validate by."""
     spans: list[Span] = []
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parsed(code)):
         if not (
             isinstance(node, ast.ClassDef)
             and [ast.unparse(b) for b in node.bases] == ["BaseModel"]

@@ -3,7 +3,8 @@
 datamodel-code-generator writes, for some schemas, annotations a linter flags: repeated union
 members, several ``Literal``s in one union, ``Union``/``Optional``/``List`` and quoted names, and
 the imports those leave unused. ruff rewrites exactly those (its safe fixes, a fixed rule list) in
-one process for the whole build; black then gives every file one layout.
+one process for the whole build, and lays the files out as black would; black then gives every
+file its layout (one pass instead of two, since the text is close to it already).
 """
 
 from __future__ import annotations
@@ -155,36 +156,45 @@ class _RuffFixes:
         self.files = files
 
     def __enter__(self) -> _RuffFixes:
-        from ruff.__main__ import find_ruff_bin
-
         self.scratch = tempfile.TemporaryDirectory(prefix="blade-ruff-")
         self.root = Path(self.scratch.name)
         try:
             for rel, text in self.files.items():
                 (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
                 (self.root / rel).write_text(text, "utf-8")
-            self.process = subprocess.Popen(
-                [
-                    find_ruff_bin(),
-                    *("check", "--isolated", "--no-cache", "--fix", "--exit-zero", "--quiet"),
-                    *("--target-version", "py311", "--select", ",".join(RUFF_FIXES), "."),
-                ],
-                cwd=self.root,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+            self.process = self._ruff(
+                "check", "--fix", "--exit-zero", "--select", ",".join(RUFF_FIXES)
             )
         except BaseException:
             self.scratch.cleanup()
             raise
         return self
 
+    def _ruff(self, *command: str) -> subprocess.Popen[bytes]:
+        from ruff.__main__ import find_ruff_bin
+
+        options = ("--isolated", "--no-cache", "--quiet", "--target-version", "py311")
+        return subprocess.Popen(
+            [find_ruff_bin(), *command, *options, "."],
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
     def result(self) -> dict[str, str]:
+        self._wait()
+        # ruff's black-compatible layout next: black then finds its own layout and stops after
+        # one pass (it formats twice whatever it changes), which halves the formatting time.
+        self.process = self._ruff("format", "--line-length", str(LINE_LENGTH))
+        self._wait()
+        return {rel: (self.root / rel).read_text("utf-8") for rel in self.files}
+
+    def _wait(self) -> None:
         stdout, stderr = self.process.communicate()
         if self.process.returncode:
             raise subprocess.CalledProcessError(
                 self.process.returncode, self.process.args, stdout, stderr
             )
-        return {rel: (self.root / rel).read_text("utf-8") for rel in self.files}
 
     def __exit__(self, *exc: object) -> None:
         if self.process.poll() is None:

@@ -26,6 +26,7 @@ from blade_codegen.patterns import model_pattern
 from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
+from blade_codegen.syntax import parsed
 
 # datamodel-code-generator options, pinned with its version: the dated preset is frozen upstream and
 # gives mypy --strict clean models. parent-prefixed naming keeps one tool's class names independent
@@ -55,8 +56,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # checked against their schema; object keywords moved into union branches; 10: long lines wrapped;
 # 11: long JSON literals split too; 12: typed keywords into union branches, titled classes;
 # 13: scalar item roots inlined, numeric bounds per member, validate_by_name only with aliases,
-# no protected namespaces where a field is named model_dump_ or model_validate_.
-POSTPROCESS_REVISION = 13
+# no protected namespaces where a field is named model_dump_ or model_validate_; 14: ruff's
+# layout before black's (black's result can differ from black alone in rare cases).
+POSTPROCESS_REVISION = 14
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -440,7 +442,7 @@ def typed_annotations(code: str) -> str:
     same constraints, in a form mypy takes); and a field defaulting to None that is typed
     without None (an optional property whose schema excludes null) is typed ``X | None``."""
     edits: list[Edit] = []
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parsed(code)):
         if not isinstance(node, ast.AnnAssign):
             continue
         subscripted = {
@@ -510,7 +512,7 @@ def union_bases(code: str) -> str:
     Bases are evaluated at import, so linters leave ``Union`` there (``A | "B"`` would fail);
     this rewrites only unions without a bare string member, for which ``|`` works."""
     edits: list[Edit] = []
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parsed(code)):
         if not isinstance(node, ast.ClassDef):
             continue
         for base in node.bases:
@@ -537,7 +539,7 @@ def flatten_conflicts(code: str) -> str:
     as a plain model holding every field it would inherit, each with the annotation Python's
     method resolution would pick: a value valid against the ``allOf`` is valid against every
     part, so that annotation accepts it (the runtime validates the whole schema first)."""
-    tree = ast.parse(code)
+    tree = parsed(code)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     lines = code.splitlines(keepends=True)
 
@@ -626,7 +628,7 @@ def _configured(code: str, key: str, setting: str, wanted: Callable[[ast.ClassDe
     set ``key`` already (every model the generator writes has one)."""
     lines = code.splitlines(keepends=True)
     inserts: list[tuple[int, int]] = []
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parsed(code)):
         if not isinstance(node, ast.ClassDef) or not wanted(node):
             continue
         for statement in node.body:
@@ -654,7 +656,7 @@ def keep_integers(code: str) -> str:
     """
     lines = code.splitlines(keepends=True)
     # A float in a union that already holds int stays as it is: int | float keeps ints already.
-    tree = ast.parse(code)
+    tree = parsed(code)
     imports = {
         row
         for node in tree.body
@@ -701,7 +703,7 @@ class ModelFailure(Exception):
 def checked_models(document: dict[str, Any]) -> str:
     try:
         code = generate_models(document)
-        ast.parse(code)
+        parsed(code)
     except Exception as error:  # its failures have no common base class
         raise ModelFailure(f"{type(error).__name__}: {error}") from error
     return code

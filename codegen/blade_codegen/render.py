@@ -40,6 +40,7 @@ from blade_codegen.plan import CLIENT_MODULE, RESERVED, BuildPlan, SharedPlan, T
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
 from blade_codegen.schemas import resolve_pointer, transform
+from blade_codegen.syntax import parsed
 
 # Keywords the models do not carry. ``format`` is an annotation in 2020-12 (the runtime's JSON
 # Schema validation is the single truth); as pydantic types (EmailStr, AwareDatetime) it would
@@ -314,7 +315,7 @@ class SplitModule:
 def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModule:
     """Separate imports from definitions; replace each box class by an alias of its value's type."""
     code = escape_controls(code)
-    tree = ast.parse(code)
+    tree = parsed(code)
     lines = code.splitlines()
     imports: dict[str, set[str]] = {}
     keep: list[str] = []
@@ -352,7 +353,7 @@ def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModu
     if aliases:
         imports.setdefault("typing", set()).add("TypeAlias")
     body = "\n\n\n".join(keep + aliases)
-    used = {n.id for n in ast.walk(ast.parse(body)) if isinstance(n, ast.Name)}
+    used = {n.id for n in ast.walk(parsed(body)) if isinstance(n, ast.Name)}
     imports = {
         module: kept
         for module, listed in imports.items()
