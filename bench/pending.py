@@ -10,6 +10,9 @@ Measured in one run, per engine (SQLite; PostgreSQL on loopback), each beside it
     commits; each cycle's cost is compared with 4 bare commits at the same number of processes.
     Cycles by 1, 2 and 4 worker processes at once (each its own runtime on the same store), and,
     on SQLite, by one runtime in this process (the measurement this benchmark started with);
+  - on SQLite, the two parts of a cycle apart: the store's statements of one cycle replayed by
+    sqlite3 alone, with no runtime (what any runtime pays for the same writes), and the runtime's
+    own work (the same cycle on MemoryStore), each against the same 4 bare commits;
   - durable ToolData writes (each one committed with its event), against one bare commit each;
   - leases and heartbeats on a call that runs for one second: the default lease, a short lease
     (a renewal every 0.1 s) and leases effectively off (a lease no heartbeat ever renews),
@@ -49,6 +52,7 @@ from typing import Any
 
 from blade_codegen.build import build
 from blade_runtime import ResumeEntry, Runtime
+from blade_runtime.memory import MemoryStore
 from blade_runtime.permissions import Ask
 from blade_runtime.sqlite import SQLiteStore
 from blade_runtime.store import Store
@@ -241,6 +245,73 @@ async def one_second_call_s(module: Any, store: Store | None, lease_s: float, ca
     return elapsed / calls
 
 
+# -- the floor: the store's statements without the runtime, and the runtime without a store ----
+
+Statement = tuple[str, tuple[Any, ...]]
+
+
+class _Recording(sqlite3.Connection):
+    """A connection that keeps the statements it runs, with their parameters, while
+    ``recorded`` is a list."""
+
+    recorded: list[Statement] | None = None
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        if _Recording.recorded is not None:
+            _Recording.recorded.append((sql, tuple(parameters)))
+        return super().execute(sql, parameters)
+
+
+class _RecordingStore(SQLiteStore):
+    connection_class = _Recording
+
+
+async def cycle_statements(module: Any, path: Path) -> tuple[list[Statement], str, str]:
+    """The statements of one suspend-submit-resume cycle on SQLite (the second one, so that
+    nothing is created on the way), with the ids of its call and action."""
+    store = _RecordingStore(path)
+    runtime = Runtime(store=store)
+    runtime.register(module.SPEC, approve_impl(module))
+    for order in ("first", "recorded"):
+        _Recording.recorded = [] if order == "recorded" else None
+        waiting = await runtime.call("approve", {"order_id": order, "amount": 1})
+        done = await runtime.submit(waiting.action.action_id, {"approved": True, "by": "ann"})  # type: ignore[union-attr]
+        assert done.status == "success", done
+    statements, _Recording.recorded = _Recording.recorded or [], None
+    await runtime.close()
+    store.close()
+    return statements, waiting.call.call_id, waiting.action.action_id  # type: ignore[union-attr]
+
+
+def replayed_cycle_s(path: Path, recorded: tuple[list[Statement], str, str], count: int) -> float:
+    """Seconds per cycle of the recorded statements run by sqlite3 alone on a new store file
+    (each cycle with ids of its own, in the order the runtime makes them): what any runtime
+    pays for these writes, with no Python of its own."""
+    statements, call_id, action_id = recorded
+    SQLiteStore(path).close()  # the schema, and WAL (which the file keeps)
+
+    def renamed(value: Any, i: int) -> Any:
+        if not isinstance(value, str):
+            return value
+        return value.replace(call_id, f"{call_id}r{i:07d}").replace(
+            action_id, f"{action_id}r{i:07d}"
+        )
+
+    cycles = [
+        [(sql, tuple(renamed(v, i) for v in values)) for sql, values in statements]
+        for i in range(count)
+    ]
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA synchronous=NORMAL")
+    start = time.perf_counter()
+    for cycle in cycles:
+        for sql, values in cycle:
+            db.execute(sql, values).fetchall()
+    elapsed = time.perf_counter() - start
+    db.close()
+    return elapsed / count
+
+
 # -- worker processes --------------------------------------------------------------------------
 
 
@@ -407,9 +478,16 @@ def main() -> None:
         build(root / "specs", out, PACKAGE)
         sys.path.insert(0, str(out))
         module = importlib.import_module(MODULE)
-        bare = cycle = write = ask = float("inf")
+        bare = cycle = write = ask = replayed = own = float("inf")
+        recorded = asyncio.run(cycle_statements(module, root / "recorded.db"))
         for r in range(args.rounds):  # the best of each, alternating
             bare = min(bare, bare_commit_s(root / f"bare{r}.db", args.cycles))
+            replayed = min(
+                replayed, replayed_cycle_s(root / f"replay{r}.db", recorded, args.cycles)
+            )
+            own = min(
+                own, asyncio.run(run_cycles(module, MemoryStore(), args.cycles)) / args.cycles
+            )
             store = SQLiteStore(root / f"cycles{r}.db")
             cycle = min(cycle, asyncio.run(cycles_s(module, store, args.cycles)))
             store.close()
@@ -425,6 +503,15 @@ def main() -> None:
             f"  suspend-submit-resume cycle:      {cycle * 1e6:8.1f} us = {1 / cycle:7.0f} "
             f"cycles/s (target > 1000); {cycle / (4 * bare):.2f}x its 4 bare commits "
             "(target <= 3x)"
+        )
+        print(
+            f"  of which no runtime can save:     {replayed * 1e6:8.1f} us = "
+            f"{replayed / (4 * bare):.2f}x 4 bare commits (its {len(recorded[0])} statements, "
+            "replayed by sqlite3 alone)"
+        )
+        print(
+            f"  the runtime's own work:           {own * 1e6:8.1f} us = {own / (4 * bare):.2f}x "
+            "4 bare commits (the same cycle on MemoryStore)"
         )
         print(
             f"  durable ToolData write:           {write * 1e6:8.1f} us = {1 / write:7.0f} "

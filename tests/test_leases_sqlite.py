@@ -5,6 +5,7 @@ lists, and those granted to it after its ``since``), and a call lists its own ac
 These are the cases the conformance suite does not reach: a call found through the list a
 renewal or an earlier sweep left, an owner whose row a sweep dropped and that grants again, and
 a store of schema 2 (written by the previous release) that opens with its calls still found.
+Also: a subclass's ``connection_class`` runs every statement (bench/pending.py records a cycle's).
 """
 
 from __future__ import annotations
@@ -211,3 +212,23 @@ def test_a_call_granted_after_a_wrong_death_verdict_is_still_found(tmp_path: Pat
     second = begun(mine, "w1")
     assert mine.renew("w1", 30.0) == {second.call_id}
     assert [c.call.call_id for c in theirs.claim("w2", 30.0, dead={"w1"})] == [second.call_id]
+
+
+def test_every_statement_runs_on_the_connection_class_a_subclass_names(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    class Traced(sqlite3.Connection):
+        def execute(self, sql: str, parameters: object = (), /) -> sqlite3.Cursor:
+            seen.append(" ".join(sql.split()[:3]))
+            return super().execute(sql, parameters)  # type: ignore[arg-type]
+
+    class TracedStore(SQLiteStore):
+        connection_class = Traced
+
+    store = TracedStore(tmp_path / "traced.db")
+    call = a_call("owner-a", 30)
+    store.begin(call, Event(call.run_id, call.call_id, "started", None, now()))
+    assert store.call(call.call_id) is not None
+    store.close()
+    assert "INSERT INTO calls" in seen and "BEGIN IMMEDIATE" in seen, seen
+    assert any(statement.startswith("SELECT") for statement in seen), seen

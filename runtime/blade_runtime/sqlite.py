@@ -246,6 +246,8 @@ class SQLiteStore:
     """A durable store in one SQLite file, shared safely by threads and processes."""
 
     durable = True
+    # The class of its connections (a subclass may trace or time the statements it runs).
+    connection_class: type[sqlite3.Connection] = sqlite3.Connection
 
     def __init__(
         self,
@@ -275,7 +277,12 @@ class SQLiteStore:
         """One connection per thread: sqlite3 connections must not be shared across threads."""
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+            connection = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=True,
+                factory=self.connection_class,
+            )
             self._local.connection = connection  # before the pragmas: close() must find it
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute(f"PRAGMA synchronous={self._synchronous}")
