@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 from conftest import EXAMPLE_SPECS, add_spec, run_mypy, run_ruff, spec, tree_bytes, write_json
 
 from blade_codegen import build as build_module
+from blade_codegen import cheaper, render, syntax
 from blade_codegen import models as models_module
 from blade_codegen import write as write_module
 from blade_codegen.build import build
@@ -127,6 +129,20 @@ def test_build_is_deterministic_whatever_the_file_order(tmp_path: Path) -> None:
         build(specs, tmp_path / name / "out", "blade_specs")
         outputs.append(tree_bytes(tmp_path / name / "out" / "blade_specs"))
     assert outputs[0] == outputs[1]
+
+
+def test_shared_parses_change_no_byte_and_no_tree_outlives_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rewrites share the tree of text they leave unchanged (syntax.parsed): the output is the
+    # one a parse per rewrite gives (so no rewrite changed a shared tree).
+    build(EXAMPLE_SPECS, tmp_path / "shared", "blade_specs")
+    assert syntax.parsed.cache_info().currsize == 0
+    for module in (cheaper, models_module, render):
+        monkeypatch.setattr(module, "parsed", ast.parse)
+    build(EXAMPLE_SPECS, tmp_path / "own", "blade_specs")
+    shared = tree_bytes(tmp_path / "shared" / "blade_specs")
+    assert shared == tree_bytes(tmp_path / "own" / "blade_specs")
 
 
 def test_noop_rebuild_writes_nothing_and_change_regenerates_one_module(

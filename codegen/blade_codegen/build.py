@@ -34,6 +34,7 @@ from blade_codegen.plan import BuildPlan, plan
 from blade_codegen.problems import SpecError
 from blade_codegen.render import render
 from blade_codegen.resolve import ResolvedSet, ResolvedSpec, resolve
+from blade_codegen.syntax import parsed
 from blade_codegen.validate import validate
 from blade_codegen.write import (
     STATE_FILE,
@@ -263,6 +264,7 @@ def compile_specs(
         progress(path)
 
     rendered = render(build_plan, previous, on_module)
+    parsed.cache_clear()  # the last modules' trees are not kept alive (``build --watch`` stays)
     # Generated modules go through black; the package files come from templates written in black's
     # style already (a test holds them to it), so a large __init__.py costs nothing to rebuild.
     files = format_files(rendered.files, set(fresh))
