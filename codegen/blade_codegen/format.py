@@ -149,8 +149,8 @@ def _wrapped_comment(comment: str, col: int, limit: int) -> str:
 
 
 class _RuffFixes:
-    """One ruff process fixing ``files`` in a scratch folder, started on entering; ``result``
-    waits for it. Leaving removes the folder (and ends the process if it still runs)."""
+    """ruff fixing ``files`` in a scratch folder, started on entering; ``result`` waits for it,
+    then has ruff lay them out. Leaving removes the folder (and ends a process still running)."""
 
     def __init__(self, files: Mapping[str, str]) -> None:
         self.files = files
