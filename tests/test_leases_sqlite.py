@@ -61,6 +61,20 @@ def begun(store: SQLiteStore, owner: str, lease_s: float = 30.0) -> CallRecord:
     return call
 
 
+def suspended(store: SQLiteStore, call: CallRecord) -> ActionRecord:
+    """``call`` (running) suspended on a new action."""
+    action = an_action(call)
+    call.state = "suspended"
+    store.suspend(call, action, ev(call, "suspended"), known=True)
+    return action
+
+
+def resumed(store: SQLiteStore, call: CallRecord, action: ActionRecord, owner: str) -> None:
+    """``action`` submitted, and ``call`` running again under ``owner``."""
+    resolution = Resolution("submitted", now(), {}, call_state="running", call_owner=owner)
+    store.resolve(action.action_id, resolution, ev(call, "resumed"))
+
+
 def others_work(store: SQLiteStore, count: int = 20) -> None:
     """Events of another owner's short calls, so that the ones of interest are not the last."""
     for _ in range(count):
@@ -118,11 +132,7 @@ def test_an_owner_whose_row_a_sweep_dropped_grants_again(tmp_path: Path) -> None
 def test_a_resumed_call_is_found_through_the_runtime_that_resumed_it(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
     call = begun(store, "w1")
-    action = an_action(call)
-    call.state = "suspended"
-    store.suspend(call, action, ev(call, "suspended"), known=True)
-    resolution = Resolution("submitted", now(), {}, call_state="running", call_owner="w2")
-    store.resolve(action.action_id, resolution, ev(call, "resumed"))
+    resumed(store, call, suspended(store, call), owner="w2")
     others_work(store)
     assert store.claim("me", 30.0, dead={"w1"}) == []  # no longer w1's
     [taken] = store.claim("me", 30.0, dead={"w2"})
@@ -132,16 +142,9 @@ def test_a_resumed_call_is_found_through_the_runtime_that_resumed_it(tmp_path: P
 def test_a_call_lists_its_actions(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
     call = begun(store, "w1")
-    first = an_action(call)
-    call.state = "suspended"
-    store.suspend(call, first, ev(call, "suspended"), known=True)
-    store.resolve(
-        first.action_id,
-        Resolution("submitted", now(), {}, call_state="running", call_owner="w1"),
-        ev(call, "resumed"),
-    )
-    second = an_action(call)
-    store.suspend(call, second, ev(call, "suspended"), known=True)
+    first = suspended(store, call)
+    resumed(store, call, first, owner="w1")
+    second = suspended(store, call)
     client = a_call("w1", 30.0, state="pending")  # a client tool's call: recorded with it
     third = an_action(client)
     store.suspend(client, third, ev(client, "pending"))
