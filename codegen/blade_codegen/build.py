@@ -87,12 +87,8 @@ class BuildResult:
     """For the specs generated in this build: where their models accept more than the schema."""
 
 
-def input_digests(
-    specs: Path, contents: Mapping[Path, bytes | None] | None = None
-) -> dict[str, str]:
-    """Each spec file's sha256 by its path in the tree (``contents``: the tree, read already)."""
-    if contents is None:
-        contents = read_tree(specs)
+def input_digests(specs: Path, contents: Mapping[Path, bytes | None]) -> dict[str, str]:
+    """Each spec file's sha256 by its path in the tree (``contents``: the tree, as read)."""
     return {
         path.relative_to(specs).as_posix(): (
             "unreadable" if raw is None else hashlib.sha256(raw).hexdigest()
@@ -144,10 +140,7 @@ def _kept(cached: bytes | None, context: str) -> dict[str, tuple[str, bytes]]:
 
 
 def resolve_tree(
-    specs: Path,
-    contents: Mapping[Path, bytes | None] | None = None,
-    cached: bytes | None = None,
-    tools: str = "",
+    specs: Path, contents: Mapping[Path, bytes | None], cached: bytes | None, tools: str
 ) -> tuple[ResolvedSet, bytes]:
     """Load, validate and resolve the spec tree (as ``resolve_specs`` does), resolving again
     only the spec files that differ from the ones ``cached`` holds; and the cache for the next
@@ -164,11 +157,10 @@ def resolve_tree(
     reused: list[ResolvedSpec] = []
     changed = []
     for source in tree.specs:
-        entry = kept.get(source.rel)
-        values = _unpickled(entry[1]) if entry and source.rel in unchanged else None
-        if entry and values:
+        values = _unpickled(kept[source.rel][1]) if source.rel in unchanged else None
+        if values is not None:
             reused.append(ResolvedSpec(source, **dict(zip(_KEPT, values, strict=True))))
-            entries[source.rel] = entry
+            entries[source.rel] = kept[source.rel]
         else:
             changed.append(source)
     fresh = resolve(replace(tree, specs=tuple(changed))).specs if changed else ()
@@ -265,8 +257,9 @@ def compile_specs(
 
     rendered = render(build_plan, previous, on_module)
     parsed.cache_clear()  # the last modules' trees are not kept alive (``build --watch`` stays)
-    # Generated modules go through black; the package files come from templates written in black's
-    # style already (a test holds them to it), so a large __init__.py costs nothing to rebuild.
+    # Generated modules go through ruff and black; the package files come from templates written
+    # in black's style already (a test holds them to it), so a large __init__.py costs nothing to
+    # rebuild.
     files = format_files(rendered.files, set(fresh))
     return Compiled(files, dict(rendered.keys), tuple(fresh), dict(rendered.looser), build_plan)
 

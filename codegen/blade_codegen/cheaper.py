@@ -18,7 +18,7 @@ import ast
 import math
 from collections.abc import Collection, Iterator
 
-from blade_codegen.syntax import parsed
+from blade_codegen.syntax import config_call, is_name, parsed, union_members, with_imports
 
 # The names a scalar root's annotation may use: builtins and the constraint spellings only, so
 # an inlined alias never refers to a class (and so never to itself).
@@ -79,8 +79,7 @@ def inline_scalar_roots(code: str, keep: Collection[str]) -> str:
         return code
     for first, last, text in sorted(replaced, reverse=True):
         lines[first - 1 : last] = [text]
-    text = "".join(lines)
-    return text + ("" if text.endswith("\n") else "\n") + "from typing import TypeAlias\n"
+    return with_imports("".join(lines), "from typing import TypeAlias\n")
 
 
 def _scalar_root(node: ast.stmt) -> ast.expr | None:
@@ -90,7 +89,7 @@ def _scalar_root(node: ast.stmt) -> ast.expr | None:
         isinstance(node, ast.ClassDef)
         and len(node.bases) == 1
         and isinstance(node.bases[0], ast.Subscript)
-        and ast.unparse(node.bases[0].value) == "RootModel"
+        and is_name(node.bases[0].value, "RootModel")
         and not node.decorator_list
         and not node.keywords
     ):
@@ -155,7 +154,7 @@ def _annotated(tree: ast.Module) -> Iterator[ast.Subscript]:
         if value is None:
             continue
         for sub in ast.walk(value):
-            if isinstance(sub, ast.Subscript) and ast.unparse(sub.value) == "Annotated":
+            if isinstance(sub, ast.Subscript) and is_name(sub.value, "Annotated"):
                 yield sub
 
 
@@ -163,7 +162,7 @@ def _split_bounds(annotated: ast.Subscript) -> str | None:
     parts = annotated.slice.elts if isinstance(annotated.slice, ast.Tuple) else []
     if len(parts) != 2 or not _is_field_call(parts[1]):
         return None
-    members = _union_members(parts[0])
+    members = union_members(parts[0])
     names = [ast.unparse(m) for m in members]
     if (
         "float" not in names
@@ -198,15 +197,7 @@ def _split_bounds(annotated: ast.Subscript) -> str | None:
 
 
 def _is_field_call(node: ast.expr) -> bool:
-    return (
-        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Field"
-    )
-
-
-def _union_members(node: ast.expr) -> list[ast.expr]:
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        return _union_members(node.left) + _union_members(node.right)
-    return [node]
+    return isinstance(node, ast.Call) and is_name(node.func, "Field")
 
 
 def _number(node: ast.expr) -> float | int | None:
@@ -231,20 +222,15 @@ def by_name_only_with_aliases(code: str) -> str:
     for node in ast.walk(parsed(code)):
         if not (
             isinstance(node, ast.ClassDef)
-            and [ast.unparse(b) for b in node.bases] == ["BaseModel"]
+            and len(node.bases) == 1
+            and is_name(node.bases[0], "BaseModel")
             and not any(
                 isinstance(sub, ast.keyword) and sub.arg == "alias" for sub in ast.walk(node)
             )
         ):
             continue
-        for statement in node.body:
-            value = statement.value if isinstance(statement, ast.Assign) else None
-            if not (
-                isinstance(value, ast.Call)
-                and ast.unparse(value.func) == "ConfigDict"
-                and any(k.arg == "validate_by_name" for k in value.keywords)
-            ):
-                continue
-            kept = [ast.unparse(k) for k in value.keywords if k.arg != "validate_by_name"]
-            spans.append((value, f"ConfigDict({', '.join(kept)})"))
+        config = config_call(node)
+        if config is not None and any(k.arg == "validate_by_name" for k in config.keywords):
+            kept = [ast.unparse(k) for k in config.keywords if k.arg != "validate_by_name"]
+            spans.append((config, f"ConfigDict({', '.join(kept)})"))
     return _replace(code, spans)

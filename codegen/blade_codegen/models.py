@@ -26,7 +26,7 @@ from blade_codegen.patterns import model_pattern
 from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
-from blade_codegen.syntax import parsed
+from blade_codegen.syntax import config_call, is_name, parsed, union_members, with_imports
 
 # datamodel-code-generator options, pinned with its version: the dated preset is frozen upstream and
 # gives mypy --strict clean models. parent-prefixed naming keeps one tool's class names independent
@@ -430,8 +430,7 @@ def _apply(code: str, edits: list[Edit], imports: str = "") -> str:
         lines[row - 1] = line[:start] + text + line[end:]
     if not edits:
         return code
-    text = "".join(lines)
-    return text + ("" if text.endswith("\n") else "\n") + imports
+    return with_imports("".join(lines), imports)
 
 
 def typed_annotations(code: str) -> str:
@@ -482,7 +481,7 @@ def typed_annotations(code: str) -> str:
                 )
         if isinstance(node.value, ast.Constant) and node.value.value is None:
             typed = node.annotation
-            if isinstance(typed, ast.Subscript) and ast.unparse(typed.value) == "Annotated":
+            if isinstance(typed, ast.Subscript) and is_name(typed.value, "Annotated"):
                 first = typed.slice.elts[0] if isinstance(typed.slice, ast.Tuple) else typed.slice
                 typed = first
             if not _admits_none(typed):
@@ -631,15 +630,9 @@ def _configured(code: str, key: str, setting: str, wanted: Callable[[ast.ClassDe
     for node in ast.walk(parsed(code)):
         if not isinstance(node, ast.ClassDef) or not wanted(node):
             continue
-        for statement in node.body:
-            value = statement.value if isinstance(statement, ast.Assign) else None
-            if (
-                isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Name)
-                and value.func.id == "ConfigDict"
-                and not any(k.arg == key for k in value.keywords)
-            ):
-                inserts.append((value.func.end_lineno or 0, value.func.end_col_offset or 0))
+        config = config_call(node)
+        if config is not None and not any(k.arg == key for k in config.keywords):
+            inserts.append((config.func.end_lineno or 0, config.func.end_col_offset or 0))
     for row, column in sorted(inserts, reverse=True):
         line = lines[row - 1]
         lines[row - 1] = line[: column + 1] + setting + ", " + line[column + 1 :]
@@ -667,7 +660,7 @@ def keep_integers(code: str) -> str:
         (member.lineno, member.col_offset)
         for node in ast.walk(tree)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
-        for members in [_union_members(node)]
+        for members in [union_members(node)]
         if any(isinstance(m, ast.Name) and m.id == "int" for m in members)
         for member in members
     }
@@ -683,12 +676,6 @@ def keep_integers(code: str) -> str:
         line = lines[row - 1]
         lines[row - 1] = line[:column] + _RENAMED[name] + line[column + len(name) :]
     return "".join(lines)
-
-
-def _union_members(node: ast.expr) -> list[ast.expr]:
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        return _union_members(node.left) + _union_members(node.right)
-    return [node]
 
 
 # Besides float: the e-mail types it writes where a ``format`` sits where no keyword is expected

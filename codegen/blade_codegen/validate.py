@@ -62,7 +62,8 @@ def schema_slots(spec: dict[str, Any]) -> Iterator[tuple[Segments, Any]]:
 
 
 def validate(tree: SpecTree, checked: frozenset[str] = frozenset()) -> list[Problem]:
-    """All problems of the tree: per file, then across the set (ids and names unique)."""
+    """All problems of the tree: per file (not for the spec files in ``checked``: unchanged
+    since a build checked them), then across the set (ids and names unique)."""
     problems = list(tree.problems)
     for shared in tree.shared:
         problems.extend(_check_schema(tree, shared, (), shared.data))
