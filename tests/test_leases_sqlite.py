@@ -10,58 +10,17 @@ Also: a subclass's ``connection_class`` runs every statement (bench/pending.py r
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 import time
 from pathlib import Path
 
+from records import a_call, an_action, begun, ev
+
 from blade_runtime.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
-from blade_runtime.store import ActionRecord, CallRecord, Event, Resolution, clock, now
-
-_ids = itertools.count()
+from blade_runtime.store import ActionRecord, CallRecord, Resolution, clock, now
 
 
-def a_call(owner: str, lease_s: float, state: str = "running") -> CallRecord:
-    return CallRecord(
-        call_id=f"call-{next(_ids)}",
-        run_id="run-1",
-        name="refund",
-        spec_id="acme.refund.v1",
-        side_effect="idempotent",
-        execution="inline",
-        input={"amount": 10},
-        state=state,  # type: ignore[arg-type]
-        started_at=now(),
-        owner=owner,
-        lease_until=clock() + lease_s,
-    )
-
-
-def an_action(call: CallRecord) -> ActionRecord:
-    return ActionRecord(
-        action_id=f"action-{next(_ids)}",
-        call_id=call.call_id,
-        run_id=call.run_id,
-        name=call.name,
-        spec_id=call.spec_id,
-        point="approve",
-        payload={"why": "over the limit"},
-        submit_schema={"type": "object"},
-        suspended_at=now(),
-    )
-
-
-def ev(call: CallRecord, kind: str) -> Event:
-    return Event(call.run_id, call.call_id, kind, {}, now())
-
-
-def begun(store: SQLiteStore, owner: str, lease_s: float = 30.0) -> CallRecord:
-    call = a_call(owner, lease_s)
-    store.begin(call, ev(call, "started"))
-    return call
-
-
-def suspended(store: SQLiteStore, call: CallRecord) -> ActionRecord:
+def suspend_on_action(store: SQLiteStore, call: CallRecord) -> ActionRecord:
     """``call`` (running) suspended on a new action."""
     action = an_action(call)
     call.state = "suspended"
@@ -78,16 +37,16 @@ def resumed(store: SQLiteStore, call: CallRecord, action: ActionRecord, owner: s
 def others_work(store: SQLiteStore, count: int = 20) -> None:
     """Events of another owner's short calls, so that the ones of interest are not the last."""
     for _ in range(count):
-        call = begun(store, "busy")
+        call = begun(store, owner="busy")
         store.settle(call.call_id, 1, ev(call, "result"), owner="busy")
 
 
 def test_a_call_listed_by_a_renewal_is_found_when_its_owner_dies(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    early = begun(store, "w1")
+    early = begun(store, owner="w1")
     assert store.renew("w1", 30.0) == {early.call_id}  # the row now lists it, since moved past
     others_work(store)
-    late = begun(store, "w1")  # found from the events after since
+    late = begun(store, owner="w1")  # found from the events after since
     others_work(store)
     assert store.claim("me", 30.0) == []  # alive, leased
     taken = store.claim("me", 30.0, dead={"w1"})
@@ -97,8 +56,8 @@ def test_a_call_listed_by_a_renewal_is_found_when_its_owner_dies(tmp_path: Path)
 
 def test_a_sweep_keeps_what_it_could_not_take_yet(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    leased = begun(store, "w1", lease_s=60.0)
-    lapsed = begun(store, "w1", lease_s=-1.0)  # the row comes due: sweeps look at w1
+    leased = begun(store, owner="w1", lease_s=60.0)
+    lapsed = begun(store, owner="w1", lease_s=-1.0)  # the row comes due: sweeps look at w1
     others_work(store)
     [taken] = store.claim("me", 30.0)
     assert taken.call.call_id == lapsed.call_id
@@ -109,30 +68,30 @@ def test_a_sweep_keeps_what_it_could_not_take_yet(tmp_path: Path) -> None:
 
 def test_a_lease_that_runs_out_is_found_by_a_later_sweep(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    call = begun(store, "w1", lease_s=0.3)
+    call = begun(store, owner="w1", lease_s=1.0)  # a second: room for a busy machine
     assert store.claim("me", 30.0) == []
-    time.sleep(0.4)
+    time.sleep(1.1)
     [taken] = store.claim("me", 30.0)
     assert (taken.call.call_id, taken.previous_owner) == (call.call_id, "w1")
 
 
 def test_an_owner_whose_row_a_sweep_dropped_grants_again(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    lost = begun(store, "w1", lease_s=-1.0)
+    lost = begun(store, owner="w1", lease_s=-1.0)
     [taken] = store.claim("me", 30.0)  # w1 holds nothing now: its row goes
     assert taken.call.call_id == lost.call_id
     assert store.renew("w1", 30.0) == set()
-    again = begun(store, "w1", lease_s=-1.0)
+    again = begun(store, owner="w1", lease_s=-1.0)
     [retaken] = SQLiteStore(tmp_path / "s.db").claim("other", 30.0)  # another worker
     assert retaken.call.call_id == again.call_id
-    fresh = begun(store, "w1")
+    fresh = begun(store, owner="w1")
     assert store.renew("w1", 30.0) == {fresh.call_id}
 
 
 def test_a_resumed_call_is_found_through_the_runtime_that_resumed_it(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    call = begun(store, "w1")
-    resumed(store, call, suspended(store, call), owner="w2")
+    call = begun(store, owner="w1")
+    resumed(store, call, suspend_on_action(store, call), owner="w2")
     others_work(store)
     assert store.claim("me", 30.0, dead={"w1"}) == []  # no longer w1's
     [taken] = store.claim("me", 30.0, dead={"w2"})
@@ -141,11 +100,11 @@ def test_a_resumed_call_is_found_through_the_runtime_that_resumed_it(tmp_path: P
 
 def test_a_call_lists_its_actions(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
-    call = begun(store, "w1")
-    first = suspended(store, call)
+    call = begun(store, owner="w1")
+    first = suspend_on_action(store, call)
     resumed(store, call, first, owner="w1")
-    second = suspended(store, call)
-    client = a_call("w1", 30.0, state="pending")  # a client tool's call: recorded with it
+    second = suspend_on_action(store, call)
+    client = a_call(owner="w1", state="pending")  # a client tool's call: recorded with it
     third = an_action(client)
     store.suspend(client, third, ev(client, "pending"))
     assert [a.action_id for a in store.actions(state=None, call_id=call.call_id)] == [
@@ -210,9 +169,9 @@ def test_a_call_granted_after_a_wrong_death_verdict_is_still_found(tmp_path: Pat
     row; w1 then begins again through its own store object: its renewal keeps the new call, and
     when w1 really dies the call is claimable."""
     mine, theirs = SQLiteStore(tmp_path / "s.db"), SQLiteStore(tmp_path / "s.db")
-    first = begun(mine, "w1")
+    first = begun(mine, owner="w1")
     assert [c.call.call_id for c in theirs.claim("w2", 30.0, dead={"w1"})] == [first.call_id]
-    second = begun(mine, "w1")
+    second = begun(mine, owner="w1")
     assert mine.renew("w1", 30.0) == {second.call_id}
     assert [c.call.call_id for c in theirs.claim("w2", 30.0, dead={"w1"})] == [second.call_id]
 
@@ -229,8 +188,8 @@ def test_every_statement_runs_on_the_connection_class_a_subclass_names(tmp_path:
         connection_class = Traced
 
     store = TracedStore(tmp_path / "traced.db")
-    call = a_call("owner-a", 30)
-    store.begin(call, Event(call.run_id, call.call_id, "started", None, now()))
+    call = a_call(owner="owner-a")
+    store.begin(call, ev(call, "started"))
     assert store.call(call.call_id) is not None
     store.close()
     assert "INSERT INTO calls" in seen and "BEGIN IMMEDIATE" in seen, seen

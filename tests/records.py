@@ -1,0 +1,99 @@
+"""Store records for the store tests: calls, actions, events and resolutions with defaults, and
+the first steps of a call (begun, suspended, resumable) done through a store."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from blade_runtime.spec import JsonObject
+from blade_runtime.store import (
+    ActionRecord,
+    CallRecord,
+    CallState,
+    Event,
+    Resolution,
+    Store,
+    clock,
+    now,
+)
+
+SCHEMA: JsonObject = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+_ids = itertools.count()
+
+
+def uid(prefix: str) -> str:
+    return f"{prefix}-{next(_ids)}"
+
+
+def a_call(
+    call_id: str | None = None,
+    *,
+    owner: str = "w1",
+    state: CallState = "running",
+    lease_s: float = 30.0,
+    run_id: str = "run-1",
+    tenant: str = "",
+    input: dict[str, Any] | None = None,
+) -> CallRecord:
+    return CallRecord(
+        call_id=call_id or uid("call"),
+        run_id=run_id,
+        name="refund",
+        spec_id="acme.refund.v1",
+        side_effect="non_idempotent",
+        execution="inline",
+        input=input if input is not None else {"amount": 10},
+        state=state,
+        started_at=now(),
+        owner=owner,
+        lease_until=clock() + lease_s,
+        tenant=tenant,
+        context={"principal": "alice"},
+    )
+
+
+def an_action(call: CallRecord, *, expires_at: float | None = None) -> ActionRecord:
+    return ActionRecord(
+        action_id=uid("action"),
+        call_id=call.call_id,
+        run_id=call.run_id,
+        name=call.name,
+        spec_id=call.spec_id,
+        point="approve",
+        payload={"amount": 10, "why": "over the limit"},
+        submit_schema=SCHEMA,
+        suspended_at=now(),
+        tenant=call.tenant,
+        expires_at=expires_at,
+    )
+
+
+def ev(call: CallRecord, kind: str, payload: Any = None) -> Event:
+    return Event(call.run_id, call.call_id, kind, payload or {}, now())
+
+
+def begun(store: Store, **fields: Any) -> CallRecord:
+    call = a_call(**fields)
+    store.begin(call, ev(call, "started"))
+    return call
+
+
+def suspended(store: Store, **fields: Any) -> tuple[CallRecord, ActionRecord]:
+    """A call that began and then suspended on an action (known: it was recorded)."""
+    expires_at = fields.pop("expires_at", None)
+    call = begun(store, **fields)
+    action = an_action(call, expires_at=expires_at)
+    call.state = "suspended"
+    store.suspend(call, action, ev(call, "suspended"), known=True)
+    return call, action
+
+
+def resumable(store: Store, **fields: Any) -> CallRecord:
+    call, action = suspended(store, **fields)
+    store.resolve(action.action_id, submitted(), ev(call, "resumed"))
+    return call
+
+
+def submitted(**fields: Any) -> Resolution:
+    return Resolution("submitted", now(), resume=fields.pop("resume", {"ok": True}), **fields)
