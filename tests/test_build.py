@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE_SPECS, add_spec, run_mypy, run_ruff, spec, tree_bytes, write_json
+from conftest import (
+    EXAMPLE_SPECS,
+    add_spec,
+    import_generated,
+    run_mypy,
+    run_ruff,
+    spec,
+    tree_bytes,
+    write_json,
+)
 
 from blade_codegen import build as build_module
 from blade_codegen import cheaper, render, syntax
@@ -192,7 +201,8 @@ def test_rebuild_resolves_only_changed_specs_and_a_damaged_cache_costs_nothing_b
     out = tmp_path / "out"
     build(example_specs, out, "blade_specs")
     cache = out / "blade_specs" / CACHE_FILE
-    assert cache.is_file() and CACHE_FILE not in tree_bytes(out / "blade_specs")
+    recorded = json.loads((out / "blade_specs" / STATE_FILE).read_text())["files"]
+    assert cache.is_file() and CACHE_FILE not in recorded  # not a generated file
     resolved: list[str] = []
     real = build_module.resolve
 
@@ -365,11 +375,7 @@ def test_generated_code_passes_line_length_rules_and_keeps_long_text(tmp_path: P
     )
     assert lint.returncode == 0, lint.stdout
     assert run_mypy(out / "long_pkg", cwd=out).returncode == 0
-    sys.path.insert(0, str(out))
-    try:
-        module = importlib.import_module("long_pkg.t.very_long_texts_v1")
-    finally:
-        sys.path.remove(str(out))
+    module = import_generated(out, "long_pkg.t.very_long_texts_v1")
     assert module.SPEC.description == words
     assert module.SPEC.input_schema == schema
     fields = module.VeryLongTextsInput.model_fields

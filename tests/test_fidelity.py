@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import add_spec, run_mypy, spec
+from conftest import add_spec, import_generated, run_mypy, spec
 from pydantic import MISSING
 
 from blade_codegen import models as models_module
@@ -46,11 +46,7 @@ def test_the_build_reports_where_models_accept_more_than_the_schema(tmp_path: Pa
     assert "# The models accept more than the JSON Schema" in module
     assert "\"input /properties/mode: 'not' is enforced by the JSON Schema only\"" in module
     # Object and mistyped defaults stay out of the model: it type-checks and parses as typed.
-    sys.path.insert(0, str(tmp_path / "out"))
-    try:
-        from pkg.t import loose_v1  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(tmp_path / "out"))
+    loose_v1 = import_generated(tmp_path / "out", "pkg.t.loose_v1")
     parsed = loose_v1.LooseInput.model_validate({})
     assert parsed.options is MISSING and parsed.limit is MISSING  # left out: not None
     assert loose_v1.LooseInput.model_validate({"options": {"depth": 3}}).options.depth == 3
@@ -132,11 +128,7 @@ def test_const_tagged_unions_become_discriminated_unions(tmp_path: Path) -> None
     assert 'Field(discriminator="kind")' in tagged
     untagged_module = (tmp_path / "out" / "tagged_pkg" / "t" / "loose_tag_v1.py").read_text()
     assert "discriminator" not in untagged_module  # a branch may omit kind: no tag to pick by
-    sys.path.insert(0, str(tmp_path / "out"))
-    try:
-        from tagged_pkg.t import tagged_v1  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(tmp_path / "out"))
+    tagged_v1 = import_generated(tmp_path / "out", "tagged_pkg.t.tagged_v1")
     from pydantic import TypeAdapter, ValidationError
 
     adapter = TypeAdapter(tagged_v1.TaggedOutput)
@@ -212,9 +204,5 @@ def awkward(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert checked.returncode == 0, checked.stdout
     module = (root / "out" / "awkward_pkg" / "t" / "awkward_v1.py").read_text("utf-8")
     assert "StringConstraints(pattern=" in module and "constr(" not in module
-    sys.path.insert(0, str(root / "out"))
-    try:
-        from awkward_pkg.t import awkward_v1  # type: ignore[import-not-found]
-    finally:
-        sys.path.remove(str(root / "out"))
+    awkward_v1 = import_generated(root / "out", "awkward_pkg.t.awkward_v1")
     return awkward_v1

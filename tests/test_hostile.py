@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import ast
-import importlib
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
-from conftest import add_spec, run_mypy, run_ruff, spec
+from conftest import add_spec, import_generated, run_mypy, run_ruff, spec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,12 +85,11 @@ def test_hostile_spec_gives_valid_safe_typed_code(tmp_path: Path) -> None:
     assert not calls
     assert run_mypy(out / "evil_pkg", cwd=out).returncode == 0
     assert run_ruff(out / "evil_pkg").returncode == 0
-    sys.path.insert(0, str(out))
     try:
         with warnings.catch_warnings():
             # A property named model_dump, renamed model_dump_: no warning at import.
             warnings.simplefilter("error")
-            module = importlib.import_module("evil_pkg.evil.hostile_tool_v1")
+            module = import_generated(out, "evil_pkg.evil.hostile_tool_v1")
         assert module.SPEC.description == HOSTILE_TEXT
         assert module.SPEC.name == "hostile.tool-name_1"
         fields = module.HostileToolInput.model_json_schema()["properties"]
@@ -102,7 +100,6 @@ def test_hostile_spec_gives_valid_safe_typed_code(tmp_path: Path) -> None:
         dumped = value.model_dump(mode="json", by_alias=True, exclude_unset=True)
         assert dumped == {"class": "c", "a-b": "1", "a_b": "2", "mode": "line\nbreak", "": "empty"}
     finally:
-        sys.path.remove(str(out))
         for name in [m for m in sys.modules if m.startswith("evil_pkg")]:
             del sys.modules[name]
 
