@@ -194,3 +194,15 @@ def test_every_statement_runs_on_the_connection_class_a_subclass_names(tmp_path:
     store.close()
     assert "INSERT INTO calls" in seen and "BEGIN IMMEDIATE" in seen, seen
     assert any(statement.startswith("SELECT") for statement in seen), seen
+
+
+def test_a_sweep_that_changes_nothing_writes_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    lapsed = begun(store, owner="w1", lease_s=-1.0)  # due, but of a tool nobody here serves
+    assert store.claim("me", 30.0, names={"another"}) == []  # the row gets its list
+    db = store._connection()
+    before = db.total_changes
+    assert store.claim("me", 30.0, names={"another"}) == []
+    assert db.total_changes == before  # the row stayed as it was: not rewritten
+    [taken] = store.claim("me", 30.0)
+    assert taken.call.call_id == lapsed.call_id

@@ -120,7 +120,7 @@ class PendingActions(CallPipeline):
         inputs: JsonObject = final if isinstance(final, dict) else {}
         text = reason if isinstance(reason, str) else None
         refused = await self._permission_hooks(call, inputs, None, decision, text)
-        if refused is None and self._observers.any:
+        if refused is None and self._observers.permission_resolved:
             try:
                 await self._observing(
                     "permission_resolved",
@@ -261,7 +261,7 @@ class PendingActions(CallPipeline):
             typed = model_of(PermissionPrompt.model_validate, action.payload)
         elif registration is not None:
             if action.point is None:
-                typed = model_of(registration.spec.input_type.model_validate, action.payload)
+                typed = model_of(registration.build_input, action.payload)
             elif action.point in registration.points:
                 typed = model_of(
                     registration.points[action.point].suspend.adapter.validate_python,

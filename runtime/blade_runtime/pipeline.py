@@ -462,13 +462,12 @@ class CallPipeline(RuntimeCore):
         asking = type(decision) is Ask
         # An allow needs no request, so it crosses no permission boundary (observers see a
         # request made, and a denial); permission_request hooks see every decision.
-        observed = self._observers.any and type(decision) is not Allow
-        if self._permission_hooked or observed:
+        boundary = "permission_requested" if asking else "permission_resolved"
+        methods = getattr(self._observers, boundary) if type(decision) is not Allow else []
+        if self._permission_hooked or methods:
             label, reason = describe_decision(decision)
             refused = await self._permission_hooks(call, arguments, scope, label, reason)
-            if refused is None and observed:
-                boundary = "permission_requested" if asking else "permission_resolved"
-                methods = getattr(self._observers, boundary)
+            if refused is None and methods:
                 try:
                     await self._observing(
                         boundary, methods, registration, call, arguments, label, reason
@@ -770,9 +769,7 @@ class CallPipeline(RuntimeCore):
             self._emit(self.store.suspend, record, action, self._event(call, "pending", payload))
         except Exception as error:
             return self._tool_error(call, error)
-        view = PendingAction.of(
-            action, model_of(registration.spec.input_type.model_validate, arguments)
-        )
+        view = PendingAction.of(action, model_of(registration.build_input, arguments))
         return ToolPending(call, view, pending_content(view))
 
     # -- hooks -----------------------------------------------------------------------------

@@ -147,7 +147,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             owner TEXT PRIMARY KEY,
             lease_until REAL NOT NULL,  -- no later than the lease of any call it holds
             since INTEGER NOT NULL,  -- calls granted to it later have an event after this seq
-            held TEXT NOT NULL  -- the calls granted to it up to since that may still run (JSON)
+            held TEXT NOT NULL  -- calls granted up to since that may still run (JSON, no brackets)
         ) WITHOUT ROWID
         """,
         "ALTER TABLE calls ADD COLUMN action_ids TEXT",  # the action ids, JSON, without brackets
@@ -381,9 +381,12 @@ class SQLiteStore:
             db.execute("DELETE FROM runtimes WHERE owner = ?", (owner,))
             return
         earliest = min(c.lease_until for c in left) if until is None else until
+        row = (earliest, head, _dump([c.call_id for c in left])[1:-1])
+        # A row that stays as it was is not written (a sweep every second would rewrite it).
         db.execute(
-            "UPDATE runtimes SET lease_until = ?, since = ?, held = ? WHERE owner = ?",
-            (earliest, head, _dump([c.call_id for c in left])[1:-1], owner),
+            "UPDATE runtimes SET lease_until = ?, since = ?, held = ? "
+            "WHERE owner = ? AND (lease_until, since, held) IS NOT (?, ?, ?)",
+            (*row, owner, *row),
         )
 
     @staticmethod
@@ -569,7 +572,7 @@ class SQLiteStore:
                     candidates += [c for c in running if claimable(c)]
                 candidates.sort(key=lambda c: c.started_at)
                 del candidates[limit:]
-            head = self.head()  # the same connection: read inside this transaction
+            head = self.head() if examined else 0  # the same connection: in this transaction
             claimed, first = [], 0
             for before in candidates:
                 db.execute(
