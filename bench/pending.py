@@ -18,6 +18,8 @@ Measured in one run, per engine (SQLite; PostgreSQL on loopback), each beside it
   - leases and heartbeats on a call that runs for one second: the default lease, a short lease
     (a renewal every 0.1 s) and leases effectively off (a lease no heartbeat ever renews),
     against the bare sleep.
+Beside each, the CPU-seconds the whole machine was busy (workers, database server, kernel): what
+bounds the throughput that more workers can reach on this machine's CPUs.
 Targets: a cycle costs at most 3x its 4 bare commits on each engine; on PostgreSQL 4 workers
 reach at least 2x the throughput of one; leases and heartbeats add at most 10% to a 1 s call.
 
@@ -49,7 +51,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from blade_codegen.build import build
 from blade_runtime import ResumeEntry, Runtime
@@ -347,8 +349,22 @@ def worker(config: dict[str, Any]) -> None:
     print(json.dumps({"start": start, "end": end}))
 
 
-def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> float:
-    """Seconds from the first start to the last end of ``processes`` workers, ``count`` each."""
+def busy_cpu_s() -> float:
+    """CPU-seconds this machine's CPUs have been busy since boot, every process (the database
+    server's too) and the kernel: /proc/stat's user, nice, system, irq and softirq (not idle,
+    waiting for I/O or stolen by the hypervisor)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+class Span(NamedTuple):
+    wall_s: float  # from the first worker's start to the last one's end
+    busy_s: float  # CPU-seconds the machine was busy meanwhile (busy_cpu_s)
+
+
+def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> Span:
+    """``processes`` workers doing ``count`` each: their span, and the machine's CPU meanwhile."""
     with tempfile.TemporaryDirectory() as folder:
         ready, go = Path(folder, "ready"), Path(folder, "go")
         ready.mkdir()
@@ -367,14 +383,18 @@ def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> 
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise SystemExit("a benchmark worker did not start")
             time.sleep(0.01)
+        busy = busy_cpu_s()
         go.touch()
+        while any(proc.poll() is None for proc in procs):
+            time.sleep(0.005)
+        busy = busy_cpu_s() - busy
         spans = []
         for proc in procs:
             out_text, _ = proc.communicate(timeout=600)
             if proc.returncode != 0:
                 raise SystemExit(f"a benchmark worker failed ({proc.returncode})")
             spans.append(json.loads(out_text.strip().splitlines()[-1]))
-    return float(max(s["end"] for s in spans) - min(s["start"] for s in spans))
+    return Span(float(max(s["end"] for s in spans) - min(s["start"] for s in spans)), busy)
 
 
 # -- engines -----------------------------------------------------------------------------------
@@ -413,18 +433,21 @@ def measure_engine(
     cycles alternating, so that a busy moment of the machine hits both alike), data writes and
     the lease overhead."""
     per = max(50, cycles // 4)  # cycles per worker process at every concurrency
-    figures: dict[str, Any] = {"bare": {}, "cycles": {}}
+    figures: dict[str, Any] = {"bare": {}, "bare_busy": {}, "cycles": {}, "busy": {}}
     for processes in WORKERS:
         bare, cycle = [], []
         for _ in range(rounds):
             url = next(urls)
             prepare_bare(url)
             total = per * 4 * processes
-            bare.append(in_processes(out, "bare", url, processes, per * 4) / total)
+            span = in_processes(out, "bare", url, processes, per * 4)
+            bare.append((span.wall_s / total, span.busy_s / total))
             url = next(urls)
             open_store(url).close()  # migrated before the workers open it
-            cycle.append(in_processes(out, "cycles", url, processes, per) / (per * processes))
-        figures["bare"][processes], figures["cycles"][processes] = min(bare), min(cycle)
+            span = in_processes(out, "cycles", url, processes, per)
+            cycle.append((span.wall_s / (per * processes), span.busy_s / (per * processes)))
+        figures["bare"][processes], figures["bare_busy"][processes] = min(bare)
+        figures["cycles"][processes], figures["busy"][processes] = min(cycle)
     store = open_store(next(urls))
     figures["data"] = asyncio.run(data_writes_s(module, store, cycles))
     store.close()
@@ -450,6 +473,20 @@ def report(engine: str, figures: dict[str, Any]) -> None:
     scale = cycles[1] / cycles[4]
     target = " (target >= 2x)" if engine.startswith("PostgreSQL") else ""
     print(f"  4 workers / 1 worker cycle throughput: {scale:.2f}x{target}")
+    # What the CPUs allow: a cycle needs busy[1] CPU-seconds (the workers', the server's, the
+    # kernel's), so no number of workers passes CPUS / busy[1] cycles a second.
+    cpus, busy, bare_busy = os.cpu_count() or 1, figures["busy"], figures["bare_busy"]
+    print(
+        f"  CPUs busy (of {cpus}) with {', '.join(map(str, WORKERS))} workers: cycles "
+        f"{', '.join(f'{busy[p] / cycles[p]:.2f}' for p in WORKERS)}; bare commits "
+        f"{', '.join(f'{bare_busy[p] / bare[p]:.2f}' for p in WORKERS)}"
+    )
+    print(
+        f"  a cycle keeps the machine's CPUs busy {busy[1] * 1e6:7.1f} us (workers, server, "
+        f"kernel), so on {cpus} CPUs no number of workers passes "
+        f"{cpus * cycles[1] / busy[1]:.2f}x one worker's throughput (bare commits: "
+        f"{cpus * bare[1] / bare_busy[1]:.2f}x)"
+    )
     print(
         f"  durable ToolData write: {figures['data'] * 1e6:7.1f} us = "
         f"{1 / figures['data']:6.0f} writes/s; {figures['data'] / bare[1]:.2f}x a bare commit"
