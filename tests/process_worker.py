@@ -264,5 +264,10 @@ async def main(config: dict[str, Any]) -> None:
     store.close()
 
 
+def run(config: dict[str, Any]) -> None:
+    """The worker's whole life (what tests/forked.py starts)."""
+    asyncio.run(main(config))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(json.loads(sys.argv[1])))
+    run(json.loads(sys.argv[1]))

@@ -1,4 +1,4 @@
-"""What the store conformance suite runs in other processes (spawned: imports only the runtime).
+"""What the store conformance suite runs in other processes (forked.py: each a process of its own).
 
 Each worker opens the store from its URL, waits at a barrier so that all start together, does its
 part and puts what it won on a queue.

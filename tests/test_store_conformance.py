@@ -9,7 +9,6 @@ PostgreSQL is a real server (``tests/postgres.py``): a missing one fails these t
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import signal
 import sqlite3
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 import store_workers
 from hypothesis import HealthCheck, given, settings
@@ -334,8 +334,9 @@ def test_concurrent_resolutions_from_threads_have_one_winner_each(backend: Backe
 
 
 def _processes(target: Callable[..., None], args: list[tuple[Any, ...]], timeout: float) -> Any:
-    """Run ``target(*arg, barrier, queue)`` in one spawned process per ``arg``; their results."""
-    context = multiprocessing.get_context("spawn")
+    """Run ``target(*arg, barrier, queue)`` in one process per ``arg`` (forked.py); their
+    results."""
+    context = forked.CONTEXT
     barrier = context.Barrier(len(args))
     queue = context.Queue()
     processes = [context.Process(target=target, args=(*arg, barrier, queue)) for arg in args]
@@ -827,7 +828,7 @@ def test_postgres_liveness_follows_the_owner_session_across_processes(postgres_u
     try:
         owner = f"other-host:4242:{uid('rt')}"
         assert store.alive(owner) is None  # never attached: the store cannot tell
-        context = multiprocessing.get_context("spawn")
+        context = forked.CONTEXT
         ready = context.Event()
         holder = context.Process(target=store_workers.hold, args=(postgres_url, owner, ready))
         holder.start()
@@ -869,7 +870,7 @@ def test_sqlite_liveness_is_a_pid_check_on_this_host(tmp_path: Path) -> None:
     store = open_store(tmp_path / "store.db")
     try:
         host = socket.gethostname()
-        child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0,))
+        child = forked.CONTEXT.Process(target=time.sleep, args=(0,))
         child.start()
         child.join()
         assert store.alive(f"{host}:{child.pid}:x") is False

@@ -1,7 +1,8 @@
 """Many worker processes over one durable store: claimed re-entry, leases, the recovery loop,
 expiry, events across processes; and a redacting post hook on every store.
 
-Workers are real processes (``tests/process_worker.py``), each opening the store by its URL.
+Workers are real processes (``tests/process_worker.py``, forked by ``tests/forked.py`` from a
+server that imported the runtime once), each opening the store by its URL.
 Every entry of an implementation appends one line to a shared file (O_APPEND), so the tests
 count what ran, in whichever process. Every wait is bounded.
 """
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forked
 import process_worker
 import pytest
 from process_worker import SPECS, Tools
@@ -37,7 +39,6 @@ from blade_runtime.urls import open_store
 
 DURABLE = ("sqlite", "postgres")
 BIN = Path(sys.executable).parent
-WORKER = Path(process_worker.__file__)
 
 
 def run(coroutine: Awaitable[Any]) -> Any:
@@ -82,7 +83,7 @@ class Cluster:
     url: str
     package: Path
     folder: Path
-    procs: list[subprocess.Popen[str]]
+    procs: list[forked.Forked]
 
     @property
     def entries_file(self) -> Path:
@@ -100,7 +101,7 @@ class Cluster:
     def ready(self) -> Path:
         return self.folder / "ready"
 
-    def spawn(self, **config: Any) -> subprocess.Popen[str]:
+    def spawn(self, **config: Any) -> forked.Forked:
         """A worker with ``config`` (see process_worker.main); store and files filled in."""
         config = {
             "store": self.url,
@@ -108,15 +109,7 @@ class Cluster:
             "ready": str(self.ready),
             **config,
         }
-        paths = [str(self.package), str(WORKER.parent), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        proc = subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps(config)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        proc = forked.start(self.folder, process_worker.run, config)
         self.procs.append(proc)
         return proc
 
@@ -138,13 +131,13 @@ class Cluster:
         wait_until(lambda: self.ready_count() >= count, 60, f"{count} workers ready", self)
         self.go.touch()
 
-    def results(self, proc: subprocess.Popen[str], timeout: float = 30) -> list[dict[str, Any]]:
+    def results(self, proc: forked.Forked, timeout: float = 30) -> list[dict[str, Any]]:
         """The worker's result lines once it exited cleanly."""
         out, err = proc.communicate(timeout=timeout)
         assert proc.returncode == 0, f"worker {proc.pid} exited {proc.returncode}: {err}"
         return [json.loads(line) for line in out.splitlines() if line.strip()]
 
-    def kill(self, proc: subprocess.Popen[str]) -> None:
+    def kill(self, proc: forked.Forked) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
 
@@ -258,7 +251,7 @@ def test_four_processes_recovering_at_once_resume_each_submitted_call_exactly_on
 THREE = [("k-charge", "charge"), ("k-sync", "sync"), ("k-fetch", "fetch")]
 
 
-def start_hanging(workers: Cluster, lease_s: float, host: str) -> subprocess.Popen[str]:
+def start_hanging(workers: Cluster, lease_s: float, host: str) -> forked.Forked:
     """A worker whose three calls (one per side effect) block in their implementation; returns
     once all three entries ran, their starts committed under the worker's lease."""
     proc = workers.spawn(
