@@ -133,8 +133,9 @@ def test_models_keep_fifty_valid_instances_of_every_mcp_schema_as_they_were(
     mcp_package: Any,
 ) -> None:
     """For every input and output schema of the 312 tools, 50 instances drawn from the schema and
-    valid by the oracle (distinct, but where a schema has fewer): no false rejection, and a round trip that changes nothing (unknown
-    properties of open objects kept, nothing added, no key renamed, numbers unchanged)."""
+    valid by the oracle (distinct, but where a schema has fewer): no false rejection, and a
+    round trip that changes nothing (unknown properties of open objects kept, nothing added, no
+    key renamed, numbers unchanged)."""
     from pydantic import TypeAdapter
 
     schemas = 0
