@@ -143,15 +143,49 @@ def test_build_is_deterministic_whatever_the_file_order(tmp_path: Path) -> None:
 def test_shared_parses_change_no_byte_and_no_tree_outlives_the_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The rewrites share the tree of text they leave unchanged (syntax.parsed): the output is the
-    # one a parse per rewrite gives (so no rewrite changed a shared tree).
+    # The rewrites share the tree, the node lists and the lines of text they leave unchanged
+    # (syntax.parsed, nodes, source_of): the output is the one a parse and a walk per rewrite
+    # and ast.get_source_segment give (so no rewrite changed what it shares).
     build(EXAMPLE_SPECS, tmp_path / "shared", "blade_specs")
-    assert syntax.parsed.cache_info().currsize == 0
+    for cache in (syntax.parsed, syntax._nodes_by_type, syntax._lines):
+        assert cache.cache_info().currsize == 0
+
+    def own_nodes(code: str, kind: type[ast.AST]) -> tuple[ast.AST, ...]:
+        return tuple(node for node in ast.walk(ast.parse(code)) if type(node) is kind)
+
+    def own_source(code: str, node: ast.expr) -> str:
+        return ast.get_source_segment(code, node) or ""
+
     for module in (cheaper, models_module, render):
         monkeypatch.setattr(module, "parsed", ast.parse)
+        for name, unshared in (("nodes", own_nodes), ("source_of", own_source)):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, unshared)
     build(EXAMPLE_SPECS, tmp_path / "own", "blade_specs")
     shared = tree_bytes(tmp_path / "shared" / "blade_specs")
     assert shared == tree_bytes(tmp_path / "own" / "blade_specs")
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_shared_source_text_is_ast_s_for_every_node(newline: str) -> None:
+    code = newline.join(
+        [
+            "x: Annotated[str, Field(description='caf\u00e9 \u2028 \u00fc')] = 'na\u00efve'",
+            "class A(RootModel[Union[",
+            "    int, 'B',",
+            "]]):",
+            "    value: dict[str, list[int]] | None = {'\u00e9': [1,",
+            "        2]}",
+            "y = f('\x0c', \"\"\"a",
+            "b\u00e9\"\"\")",
+            "",
+        ]
+    )
+    expressions = [node for node in ast.walk(ast.parse(code)) if isinstance(node, ast.expr)]
+    assert len(expressions) > 30
+    for node in expressions:
+        assert syntax.source_of(code, node) == ast.get_source_segment(code, node)
+    syntax.forget()
 
 
 def test_noop_rebuild_writes_nothing_and_change_regenerates_one_module(

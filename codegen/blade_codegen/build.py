@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
-from blade_codegen import __version__
+from blade_codegen import __version__, syntax
 from blade_codegen.check import Baseline, Report, read_lock
 from blade_codegen.check import check as check_specs
 from blade_codegen.dependencies import Dependency, with_dependencies
@@ -34,7 +34,6 @@ from blade_codegen.plan import BuildPlan, plan
 from blade_codegen.problems import SpecError
 from blade_codegen.render import render
 from blade_codegen.resolve import ResolvedSet, ResolvedSpec, resolve
-from blade_codegen.syntax import parsed
 from blade_codegen.validate import validate
 from blade_codegen.write import (
     STATE_FILE,
@@ -256,7 +255,7 @@ def compile_specs(
         progress(path)
 
     rendered = render(build_plan, previous, on_module)
-    parsed.cache_clear()  # the last modules' trees are not kept alive (``build --watch`` stays)
+    syntax.forget()  # the last modules' trees are not kept alive (``build --watch`` stays)
     # Generated modules go through ruff and black; the package files come from templates written
     # in black's style already (a test holds them to it), so a large __init__.py costs nothing to
     # rebuild.

@@ -18,7 +18,15 @@ import ast
 import math
 from collections.abc import Collection, Iterator
 
-from blade_codegen.syntax import config_call, is_name, parsed, union_members, with_imports
+from blade_codegen.syntax import (
+    config_call,
+    is_name,
+    nodes,
+    parsed,
+    source_of,
+    union_members,
+    with_imports,
+)
 
 # The names a scalar root's annotation may use: builtins and the constraint spellings only, so
 # an inlined alias never refers to a class (and so never to itself).
@@ -57,7 +65,7 @@ def inline_scalar_roots(code: str, keep: Collection[str]) -> str:
     """Root models of a constrained scalar as type aliases of the same name (not the classes in
     ``keep``: the ones the module's spec and other modules refer to as models)."""
     tree = parsed(code)
-    uses_outside_annotations = _names_used_as_values(tree)
+    uses_outside_annotations = _names_used_as_values(code)
     lines = code.splitlines(keepends=True)
     replaced: list[tuple[int, int, str]] = []
     for node in tree.body:
@@ -69,7 +77,7 @@ def inline_scalar_roots(code: str, keep: Collection[str]) -> str:
             or node.name in uses_outside_annotations
         ):
             continue
-        text = ast.get_source_segment(code, annotation) or ""
+        text = source_of(code, annotation)
         alias = f"{node.name}: TypeAlias = {text}\n"
         body = node.body
         if isinstance(body[0], ast.Expr):  # the docstring stays, as the alias's docstring
@@ -113,24 +121,16 @@ def _is_docstring(statement: ast.stmt) -> bool:
     return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
 
 
-def _names_used_as_values(tree: ast.Module) -> set[str]:
+def _names_used_as_values(code: str) -> set[str]:
     """Names the code uses other than in annotations and class bases (a call, an attribute, a
     default): a class used so must stay a class."""
-    in_types: set[int] = set()
-    for node in ast.walk(tree):
-        typed: list[ast.expr] = []
-        if isinstance(node, ast.AnnAssign):
-            typed.append(node.annotation)
-        elif isinstance(node, ast.ClassDef):
-            typed.extend(node.bases)
-        for expression in typed:
-            in_types.update(id(sub) for sub in ast.walk(expression))
+    typed = [node.annotation for node in nodes(code, ast.AnnAssign)]
+    typed += [base for node in nodes(code, ast.ClassDef) for base in node.bases]
+    in_types = {id(sub) for expression in typed for sub in ast.walk(expression)}
     return {
         node.id
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Name)
-        and isinstance(node.ctx, ast.Load)
-        and id(node) not in in_types
+        for node in nodes(code, ast.Name)
+        if isinstance(node.ctx, ast.Load) and id(node) not in in_types
     }
 
 
@@ -139,20 +139,18 @@ def bounds_per_member(code: str) -> str:
     le=b)] | Annotated[int, Field(ge=ceil(a), le=floor(b))] | ...`` (the other keywords stay on
     the outer Field). The same numbers pass; an int stays an int."""
     spans: list[Span] = []
-    for sub in _annotated(parsed(code)):
+    for sub in _annotated(code):
         rewritten = _split_bounds(sub)
         if rewritten is not None:
             spans.append((sub, rewritten))
     return _replace(code, spans)
 
 
-def _annotated(tree: ast.Module) -> Iterator[ast.Subscript]:
-    for node in ast.walk(tree):
-        value = node.annotation if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Subscript):
+def _annotated(code: str) -> Iterator[ast.Subscript]:
+    for node in nodes(code, ast.AnnAssign):
+        value: ast.expr = node.annotation
+        if isinstance(node.value, ast.Subscript):
             value = node.value  # a type alias: X: TypeAlias = Annotated[...]
-        if value is None:
-            continue
         for sub in ast.walk(value):
             if isinstance(sub, ast.Subscript) and is_name(sub.value, "Annotated"):
                 yield sub
@@ -219,10 +217,9 @@ def by_name_only_with_aliases(code: str) -> str:
     """``validate_by_name=True`` left out of plain models (bases: BaseModel only) whose fields
     have no alias: there is nothing but the name to validate by."""
     spans: list[Span] = []
-    for node in ast.walk(parsed(code)):
+    for node in nodes(code, ast.ClassDef):
         if not (
-            isinstance(node, ast.ClassDef)
-            and len(node.bases) == 1
+            len(node.bases) == 1
             and is_name(node.bases[0], "BaseModel")
             and not any(
                 isinstance(sub, ast.keyword) and sub.arg == "alias" for sub in ast.walk(node)

@@ -26,7 +26,15 @@ from blade_codegen.patterns import model_pattern
 from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
-from blade_codegen.syntax import config_call, is_name, parsed, union_members, with_imports
+from blade_codegen.syntax import (
+    config_call,
+    is_name,
+    nodes,
+    parsed,
+    source_of,
+    union_members,
+    with_imports,
+)
 
 # datamodel-code-generator options, pinned with its version: the dated preset is frozen upstream and
 # gives mypy --strict clean models. parent-prefixed naming keeps one tool's class names independent
@@ -441,9 +449,7 @@ def typed_annotations(code: str) -> str:
     same constraints, in a form mypy takes); and a field defaulting to None that is typed
     without None (an optional property whose schema excludes null) is typed ``X | None``."""
     edits: list[Edit] = []
-    for node in ast.walk(parsed(code)):
-        if not isinstance(node, ast.AnnAssign):
-            continue
+    for node in nodes(code, ast.AnnAssign):
         subscripted = {
             id(sub.value) for sub in ast.walk(node.annotation) if isinstance(sub, ast.Subscript)
         }
@@ -511,9 +517,7 @@ def union_bases(code: str) -> str:
     Bases are evaluated at import, so linters leave ``Union`` there (``A | "B"`` would fail);
     this rewrites only unions without a bare string member, for which ``|`` works."""
     edits: list[Edit] = []
-    for node in ast.walk(parsed(code)):
-        if not isinstance(node, ast.ClassDef):
-            continue
+    for node in nodes(code, ast.ClassDef):
         for base in node.bases:
             for sub in ast.walk(base):
                 if (
@@ -525,7 +529,7 @@ def union_bases(code: str) -> str:
                     members = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
                     if any(isinstance(m, ast.Constant) for m in members):
                         continue
-                    text = " | ".join(ast.get_source_segment(code, m) or "" for m in members)
+                    text = " | ".join(source_of(code, m) for m in members)
                     edits.append((sub.lineno, sub.col_offset, sub.end_col_offset or 0, text))
     return _apply(code, edits)
 
@@ -627,8 +631,8 @@ def _configured(code: str, key: str, setting: str, wanted: Callable[[ast.ClassDe
     set ``key`` already (every model the generator writes has one)."""
     lines = code.splitlines(keepends=True)
     inserts: list[tuple[int, int]] = []
-    for node in ast.walk(parsed(code)):
-        if not isinstance(node, ast.ClassDef) or not wanted(node):
+    for node in nodes(code, ast.ClassDef):
+        if not wanted(node):
             continue
         config = config_call(node)
         if config is not None and not any(k.arg == key for k in config.keywords):
@@ -658,8 +662,8 @@ def keep_integers(code: str) -> str:
     }
     beside_int = {
         (member.lineno, member.col_offset)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
+        for node in nodes(code, ast.BinOp)
+        if isinstance(node.op, ast.BitOr)
         for members in [union_members(node)]
         if any(isinstance(m, ast.Name) and m.id == "int" for m in members)
         for member in members

@@ -40,7 +40,7 @@ from blade_codegen.plan import CLIENT_MODULE, RESERVED, BuildPlan, SharedPlan, T
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
 from blade_codegen.schemas import resolve_pointer, transform
-from blade_codegen.syntax import parsed
+from blade_codegen.syntax import parsed, source_of
 
 # Keywords the models do not carry. ``format`` is an annotation in 2020-12 (the runtime's JSON
 # Schema validation is the single truth); as pydantic types (EmailStr, AwareDatetime) it would
@@ -338,7 +338,7 @@ def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModu
             value = next(
                 s for s in node.body if isinstance(s, ast.AnnAssign) and _target(s) == "value"
             )
-            annotation = ast.get_source_segment(code, value.annotation)
+            annotation = source_of(code, value.annotation)
             if annotation != box_to_alias[node.name]:  # else the slot's class is the type
                 aliases.append(f"{box_to_alias[node.name]}: TypeAlias = {annotation}")
             names.add(box_to_alias[node.name])

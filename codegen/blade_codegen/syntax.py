@@ -10,7 +10,11 @@ The trees are shared, so no caller may change one.
 from __future__ import annotations
 
 import ast
+import re
 from functools import lru_cache
+from typing import TypeVar
+
+N = TypeVar("N", bound=ast.AST)
 
 
 @lru_cache(maxsize=2)
@@ -18,6 +22,49 @@ def parsed(code: str) -> ast.Module:
     """``ast.parse(code)``, the same tree while ``code`` is one of the last two texts parsed (do
     not modify it)."""
     return ast.parse(code)
+
+
+def nodes(code: str, kind: type[N]) -> tuple[N, ...]:
+    """The nodes of type ``kind`` in ``parsed(code)``, in ``ast.walk``'s order. One walk of a
+    text serves every rewrite: each walking the whole tree again was a tenth of the build."""
+    found = _nodes_by_type(code).get(kind, ())
+    return found  # type: ignore[return-value]  # the nodes under kind are of type kind
+
+
+@lru_cache(maxsize=2)
+def _nodes_by_type(code: str) -> dict[type[ast.AST], tuple[ast.AST, ...]]:
+    found: dict[type[ast.AST], list[ast.AST]] = {}
+    for node in ast.walk(parsed(code)):
+        found.setdefault(type(node), []).append(node)
+    return {kind: tuple(listed) for kind, listed in found.items()}
+
+
+def source_of(code: str, node: ast.expr) -> str:
+    """The source text of ``node`` (``ast.get_source_segment``, which splits the whole text into
+    lines on every call: a twentieth of a large build, for a few hundred calls)."""
+    lines = _lines(code)
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    start, end = node.col_offset, node.end_col_offset or 0
+    if first == last:  # offsets count UTF-8 bytes, as ast's do
+        return lines[first].encode()[start:end].decode()
+    head, tail = lines[first].encode()[start:].decode(), lines[last].encode()[:end].decode()
+    return "".join([head, *lines[first + 1 : last], tail])
+
+
+# Where a line ends for the parser: \r\n, \r or \n (not str.splitlines's other breaks).
+_LINE_END = re.compile(r"(?<=\n)|(?<=\r)(?!\n)")
+
+
+@lru_cache(maxsize=2)
+def _lines(code: str) -> list[str]:
+    return _LINE_END.split(code)
+
+
+def forget() -> None:
+    """Drop every shared tree, node list and line list (the build's last modules' are not kept
+    alive: ``build --watch`` stays)."""
+    for cache in (parsed, _nodes_by_type, _lines):
+        cache.cache_clear()
 
 
 def is_name(node: ast.expr, name: str) -> bool:
