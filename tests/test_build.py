@@ -176,8 +176,8 @@ def test_shared_source_text_is_ast_s_for_every_node(newline: str) -> None:
             "]]):",
             "    value: dict[str, list[int]] | None = {'\u00e9': [1,",
             "        2]}",
-            "y = f('\x0c', \"\"\"a",
-            "b\u00e9\"\"\")",
+            'y = f(\'\x0c\', """a',
+            'b\u00e9""")',
             "",
         ]
     )
