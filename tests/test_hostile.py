@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
-from blade_codegen.render import docstring_text, pyrepr
+from blade_codegen.render import docstring_text, escape_controls, pyrepr
 
 HOSTILE_TEXT = (
     'He said """hi""" \\ and \'\'\' then\n\timport os; os.system("x") # é ✓ \x00\x1b end"'
@@ -127,3 +127,15 @@ def test_docstring_text_round_trips_any_text(text: str) -> None:
 @given(st.text() | st.integers() | st.booleans() | st.none())
 def test_pyrepr_is_a_literal_of_the_same_value(value: object) -> None:
     assert ast.literal_eval(pyrepr(value)) == value
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x0c", "\x0b", "\x1c", "\x85"])
+def test_escaping_counts_lines_as_the_parser_does(separator: str) -> None:
+    # str.splitlines breaks at these too; the parser and tokenize do not. A literal holding one
+    # shifted every later position by a line, and the next escape cut the module apart.
+    code = f'a = "p{separator}q"\nb = "\x01"\nc = 1\n'
+    escaped = escape_controls(code)
+    tree = ast.parse(escaped)
+    values = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)]
+    assert values == [f"p{separator}q", "\x01", 1]
+    assert separator not in escaped and "\x01" not in escaped

@@ -255,11 +255,11 @@ def compile_specs(
         progress(path)
 
     rendered = render(build_plan, previous, on_module)
-    syntax.forget()  # the last modules' trees are not kept alive (``build --watch`` stays)
     # Generated modules go through ruff and black; the package files come from templates written
     # in black's style already (a test holds them to it), so a large __init__.py costs nothing to
     # rebuild.
     files = format_files(rendered.files, set(fresh))
+    syntax.forget()  # the last modules' trees are not kept alive (``build --watch`` stays)
     return Compiled(files, dict(rendered.keys), tuple(fresh), dict(rendered.looser), build_plan)
 
 

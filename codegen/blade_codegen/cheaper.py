@@ -19,6 +19,7 @@ import math
 from collections.abc import Collection, Iterator
 
 from blade_codegen.syntax import (
+    code_lines,
     config_call,
     is_name,
     nodes,
@@ -40,7 +41,7 @@ Span = tuple[ast.AST, str]  # a node of the parsed code and its replacement text
 
 def _replace(code: str, spans: list[Span]) -> str:
     """The code with each node's source replaced (nodes that do not overlap)."""
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))
@@ -66,7 +67,7 @@ def inline_scalar_roots(code: str, keep: Collection[str]) -> str:
     ``keep``: the ones the module's spec and other modules refer to as models)."""
     tree = parsed(code)
     uses_outside_annotations = _names_used_as_values(code)
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     replaced: list[tuple[int, int, str]] = []
     for node in tree.body:
         annotation = _scalar_root(node)

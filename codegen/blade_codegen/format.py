@@ -9,7 +9,6 @@ file its layout (one pass instead of two, since the text is close to it already)
 
 from __future__ import annotations
 
-import io
 import re
 import subprocess
 import tempfile
@@ -17,6 +16,8 @@ import textwrap
 import tokenize
 from collections.abc import Mapping
 from pathlib import Path
+
+from blade_codegen.syntax import code_lines, tokens_of
 
 # black's default, which is also ruff's: a user's default ruff never re-wraps generated imports.
 LINE_LENGTH = 88
@@ -51,10 +52,10 @@ def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
     """Lines black leaves longer than ``limit`` (long string literals, docstrings and comments
     from spec text) wrapped, so a user's linter with line-length rules passes: a literal becomes
     implicitly concatenated pieces (the same value), a docstring and a comment wrap at spaces."""
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     if all(len(line.rstrip("\n")) <= limit for line in lines):
         return code
-    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    tokens = tokens_of(code)
     edits: list[tuple[int, int, int, int, str]] = []  # start row/col, end row/col, new text
     for i, token in enumerate(tokens):
         (row, col), (end_row, end_col) = token.start, token.end

@@ -11,7 +11,6 @@ than its schema. The runtime validates the JSON Schema first: it is the single t
 from __future__ import annotations
 
 import ast
-import io
 import json
 import tokenize
 import warnings
@@ -27,11 +26,14 @@ from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
 from blade_codegen.syntax import (
+    code_lines,
     config_call,
     is_name,
     nodes,
     parsed,
+    position,
     source_of,
+    tokens_of,
     union_members,
     with_imports,
 )
@@ -65,8 +67,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # 11: long JSON literals split too; 12: typed keywords into union branches, titled classes;
 # 13: scalar item roots inlined, numeric bounds per member, validate_by_name only with aliases,
 # no protected namespaces where a field is named model_dump_ or model_validate_; 14: ruff's
-# layout before black's (black's result can differ from black alone in rare cases).
-POSTPROCESS_REVISION = 14
+# layout before black's (black's result can differ from black alone in rare cases); 15: lines and
+# columns counted as the parser counts them (a U+2028 in a literal, a float after non-ASCII text).
+POSTPROCESS_REVISION = 15
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -389,8 +392,8 @@ def none_last(code: str) -> str:
     type. Found with the tokenizer, so text inside strings is left alone."""
     if "None | MISSING" not in code:
         return code
-    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
-    lines = code.splitlines(keepends=True)
+    tokens = tokens_of(code)
+    lines = code_lines(code)
     found = [
         tokens[i].start
         for i in range(len(tokens) - 2)
@@ -412,7 +415,7 @@ def with_key_types(code: str) -> str:
     tokenizer, so text inside strings is left alone."""
     if "[," not in code:
         return code
-    tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    tokens = tokens_of(code)
     found = [
         tokens[i + 1].end
         for i in range(len(tokens) - 2)
@@ -420,7 +423,7 @@ def with_key_types(code: str) -> str:
         and tokens[i + 1].string == "["
         and tokens[i + 2].string == ","
     ]
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     for row, column in reversed(found):
         lines[row - 1] = lines[row - 1][:column] + "str" + lines[row - 1][column:]
     return "".join(lines)
@@ -432,7 +435,7 @@ Edit = tuple[int, int, int, str]  # (line, start column, end column, replacement
 def _apply(code: str, edits: list[Edit], imports: str = "") -> str:
     """Apply same-line edits (latest first, so positions hold) and add import lines (at the end:
     ``from __future__`` must stay first); split_module merges imports and keeps the used ones."""
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     for row, start, end, text in sorted(edits, reverse=True):
         line = lines[row - 1]
         lines[row - 1] = line[:start] + text + line[end:]
@@ -544,7 +547,7 @@ def flatten_conflicts(code: str) -> str:
     part, so that annotation accepts it (the runtime validates the whole schema first)."""
     tree = parsed(code)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
 
     def own(cls: ast.ClassDef) -> dict[str, tuple[str, str]]:
         """field -> (annotation, statement lines)"""
@@ -629,7 +632,7 @@ def unprotected_fields(code: str) -> str:
 def _configured(code: str, key: str, setting: str, wanted: Callable[[ast.ClassDef], bool]) -> str:
     """``setting`` added to the ``ConfigDict(...)`` of each class ``wanted`` picks that does not
     set ``key`` already (every model the generator writes has one)."""
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     inserts: list[tuple[int, int]] = []
     for node in nodes(code, ast.ClassDef):
         if not wanted(node):
@@ -651,7 +654,7 @@ def keep_integers(code: str) -> str:
     treats an int as a float). Only ``float`` *names* are rewritten, found with the tokenizer, so
     a description that mentions floats is left alone.
     """
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     # A float in a union that already holds int stays as it is: int | float keeps ints already.
     tree = parsed(code)
     imports = {
@@ -661,7 +664,7 @@ def keep_integers(code: str) -> str:
         for row in range(node.lineno, (node.end_lineno or node.lineno) + 1)
     }
     beside_int = {
-        (member.lineno, member.col_offset)
+        position(code, member)
         for node in nodes(code, ast.BinOp)
         if isinstance(node.op, ast.BitOr)
         for members in [union_members(node)]
@@ -670,7 +673,7 @@ def keep_integers(code: str) -> str:
     }
     found = [
         (*token.start, token.string)
-        for token in tokenize.generate_tokens(io.StringIO(code).readline)
+        for token in tokens_of(code)
         if token.type == tokenize.NAME
         and token.string in _RENAMED
         and token.start[0] not in imports

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import io
 import json
 import sys
 import tokenize
@@ -40,7 +39,7 @@ from blade_codegen.plan import CLIENT_MODULE, RESERVED, BuildPlan, SharedPlan, T
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
 from blade_codegen.schemas import resolve_pointer, transform
-from blade_codegen.syntax import parsed, source_of
+from blade_codegen.syntax import code_lines, parsed, source_of, tokens_of
 
 # Keywords the models do not carry. ``format`` is an annotation in 2020-12 (the runtime's JSON
 # Schema validation is the single truth); as pydantic types (EmailStr, AwareDatetime) it would
@@ -280,12 +279,12 @@ def _local_names(tool: ToolPlan, slot: Slot) -> list[str]:
 def escape_controls(code: str) -> str:
     """Write control characters inside (non-raw) string literals as escapes: the values stay the
     same, and linters do not flag invisible characters that spec text carried into docstrings."""
-    lines = code.splitlines(keepends=True)
+    lines = code_lines(code)
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
     pieces, last = [], 0
-    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+    for token in tokens_of(code):
         text = token.string
         if token.type != tokenize.STRING or "r" in text[: text.index(text[-1])].lower():
             continue
@@ -316,7 +315,7 @@ def split_module(code: str, boxes: Mapping[str, str] | None = None) -> SplitModu
     """Separate imports from definitions; replace each box class by an alias of its value's type."""
     code = escape_controls(code)
     tree = parsed(code)
-    lines = code.splitlines()
+    lines = [line.rstrip("\r\n") for line in code_lines(code)]
     imports: dict[str, set[str]] = {}
     keep: list[str] = []
     aliases: list[str] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tokenize
 from functools import lru_cache
 from typing import TypeVar
 
@@ -25,8 +26,9 @@ def parsed(code: str) -> ast.Module:
 
 
 def nodes(code: str, kind: type[N]) -> tuple[N, ...]:
-    """The nodes of type ``kind`` in ``parsed(code)``, in ``ast.walk``'s order. One walk of a
-    text serves every rewrite: each walking the whole tree again was a tenth of the build."""
+    """The nodes whose type is ``kind`` (a concrete node class: ``ast.expr`` finds nothing) in
+    ``parsed(code)``, in ``ast.walk``'s order. One walk of a text serves every rewrite, where
+    each walked the whole tree (nine walks of each module: some 3 s of a 75 s build)."""
     found = _nodes_by_type(code).get(kind, ())
     return found  # type: ignore[return-value]  # the nodes under kind are of type kind
 
@@ -37,6 +39,27 @@ def _nodes_by_type(code: str) -> dict[type[ast.AST], tuple[ast.AST, ...]]:
     for node in ast.walk(parsed(code)):
         found.setdefault(type(node), []).append(node)
     return {kind: tuple(listed) for kind, listed in found.items()}
+
+
+def code_lines(code: str) -> list[str]:
+    """``code``'s lines as the parser counts them (ends kept): ``\\n``, ``\\r\\n`` or ``\\r``
+    end a line, not ``str.splitlines``'s other breaks (a U+2028 or a form feed that spec text
+    carried into a string literal is part of its line). Rows of ``ast`` and of ``tokens_of``
+    index it (a new list each time: callers edit theirs)."""
+    return list(_lines(code))
+
+
+def tokens_of(code: str) -> list[tokenize.TokenInfo]:
+    """``code``'s tokens, their rows counted as in ``code_lines`` (tokenize's own reading of a
+    ``StringIO`` breaks lines only at ``\\n``)."""
+    return list(tokenize.generate_tokens(iter(_lines(code)).__next__))
+
+
+def position(code: str, node: ast.expr) -> tuple[int, int]:
+    """Where ``node`` starts as tokenize says it: its row, and its column in characters (ast's
+    column counts UTF-8 bytes, so the two differ after any non-ASCII character)."""
+    row, column = node.lineno, node.col_offset
+    return row, len(_lines(code)[row - 1].encode()[:column].decode())
 
 
 def source_of(code: str, node: ast.expr) -> str:
