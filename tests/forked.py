@@ -3,9 +3,12 @@ once (multiprocessing's forkserver, with preloading).
 
 Each is a real process of its own: its own pid, store connections, leases and event loop, killed
 by SIGKILL or stopped by SIGSTOP like any other. What it does not do is start an interpreter and
-import blade_runtime, pydantic and the generated tools again: that was about 0.6 s of CPU per
-worker, most of the CPU of tests/test_workers.py (some 70 workers). Nothing is inherited but
-those imports: the server forks before any store, loop or thread exists.
+import blade_runtime and pydantic again: that was about 0.6 s of CPU per worker, most of the CPU
+of tests/test_workers.py (some 70 workers). It inherits what the server had when it started:
+those imports and the environment variables of that moment (a test's later ``setenv`` does not
+reach it); it gets the ``sys.path`` and working directory of the test that starts it. The server
+starts no store, loop or thread. A failure before the process's output is redirected
+(unpickling its function) is printed on the server's stderr, not in the process's file.
 
 ``start(folder, function, *args)`` runs ``function(*args)`` in such a process, its stdout and
 stderr in files in ``folder``, and returns a handle with the parts of ``subprocess.Popen`` that
@@ -23,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# What the server imports once. A module it cannot import yet (the generated package, before a
-# test has built it) is left to each process, as multiprocessing does with any preload.
+# What the server imports once (multiprocessing skips a module that fails to import, so
+# test_workers checks that each of these imports).
 PRELOAD = [
     "blade_runtime",
     "blade_runtime.runtime",

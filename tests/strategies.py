@@ -9,6 +9,7 @@ and anyOf, local ``$ref``s and recursion); for anything else it falls back to ar
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -322,7 +323,7 @@ def _draw_valid(
     from hypothesis import HealthCheck, Phase, given, settings
 
     @settings(
-        max_examples=-(-budget // VALUES_PER_CASE),
+        max_examples=math.ceil(budget / VALUES_PER_CASE),
         derandomize=True,
         deadline=None,
         database=None,

@@ -81,7 +81,6 @@ class Cluster:
     """The worker processes of one test, their shared files, and helpers to read them."""
 
     url: str
-    package: Path
     folder: Path
     procs: list[forked.Forked]
 
@@ -150,9 +149,10 @@ class Cluster:
 
 @pytest.fixture
 def cluster(store_url: str, worker_package: Path, tmp_path: Path) -> Iterator[Cluster]:
+    """The workers of a test; ``worker_package`` puts the test tools on their import path."""
     folder = tmp_path / "shared"
     folder.mkdir()
-    workers = Cluster(store_url, worker_package, folder, [])
+    workers = Cluster(store_url, folder, [])
     try:
         yield workers
     finally:
@@ -216,6 +216,13 @@ def settled(store: Store, call_ids: list[str]) -> bool:
 
 
 # -- 1. four processes recovering at once ------------------------------------------------------
+
+
+def test_every_module_the_fork_server_preloads_imports() -> None:
+    # multiprocessing skips a preload that fails to import: a misspelt name would only cost
+    # every worker its imports again, silently.
+    for name in forked.PRELOAD:
+        importlib.import_module(name)
 
 
 def test_four_processes_recovering_at_once_resume_each_submitted_call_exactly_once(
