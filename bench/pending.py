@@ -344,9 +344,14 @@ def worker(config: dict[str, Any]) -> None:
         assert store is not None
         asyncio.run(run_cycles(module, store, count, prefix=f"w{os.getpid()}-"))
     end = time.time()
+    print(json.dumps({"start": start, "end": end}), flush=True)
+    # Done: the machine's CPU is read now, before closing and exiting (which are not cycles).
+    Path(config["done"], str(os.getpid())).touch()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(config["quit"]) and time.monotonic() < deadline:
+        time.sleep(0.001)
     if store is not None:
         store.close()
-    print(json.dumps({"start": start, "end": end}))
 
 
 def busy_cpu_s() -> float:
@@ -360,16 +365,19 @@ def busy_cpu_s() -> float:
 
 class Span(NamedTuple):
     wall_s: float  # from the first worker's start to the last one's end
-    busy_s: float  # CPU-seconds the machine was busy meanwhile (busy_cpu_s)
+    busy_s: float  # CPU-seconds the machine was busy from the start to the last end (busy_cpu_s)
 
 
 def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> Span:
     """``processes`` workers doing ``count`` each: their span, and the machine's CPU meanwhile."""
     with tempfile.TemporaryDirectory() as folder:
-        ready, go = Path(folder, "ready"), Path(folder, "go")
+        ready, go, done = Path(folder, "ready"), Path(folder, "go"), Path(folder, "done")
         ready.mkdir()
+        done.mkdir()
         config = {"out": str(out), "kind": kind, "url": url, "count": count}
-        config |= {"ready": str(ready), "go": str(go)}
+        config |= {"ready": str(ready), "go": str(go), "done": str(done)}
+        quit_file = Path(folder, "quit")
+        config["quit"] = str(quit_file)
         procs = [
             subprocess.Popen(
                 [sys.executable, __file__, "--worker", json.dumps(config)],
@@ -385,9 +393,13 @@ def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> 
             time.sleep(0.01)
         busy = busy_cpu_s()
         go.touch()
-        while any(proc.poll() is None for proc in procs):
-            time.sleep(0.005)
+        deadline = time.monotonic() + 600
+        while len(list(done.iterdir())) < processes:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit("a benchmark worker failed or never finished")
+            time.sleep(0.001)
         busy = busy_cpu_s() - busy
+        quit_file.touch()
         spans = []
         for proc in procs:
             out_text, _ = proc.communicate(timeout=600)
@@ -473,17 +485,20 @@ def report(engine: str, figures: dict[str, Any]) -> None:
     scale = cycles[1] / cycles[4]
     target = " (target >= 2x)" if engine.startswith("PostgreSQL") else ""
     print(f"  4 workers / 1 worker cycle throughput: {scale:.2f}x{target}")
-    # What the CPUs allow: a cycle needs busy[1] CPU-seconds (the workers', the server's, the
-    # kernel's), so no number of workers passes CPUS / busy[1] cycles a second.
-    cpus, busy, bare_busy = os.cpu_count() or 1, figures["busy"], figures["bare_busy"]
+    # What the CPUs allow: one worker's cycle needs busy[1] CPU-seconds (the worker's, the
+    # server's, the kernel's). If a cycle needs as much at any concurrency, no number of workers
+    # passes CPUS / busy[1] cycles a second: an estimate (group commits may save a little, and
+    # lock waits cost more); the CPU per cycle at each concurrency is printed beside it.
+    cpus, busy, bare_busy = len(os.sched_getaffinity(0)), figures["busy"], figures["bare_busy"]
     print(
         f"  CPUs busy (of {cpus}) with {', '.join(map(str, WORKERS))} workers: cycles "
         f"{', '.join(f'{busy[p] / cycles[p]:.2f}' for p in WORKERS)}; bare commits "
         f"{', '.join(f'{bare_busy[p] / bare[p]:.2f}' for p in WORKERS)}"
     )
     print(
-        f"  a cycle keeps the machine's CPUs busy {busy[1] * 1e6:7.1f} us (workers, server, "
-        f"kernel), so on {cpus} CPUs no number of workers passes "
+        f"  CPU per cycle (workers, server, kernel): "
+        f"{', '.join(f'{busy[p] * 1e6:.0f}' for p in WORKERS)} us with "
+        f"{', '.join(map(str, WORKERS))} workers; at one worker's, {cpus} CPUs allow at most "
         f"{cpus * cycles[1] / busy[1]:.2f}x one worker's throughput (bare commits: "
         f"{cpus * bare[1] / bare_busy[1]:.2f}x)"
     )
