@@ -198,6 +198,21 @@ def test_a_float_beside_int_after_non_ascii_text_is_left_as_it_is() -> None:
     syntax.forget()
 
 
+def test_edits_after_non_ascii_text_land_on_their_columns() -> None:
+    # ast's columns count UTF-8 bytes: applied to str lines, an edit after an "é" landed a
+    # character late (a bracket lost: a module that does not parse; [Any] in the wrong place).
+    bases = "class A(RootModel[Union[Literal['\u00e9'], int]]):\n    pass\n"
+    assert models_module.union_bases(bases).startswith(
+        "class A(RootModel[Literal['\u00e9'] | int]):\n"
+    )
+    typed = models_module.typed_annotations("x: Literal['\u2014'] | dict = 1\n")
+    assert typed.startswith("x: Literal['\u2014'] | dict[str, Any] = 1\n")
+    config = "class B(BaseModel):\n    x: Literal['\u00e9']; model_config = ConfigDict(a=1)\n"
+    configured = models_module._configured(config, "b", "b=2", lambda cls: True)
+    assert "ConfigDict(b=2, a=1)" in configured
+    syntax.forget()
+
+
 def test_noop_rebuild_writes_nothing_and_change_regenerates_one_module(
     example_specs: Path, tmp_path: Path
 ) -> None:

@@ -68,7 +68,7 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # 13: scalar item roots inlined, numeric bounds per member, validate_by_name only with aliases,
 # no protected namespaces where a field is named model_dump_ or model_validate_; 14: ruff's
 # layout before black's (black's result can differ from black alone in rare cases); 15: lines and
-# columns counted as the parser counts them (a U+2028 in a literal, a float after non-ASCII text).
+# columns counted as the parser counts them (a U+2028 in a literal; edits after non-ASCII text).
 POSTPROCESS_REVISION = 15
 
 
@@ -429,7 +429,8 @@ def with_key_types(code: str) -> str:
     return "".join(lines)
 
 
-Edit = tuple[int, int, int, str]  # (line, start column, end column, replacement)
+# (line, start column, end column, replacement); columns as ast gives them, in UTF-8 bytes
+Edit = tuple[int, int, int, str]
 
 
 def _apply(code: str, edits: list[Edit], imports: str = "") -> str:
@@ -437,8 +438,8 @@ def _apply(code: str, edits: list[Edit], imports: str = "") -> str:
     ``from __future__`` must stay first); split_module merges imports and keeps the used ones."""
     lines = code_lines(code)
     for row, start, end, text in sorted(edits, reverse=True):
-        line = lines[row - 1]
-        lines[row - 1] = line[:start] + text + line[end:]
+        line = lines[row - 1].encode()  # a column after non-ASCII text is not a str index
+        lines[row - 1] = (line[:start] + text.encode() + line[end:]).decode()
     if not edits:
         return code
     return with_imports("".join(lines), imports)
@@ -641,8 +642,10 @@ def _configured(code: str, key: str, setting: str, wanted: Callable[[ast.ClassDe
         if config is not None and not any(k.arg == key for k in config.keywords):
             inserts.append((config.func.end_lineno or 0, config.func.end_col_offset or 0))
     for row, column in sorted(inserts, reverse=True):
-        line = lines[row - 1]
-        lines[row - 1] = line[: column + 1] + setting + ", " + line[column + 1 :]
+        line = lines[row - 1].encode()  # ast's column counts bytes
+        lines[row - 1] = (
+            line[: column + 1] + f"{setting}, ".encode() + line[column + 1 :]
+        ).decode()
     return "".join(lines)
 
 
