@@ -147,7 +147,7 @@ def test_shared_parses_change_no_byte_and_no_tree_outlives_the_build(
     # (syntax.parsed, nodes, source_of): the output is the one a parse and a walk per rewrite
     # and ast.get_source_segment give (so no rewrite changed what it shares).
     build(EXAMPLE_SPECS, tmp_path / "shared", "blade_specs")
-    for cache in (syntax.parsed, syntax._nodes_by_type, syntax._lines):
+    for cache in (syntax.parsed, syntax._nodes_by_type, syntax._lines, syntax._starts):
         assert cache.cache_info().currsize == 0
 
     def own_nodes(code: str, kind: type[ast.AST]) -> tuple[ast.AST, ...]:

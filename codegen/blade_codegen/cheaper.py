@@ -22,9 +22,11 @@ from blade_codegen.syntax import (
     code_lines,
     config_call,
     is_name,
+    node_span,
     nodes,
     parsed,
     source_of,
+    spliced,
     union_members,
     with_imports,
 )
@@ -36,30 +38,12 @@ _SCALAR_NAMES = frozenset(
 )
 _NUMERIC = ("gt", "ge", "lt", "le")
 
-Span = tuple[ast.AST, str]  # a node of the parsed code and its replacement text
+Span = tuple[ast.expr, str]  # a node of the parsed code and its replacement text
 
 
 def _replace(code: str, spans: list[Span]) -> str:
     """The code with each node's source replaced (nodes that do not overlap)."""
-    lines = code_lines(code)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-
-    def offset(row: int, column: int) -> int:  # ast columns count UTF-8 bytes
-        return starts[row - 1] + len(lines[row - 1].encode()[:column].decode())
-
-    located = [
-        (
-            offset(node.lineno, node.col_offset),  # type: ignore[attr-defined]
-            offset(node.end_lineno, node.end_col_offset),  # type: ignore[attr-defined]
-            text,
-        )
-        for node, text in spans
-    ]
-    for start, end, text in sorted(located, reverse=True):
-        code = code[:start] + text + code[end:]
-    return code
+    return spliced(code, [(*node_span(code, node), text) for node, text in spans])
 
 
 def inline_scalar_roots(code: str, keep: Collection[str]) -> str:

@@ -17,7 +17,7 @@ import tokenize
 from collections.abc import Mapping
 from pathlib import Path
 
-from blade_codegen.syntax import code_lines, tokens_of
+from blade_codegen.syntax import Edit, code_lines, offset, spliced, tokens_of
 
 # black's default, which is also ruff's: a user's default ruff never re-wraps generated imports.
 LINE_LENGTH = 88
@@ -56,7 +56,7 @@ def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
     if all(len(line.rstrip("\n")) <= limit for line in lines):
         return code
     tokens = tokens_of(code)
-    edits: list[tuple[int, int, int, int, str]] = []  # start row/col, end row/col, new text
+    edits: list[Edit] = []
     for i, token in enumerate(tokens):
         (row, col), (end_row, end_col) = token.start, token.end
         if token.type not in (tokenize.COMMENT, tokenize.STRING) or not any(
@@ -65,10 +65,9 @@ def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
             continue
         indent = len(lines[row - 1]) - len(lines[row - 1].lstrip())
         if token.type == tokenize.COMMENT:
-            edits.append((row, col, end_row, end_col, _wrapped_comment(token.string, col, limit)))
+            text = _wrapped_comment(token.string, col, limit)
         elif token.type == tokenize.STRING and token.string.endswith(('"""', "'''")):
-            wrapped = _wrapped_docstring(" " * col + token.string, limit)[col:]
-            edits.append((row, col, end_row, end_col, wrapped))
+            text = _wrapped_docstring(" " * col + token.string, limit)[col:]
         elif token.type == tokenize.STRING and row == end_row:
             alone = lines[row - 1].strip().rstrip(",") == token.string
             if alone and "://" in token.string and not any(c.isspace() for c in token.string):
@@ -88,14 +87,10 @@ def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
                 text = f"\n{inner}\n{' ' * at}"
             else:
                 text = f"(\n{inner}\n{' ' * at})"
-            edits.append((row, col, end_row, end_col, text))
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    for row, col, end_row, end_col, text in reversed(edits):
-        start, end = offsets[row - 1] + col, offsets[end_row - 1] + end_col
-        code = code[:start] + text + code[end:]
-    return code
+        else:
+            continue
+        edits.append((offset(code, row, col), offset(code, end_row, end_col), text))
+    return spliced(code, edits)
 
 
 def _neighbour(tokens: list[tokenize.TokenInfo], i: int, step: int) -> str:

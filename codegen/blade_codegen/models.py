@@ -26,13 +26,16 @@ from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
 from blade_codegen.schemas import resolve_pointer, subschemas, transform
 from blade_codegen.syntax import (
+    ast_offset,
     code_lines,
     config_call,
     is_name,
+    node_span,
     nodes,
+    offset,
     parsed,
-    position,
     source_of,
+    spliced,
     tokens_of,
     union_members,
     with_imports,
@@ -416,33 +419,29 @@ def with_key_types(code: str) -> str:
     if "[," not in code:
         return code
     tokens = tokens_of(code)
-    found = [
-        tokens[i + 1].end
+    after_bracket = [
+        offset(code, *tokens[i + 1].end)
         for i in range(len(tokens) - 2)
         if tokens[i].string == "dict"
         and tokens[i + 1].string == "["
         and tokens[i + 2].string == ","
     ]
-    lines = code_lines(code)
-    for row, column in reversed(found):
-        lines[row - 1] = lines[row - 1][:column] + "str" + lines[row - 1][column:]
-    return "".join(lines)
+    return spliced(code, [(index, index, "str") for index in after_bracket])
 
 
-# (line, start column, end column, replacement); columns as ast gives them, in UTF-8 bytes
-Edit = tuple[int, int, int, str]
+LineEdit = tuple[int, int, int, str]  # line, start and end column (ast's: in bytes), replacement
 
 
-def _apply(code: str, edits: list[Edit], imports: str = "") -> str:
-    """Apply same-line edits (latest first, so positions hold) and add import lines (at the end:
-    ``from __future__`` must stay first); split_module merges imports and keeps the used ones."""
-    lines = code_lines(code)
-    for row, start, end, text in sorted(edits, reverse=True):
-        line = lines[row - 1].encode()  # a column after non-ASCII text is not a str index
-        lines[row - 1] = (line[:start] + text.encode() + line[end:]).decode()
+def _apply(code: str, edits: list[LineEdit], imports: str = "") -> str:
+    """Apply same-line edits and add import lines (at the end: ``from __future__`` must stay
+    first); split_module merges imports and keeps the used ones."""
     if not edits:
         return code
-    return with_imports("".join(lines), imports)
+    located = [
+        (ast_offset(code, row, start), ast_offset(code, row, end), text)
+        for row, start, end, text in edits
+    ]
+    return with_imports(spliced(code, located), imports)
 
 
 def typed_annotations(code: str) -> str:
@@ -452,7 +451,7 @@ def typed_annotations(code: str) -> str:
     constrained string inside a union, becomes ``Annotated[str, StringConstraints(...)]`` (the
     same constraints, in a form mypy takes); and a field defaulting to None that is typed
     without None (an optional property whose schema excludes null) is typed ``X | None``."""
-    edits: list[Edit] = []
+    edits: list[LineEdit] = []
     for node in nodes(code, ast.AnnAssign):
         subscripted = {
             id(sub.value) for sub in ast.walk(node.annotation) if isinstance(sub, ast.Subscript)
@@ -520,7 +519,7 @@ def union_bases(code: str) -> str:
 
     Bases are evaluated at import, so linters leave ``Union`` there (``A | "B"`` would fail);
     this rewrites only unions without a bare string member, for which ``|`` works."""
-    edits: list[Edit] = []
+    edits: list[LineEdit] = []
     for node in nodes(code, ast.ClassDef):
         for base in node.bases:
             for sub in ast.walk(base):
@@ -633,20 +632,14 @@ def unprotected_fields(code: str) -> str:
 def _configured(code: str, key: str, setting: str, wanted: Callable[[ast.ClassDef], bool]) -> str:
     """``setting`` added to the ``ConfigDict(...)`` of each class ``wanted`` picks that does not
     set ``key`` already (every model the generator writes has one)."""
-    lines = code_lines(code)
-    inserts: list[tuple[int, int]] = []
+    inserts: list[int] = []
     for node in nodes(code, ast.ClassDef):
         if not wanted(node):
             continue
         config = config_call(node)
         if config is not None and not any(k.arg == key for k in config.keywords):
-            inserts.append((config.func.end_lineno or 0, config.func.end_col_offset or 0))
-    for row, column in sorted(inserts, reverse=True):
-        line = lines[row - 1].encode()  # ast's column counts bytes
-        lines[row - 1] = (
-            line[: column + 1] + f"{setting}, ".encode() + line[column + 1 :]
-        ).decode()
-    return "".join(lines)
+            inserts.append(node_span(code, config.func)[1] + 1)  # after "ConfigDict("
+    return spliced(code, [(index, index, f"{setting}, ") for index in inserts])
 
 
 def keep_integers(code: str) -> str:
@@ -657,7 +650,6 @@ def keep_integers(code: str) -> str:
     treats an int as a float). Only ``float`` *names* are rewritten, found with the tokenizer, so
     a description that mentions floats is left alone.
     """
-    lines = code_lines(code)
     # A float in a union that already holds int stays as it is: int | float keeps ints already.
     tree = parsed(code)
     imports = {
@@ -667,25 +659,22 @@ def keep_integers(code: str) -> str:
         for row in range(node.lineno, (node.end_lineno or node.lineno) + 1)
     }
     beside_int = {
-        position(code, member)
+        node_span(code, member)[0]
         for node in nodes(code, ast.BinOp)
         if isinstance(node.op, ast.BitOr)
         for members in [union_members(node)]
         if any(isinstance(m, ast.Name) and m.id == "int" for m in members)
         for member in members
     }
-    found = [
-        (*token.start, token.string)
+    renamed = [
+        (offset(code, *token.start), offset(code, *token.end), _RENAMED[token.string])
         for token in tokens_of(code)
         if token.type == tokenize.NAME
         and token.string in _RENAMED
         and token.start[0] not in imports
-        and not (token.string == "float" and token.start in beside_int)
+        and not (token.string == "float" and offset(code, *token.start) in beside_int)
     ]
-    for row, column, name in reversed(found):
-        line = lines[row - 1]
-        lines[row - 1] = line[:column] + _RENAMED[name] + line[column + len(name) :]
-    return "".join(lines)
+    return spliced(code, renamed)
 
 
 # Besides float: the e-mail types it writes where a ``format`` sits where no keyword is expected

@@ -39,7 +39,7 @@ from blade_codegen.plan import CLIENT_MODULE, RESERVED, BuildPlan, SharedPlan, T
 from blade_codegen.refs import RefTarget, parse_ref
 from blade_codegen.resolve import Slot, canonical_json, shared_key
 from blade_codegen.schemas import resolve_pointer, transform
-from blade_codegen.syntax import code_lines, parsed, source_of, tokens_of
+from blade_codegen.syntax import code_lines, offset, parsed, source_of, spliced, tokens_of
 
 # Keywords the models do not carry. ``format`` is an annotation in 2020-12 (the runtime's JSON
 # Schema validation is the single truth); as pydantic types (EmailStr, AwareDatetime) it would
@@ -279,24 +279,16 @@ def _local_names(tool: ToolPlan, slot: Slot) -> list[str]:
 def escape_controls(code: str) -> str:
     """Write control characters inside (non-raw) string literals as escapes: the values stay the
     same, and linters do not flag invisible characters that spec text carried into docstrings."""
-    lines = code_lines(code)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    pieces, last = [], 0
+    escaped = []
     for token in tokens_of(code):
         text = token.string
         if token.type != tokenize.STRING or "r" in text[: text.index(text[-1])].lower():
             continue
         if all(c in "\n\t" or c.isprintable() for c in text):
             continue
-        begin = offsets[token.start[0] - 1] + token.start[1]
-        pieces.append(code[last:begin])
-        pieces.append(
-            "".join(c if c in "\n\t" or c.isprintable() else f"\\u{ord(c):04x}" for c in text)
-        )
-        last = offsets[token.end[0] - 1] + token.end[1]
-    return "".join(pieces) + code[last:]
+        text = "".join(c if c in "\n\t" or c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+        escaped.append((offset(code, *token.start), offset(code, *token.end), text))
+    return spliced(code, escaped)
 
 
 # Where the generator imports a name from a deprecated place: MISSING left pydantic.experimental

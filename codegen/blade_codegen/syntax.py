@@ -10,8 +10,10 @@ The trees are shared, so no caller may change one.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import tokenize
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import TypeVar
 
@@ -55,23 +57,42 @@ def tokens_of(code: str) -> list[tokenize.TokenInfo]:
     return list(tokenize.generate_tokens(iter(_lines(code)).__next__))
 
 
-def position(code: str, node: ast.expr) -> tuple[int, int]:
-    """Where ``node`` starts as tokenize says it: its row, and its column in characters (ast's
-    column counts UTF-8 bytes, so the two differ after any non-ASCII character)."""
-    row, column = node.lineno, node.col_offset
-    return row, len(_lines(code)[row - 1].encode()[:column].decode())
+def offset(code: str, row: int, column: int) -> int:
+    """The index in ``code`` of a tokenize position: its row, and its column in characters."""
+    return _starts(code)[row - 1] + column
+
+
+def ast_offset(code: str, row: int, column: int) -> int:
+    """The index in ``code`` of an ast position: its row, and its column in UTF-8 bytes (after
+    non-ASCII text on the line, not a character column)."""
+    return _starts(code)[row - 1] + len(_lines(code)[row - 1].encode()[:column].decode())
+
+
+def node_span(code: str, node: ast.expr) -> tuple[int, int]:
+    """Where ``node``'s source starts and ends in ``code`` (indices)."""
+    end_row, end_column = node.end_lineno or node.lineno, node.end_col_offset or 0
+    return ast_offset(code, node.lineno, node.col_offset), ast_offset(code, end_row, end_column)
 
 
 def source_of(code: str, node: ast.expr) -> str:
     """The source text of ``node`` (``ast.get_source_segment``, which splits the whole text into
     lines on every call: a twentieth of a large build, for a few hundred calls)."""
-    lines = _lines(code)
-    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-    start, end = node.col_offset, node.end_col_offset or 0
-    if first == last:  # offsets count UTF-8 bytes, as ast's do
-        return lines[first].encode()[start:end].decode()
-    head, tail = lines[first].encode()[start:].decode(), lines[last].encode()[:end].decode()
-    return "".join([head, *lines[first + 1 : last], tail])
+    start, end = node_span(code, node)
+    return code[start:end]
+
+
+Edit = tuple[int, int, str]  # start and end index in the code, and the text put there
+
+
+def spliced(code: str, edits: Iterable[Edit]) -> str:
+    """``code`` with each edit made: the text between its indices (as ``offset``, ``ast_offset``
+    and ``node_span`` give them) replaced, or inserted where they are equal. Edits do not
+    overlap; those at one place are made in the order of their texts."""
+    pieces, last = [], 0
+    for start, end, text in sorted(edits):
+        pieces += [code[last:start], text]
+        last = end
+    return "".join(pieces) + code[last:]
 
 
 # Where a line ends for the parser: \r\n, \r or \n (not str.splitlines's other breaks).
@@ -83,10 +104,16 @@ def _lines(code: str) -> list[str]:
     return _LINE_END.split(code)
 
 
+@lru_cache(maxsize=2)
+def _starts(code: str) -> list[int]:
+    """Where each of ``_lines(code)`` starts in ``code``."""
+    return list(itertools.accumulate((len(line) for line in _lines(code)), initial=0))
+
+
 def forget() -> None:
-    """Drop every shared tree, node list and line list (the build's last modules' are not kept
-    alive: ``build --watch`` stays)."""
-    for cache in (parsed, _nodes_by_type, _lines):
+    """Drop every shared tree, node list, line list and line start (the build's last modules'
+    are not kept alive: ``build --watch`` stays)."""
+    for cache in (parsed, _nodes_by_type, _lines, _starts):
         cache.cache_clear()
 
 
