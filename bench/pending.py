@@ -332,11 +332,8 @@ def worker(config: dict[str, Any]) -> None:
     kind, url, count = config["kind"], config["url"], int(config["count"])
     store = None if kind == "bare" else open_store(url)
     Path(config["ready"], str(os.getpid())).touch()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(config["go"]):
-        if time.monotonic() > deadline:
-            raise SystemExit("never started")
-        time.sleep(0.001)
+    if not _appears(Path(config["go"]), 120):
+        raise SystemExit("never started")
     start = time.time()
     if kind == "bare":
         (bare_sqlite if url.startswith("sqlite:///") else bare_postgres)(url, count)
@@ -347,11 +344,30 @@ def worker(config: dict[str, Any]) -> None:
     print(json.dumps({"start": start, "end": end}), flush=True)
     # Done: the machine's CPU is read now, before closing and exiting (which are not cycles).
     Path(config["done"], str(os.getpid())).touch()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(config["quit"]) and time.monotonic() < deadline:
-        time.sleep(0.001)
+    _appears(Path(config["quit"]), 120)
     if store is not None:
         store.close()
+
+
+def _appears(path: Path, limit_s: float) -> bool:
+    """Whether ``path`` exists within ``limit_s`` (looked for every millisecond)."""
+    deadline = time.monotonic() + limit_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _all_report(folder: Path, procs: list[subprocess.Popen[str]], limit_s: float) -> bool:
+    """Whether every worker of ``procs`` put its file in ``folder`` within ``limit_s``, none
+    having exited first."""
+    deadline = time.monotonic() + limit_s
+    while len(list(folder.iterdir())) < len(procs):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def busy_cpu_s() -> float:
@@ -386,18 +402,12 @@ def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> 
             )
             for _ in range(processes)
         ]
-        deadline = time.monotonic() + 120
-        while len(list(ready.iterdir())) < processes:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise SystemExit("a benchmark worker did not start")
-            time.sleep(0.01)
+        if not _all_report(ready, procs, 120):
+            raise SystemExit("a benchmark worker did not start")
         busy = busy_cpu_s()
         go.touch()
-        deadline = time.monotonic() + 600
-        while len(list(done.iterdir())) < processes:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise SystemExit("a benchmark worker failed or never finished")
-            time.sleep(0.001)
+        if not _all_report(done, procs, 600):
+            raise SystemExit("a benchmark worker failed or never finished")
         busy = busy_cpu_s() - busy
         quit_file.touch()
         spans = []
