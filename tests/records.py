@@ -83,10 +83,15 @@ def suspended(store: Store, **fields: Any) -> tuple[CallRecord, ActionRecord]:
     """A call that began and then suspended on an action (known: it was recorded)."""
     expires_at = fields.pop("expires_at", None)
     call = begun(store, **fields)
+    return call, suspend_on(store, call, expires_at=expires_at)
+
+
+def suspend_on(store: Store, call: CallRecord, *, expires_at: float | None = None) -> ActionRecord:
+    """``call`` (recorded, running) suspended on a new action."""
     action = an_action(call, expires_at=expires_at)
     call.state = "suspended"
     store.suspend(call, action, ev(call, "suspended"), known=True)
-    return call, action
+    return action
 
 
 def resumable(store: Store, **fields: Any) -> CallRecord:

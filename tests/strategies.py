@@ -9,6 +9,7 @@ and anyOf, local ``$ref``s and recursion); for anything else it falls back to ar
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -318,8 +319,6 @@ def _draw_valid(
 ) -> None:
     """Draw ``budget`` values (rounded up to whole test cases) into ``distinct`` (by their JSON
     text) until it holds ``count``; the valid values seen again go to ``repeats``."""
-    import json
-
     from hypothesis import HealthCheck, Phase, given, settings
 
     @settings(

@@ -14,18 +14,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from records import a_call, an_action, begun, ev
+from records import a_call, an_action, begun, ev, suspend_on
 
 from blade_runtime.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
 from blade_runtime.store import ActionRecord, CallRecord, Resolution, clock, now
-
-
-def suspend_on_action(store: SQLiteStore, call: CallRecord) -> ActionRecord:
-    """``call`` (running) suspended on a new action."""
-    action = an_action(call)
-    call.state = "suspended"
-    store.suspend(call, action, ev(call, "suspended"), known=True)
-    return action
 
 
 def resumed(store: SQLiteStore, call: CallRecord, action: ActionRecord, owner: str) -> None:
@@ -91,7 +83,7 @@ def test_an_owner_whose_row_a_sweep_dropped_grants_again(tmp_path: Path) -> None
 def test_a_resumed_call_is_found_through_the_runtime_that_resumed_it(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
     call = begun(store, owner="w1")
-    resumed(store, call, suspend_on_action(store, call), owner="w2")
+    resumed(store, call, suspend_on(store, call), owner="w2")
     others_work(store)
     assert store.claim("me", 30.0, dead={"w1"}) == []  # no longer w1's
     [taken] = store.claim("me", 30.0, dead={"w2"})
@@ -101,9 +93,9 @@ def test_a_resumed_call_is_found_through_the_runtime_that_resumed_it(tmp_path: P
 def test_a_call_lists_its_actions(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
     call = begun(store, owner="w1")
-    first = suspend_on_action(store, call)
+    first = suspend_on(store, call)
     resumed(store, call, first, owner="w1")
-    second = suspend_on_action(store, call)
+    second = suspend_on(store, call)
     client = a_call(owner="w1", state="pending")  # a client tool's call: recorded with it
     third = an_action(client)
     store.suspend(client, third, ev(client, "pending"))
