@@ -691,6 +691,111 @@ def test_postgres_a_rolled_back_event_is_never_numbered_nor_notified(postgres_ur
         store.close()
 
 
+def test_postgres_a_reader_waits_for_an_event_numbered_but_not_committed(postgres_url: str) -> None:
+    """Writers do not wait for each other, so a later number can commit first; a reader then
+    waits for the earlier one instead of returning the later alone (and skipping the earlier
+    for good: a subscriber resumes after the last number it saw)."""
+    import psycopg
+
+    store = open_store(postgres_url)
+    try:
+        call = begun(store)
+        with psycopg.connect(postgres_url) as open_transaction:  # not autocommit
+            early = open_transaction.execute(
+                "SELECT blade_event('run-1', %s, 'early', '{}', 'now')", (call.call_id,)
+            ).fetchone()
+            writer = threading.Thread(
+                target=lambda: store.settle(
+                    call.call_id, {"ok": True}, ev(call, "settled"), owner=call.owner
+                )
+            )
+            writer.start()
+            writer.join(2)
+            write_waited = writer.is_alive()
+            read: list[list[str]] = []
+            reader = threading.Thread(target=lambda: read.append(kinds(store)))
+            reader.start()
+            reader.join(0.5)
+            reader_waited = reader.is_alive() and read == []
+            open_transaction.commit()
+        writer.join(5)
+        reader.join(5)
+        assert not write_waited and reader_waited  # the write did not wait; the read did
+        assert read == [["started", "early", "settled"]]
+        assert early is not None and [e.seq for e in store.events("run-1")][1] == early[0]
+        assert store.head() == store.events("run-1")[-1].seq
+    finally:
+        store.close()
+
+
+def test_postgres_notifies_only_while_a_store_listens(postgres_url: str) -> None:
+    """A NOTIFY serializes the commits that send one, so none is sent while no store listens;
+    a listening store is a row that its session's lock keeps, and a row whose session is gone
+    (killed, not closed) is dropped when the next store begins to listen."""
+    import psycopg
+
+    def notified(action: Callable[[], object]) -> int:
+        with psycopg.connect(postgres_url, autocommit=True) as raw:
+            raw.execute("LISTEN blade_events")
+            action()
+            return len(list(raw.notifies(timeout=0.3)))
+
+    writer = open_store(postgres_url)
+    try:
+        assert notified(lambda: begun(writer)) == 0
+        listener = open_store(postgres_url)
+        listener.head()  # a store listens from its first read of events on
+        assert notified(lambda: begun(writer)) == 1
+        listener.close()
+        assert notified(lambda: begun(writer)) == 0
+        listener = open_store(postgres_url)
+        listener.head()
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
+                "pg_backend_pid() AND query LIKE 'LISTEN%%' AND datname = current_database()"
+            )
+            listener._stop.set()  # type: ignore[attr-defined]  # it must not listen again
+            time.sleep(0.3)
+            keys = admin.execute("SELECT key FROM blade_listeners").fetchall()
+            assert len(keys) == 1  # the killed session said nothing: its row stayed
+            again = open_store(postgres_url)
+            again.head()
+            assert admin.execute("SELECT key FROM blade_listeners").fetchall() != keys
+            assert len(admin.execute("SELECT key FROM blade_listeners").fetchall()) == 1
+            again.close()
+        listener.close()
+        assert notified(lambda: begun(writer)) == 0
+    finally:
+        writer.close()
+
+
+def test_postgres_a_database_of_the_first_release_is_migrated_with_its_events(
+    postgres_url: str,
+) -> None:
+    import psycopg
+
+    from blade_runtime.postgres import MIGRATIONS, SCHEMA_VERSION
+
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        with db.transaction():
+            db.execute("CREATE TABLE blade_schema_version (version integer NOT NULL)")
+            for statement in MIGRATIONS[0]:
+                db.execute(statement)
+            db.execute("INSERT INTO blade_schema_version (version) VALUES (1)")
+        db.execute("SELECT blade_event('run-1', 'c-old', 'started', '{}', 'then')")
+    store = open_store(postgres_url)
+    try:
+        call = begun(store)
+        assert kinds(store) == ["started", "started"]
+        assert [e.call_id for e in store.events("run-1")] == ["c-old", call.call_id]
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            version = db.execute("SELECT version FROM blade_schema_version").fetchall()
+            assert version == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 2
+    finally:
+        store.close()
+
+
 def test_postgres_survives_its_connections_being_cut(postgres_url: str) -> None:
     """The server ends every session of the store (a restart, a failover): the operation that
     meets a dead connection fails as StoreUnavailable (one line, password masked), the next
@@ -746,6 +851,8 @@ def test_postgres_survives_its_connections_being_cut(postgres_url: str) -> None:
 def test_postgres_processes_opening_a_new_database_migrate_it_once(postgres_url: str) -> None:
     import psycopg
 
+    from blade_runtime.postgres import SCHEMA_VERSION
+
     opened: list[Store] = []
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)
@@ -766,7 +873,9 @@ def test_postgres_processes_opening_a_new_database_migrate_it_once(postgres_url:
         store.close()
     assert errors == [] and len(opened) == 4
     with psycopg.connect(postgres_url) as db:
-        assert db.execute("SELECT version FROM blade_schema_version").fetchall() == [(1,)]
+        assert db.execute("SELECT version FROM blade_schema_version").fetchall() == [
+            (SCHEMA_VERSION,)
+        ]
 
 
 def test_postgres_a_role_without_create_uses_a_migrated_database(postgres_url: str) -> None:

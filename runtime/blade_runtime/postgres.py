@@ -13,11 +13,15 @@ change, what follows from it and its event commit together or not at all.
 - **Events in commit order.** An identity column numbers events when they are inserted, which
   is not the order in which their transactions commit: a reader that saw 6 could later find 5.
   So the event is appended last in its statement, by ``blade_event()``, which first takes a
-  transaction advisory lock on one constant key: from that point to its commit a transaction
-  holds the only right to number events, so numbers are handed out in commit order (the lock is
-  released after the commit is visible). What it serializes is the tail of a transaction (the
-  insert and the commit), not the work before it. The same function sends ``NOTIFY``, which
-  PostgreSQL delivers on commit only, so a rolled-back transaction's event is never seen.
+  transaction advisory lock on one constant key, SHARED, and holds it to the commit; readers
+  (``blade_events_after()``, ``blade_events_head()``) take it exclusively, which waits out every
+  event numbered but not committed, and read after it. So a reader sees every event up to the
+  largest number it sees, and writers never wait for each other: holding the lock exclusively in
+  each writer instead serialized every commit's flush (4 workers did less than 2 did).
+- **Notifications.** ``blade_event()`` sends ``NOTIFY``, which PostgreSQL delivers on commit only
+  (a rolled-back transaction's event is never seen), and only while a store listens: a listening
+  store is a row of ``blade_listeners``, held by a session lock, and a NOTIFY serializes the
+  commits of all notifying transactions. A store listens from its first read of events on.
 - **Liveness across hosts.** ``attach(owner)`` holds a session advisory lock keyed by a hash of
   the owner on a connection of its own and records the owner; ``alive(owner)`` tries that lock
   from another session: free means the owner's session ended (its process died, on any host,
@@ -44,6 +48,7 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import secrets
 import threading
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
@@ -83,6 +88,7 @@ from blade_runtime.urls import masked
 _LOCK_CLASS = 0x626C6164  # "blad": the (int, int) advisory key space of this store
 _EVENTS_LOCK = 1
 _MIGRATION_LOCK = 2
+_LISTENER_CLASS = _LOCK_CLASS + 1  # (class, key): the session lock of a listening store
 CHANNEL = "blade_events"
 
 MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
@@ -162,8 +168,7 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
             attached_at text NOT NULL
         )
         """,
-        # The one way events are appended: last in its statement, under the events lock (held
-        # to the commit, so numbers follow commit order), with a NOTIFY delivered on commit.
+        # The one way events are appended (migration 2 replaces it).
         f"""
         CREATE FUNCTION blade_event(
             p_run_id text, p_call_id text, p_kind text, p_payload text, p_at text
@@ -177,6 +182,55 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
                 RETURNING seq INTO numbered;
             PERFORM pg_notify('{CHANNEL}', numbered::text);
             RETURN numbered;
+        END
+        $$
+        """,
+    ),
+    (  # 2: writers no longer wait for each other's commits; NOTIFY only while someone listens
+        # The stores that LISTEN, each by the session lock it holds (a free lock: it is gone).
+        "CREATE TABLE blade_listeners (key integer PRIMARY KEY, since text NOT NULL)",
+        # Appending an event takes the events lock SHARED before its number is drawn and holds
+        # it to the commit: writers never wait for each other, and a reader that takes it
+        # exclusively waits out every event numbered but not yet committed.
+        f"""
+        CREATE OR REPLACE FUNCTION blade_event(
+            p_run_id text, p_call_id text, p_kind text, p_payload text, p_at text
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            numbered bigint;
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared({_LOCK_CLASS}, {_EVENTS_LOCK});
+            INSERT INTO blade_events (run_id, call_id, kind, payload, at)
+                VALUES (p_run_id, p_call_id, p_kind, p_payload, p_at)
+                RETURNING seq INTO numbered;
+            IF EXISTS (SELECT 1 FROM blade_listeners) THEN
+                PERFORM pg_notify('{CHANNEL}', numbered::text);
+            END IF;
+            RETURN numbered;
+        END
+        $$
+        """,
+        # Reads under the events lock, held exclusively: no event is between its number and its
+        # commit, so what the query sees (its snapshot is taken after the lock) is every event
+        # that will ever have a number up to the largest it sees. The lock ends with the
+        # statement.
+        f"""
+        CREATE FUNCTION blade_events_after(p_run_id text, p_after bigint)
+        RETURNS TABLE (run_id text, call_id text, kind text, payload text, at text, seq bigint)
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_advisory_xact_lock({_LOCK_CLASS}, {_EVENTS_LOCK});
+            RETURN QUERY SELECT e.run_id, e.call_id, e.kind, e.payload, e.at, e.seq
+                FROM blade_events e WHERE e.run_id = p_run_id AND e.seq > p_after
+                ORDER BY e.seq;
+        END
+        $$
+        """,
+        f"""
+        CREATE FUNCTION blade_events_head() RETURNS bigint LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_advisory_xact_lock({_LOCK_CLASS}, {_EVENTS_LOCK});
+            RETURN (SELECT COALESCE(max(seq), 0) FROM blade_events);
         END
         $$
         """,
@@ -450,7 +504,8 @@ class PostgresStore:
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         expiry: LiteralString = " AND expires_at <= %(now)s" if resolution.only_if_expired else ""
         # The call's update is joined before blade_event() runs, so every row lock this
-        # statement takes is taken before the events lock (no lock-order deadlock with sweeps).
+        # statement takes is taken before the events lock: it never waits for a row while a
+        # reader waits for it (no deadlock with sweeps and readers).
         query: LiteralString = (
             "WITH a AS (UPDATE blade_actions SET state = %(state)s, resume = %(resume)s, "
             "resolved_at = %(resolved_at)s, reason = %(reason)s "
@@ -728,8 +783,7 @@ class PostgresStore:
         self._watch()  # before the read: a commit after it wakes changed()
         with self._db() as db:
             rows = db.execute(
-                "SELECT run_id, call_id, kind, payload, at, seq FROM blade_events "
-                "WHERE run_id = %s AND seq > %s ORDER BY seq",
+                "SELECT run_id, call_id, kind, payload, at, seq FROM blade_events_after(%s, %s)",
                 (run_id, after),
             ).fetchall()
         return [Event(r[0], r[1], r[2], _load(r[3]), r[4], int(r[5])) for r in rows]
@@ -737,8 +791,8 @@ class PostgresStore:
     def head(self) -> int:
         self._watch()
         with self._db() as db:
-            row = db.execute("SELECT max(seq) FROM blade_events").fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+            row = db.execute("SELECT blade_events_head()").fetchone()
+        return int(row[0]) if row else 0
 
     async def changed(self, timeout_s: float) -> None:
         """Return when another commit's NOTIFY arrived since this task last read ``events``,
@@ -799,16 +853,44 @@ class PostgresStore:
         while not self._stop.is_set():
             try:
                 with self._connect() as connection:
+                    key = self._register_listener(connection)
                     connection.execute(f"LISTEN {CHANNEL}")
                     self._listening.set()
                     self._wake()  # anything may have been committed while not listening
                     while not self._stop.is_set():
                         for _ in connection.notifies(timeout=0.1):
                             self._wake()
+                    connection.execute("DELETE FROM blade_listeners WHERE key = %s", (key,))
             except psycopg.Error:
                 self._listening.set()
                 self._wake()  # let the readers find the error (or the events) themselves
                 self._stop.wait(self.listen_retry_s)
+
+    @staticmethod
+    def _register_listener(connection: psycopg.Connection[TupleRow]) -> int:
+        """Record this LISTEN session in ``blade_listeners`` (writers send NOTIFY only while a
+        row is there), under a session lock of its own key, and drop the rows of listeners
+        whose lock is free (their session ended without saying so)."""
+        while True:
+            key = secrets.randbelow(2**31 - 1) + 1
+            row = connection.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (_LISTENER_CLASS, key)
+            ).fetchone()
+            if row and row[0]:
+                break
+        listed = connection.execute("SELECT key FROM blade_listeners WHERE key <> %s", (key,))
+        for (gone,) in listed.fetchall():
+            row = connection.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (_LISTENER_CLASS, gone)
+            ).fetchone()
+            if row and row[0]:
+                connection.execute("DELETE FROM blade_listeners WHERE key = %s", (gone,))
+                connection.execute("SELECT pg_advisory_unlock(%s, %s)", (_LISTENER_CLASS, gone))
+        connection.execute(
+            "INSERT INTO blade_listeners (key, since) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (key, now()),
+        )
+        return key
 
     def _wake(self) -> None:
         with self._waiters_lock:
