@@ -297,6 +297,79 @@ def test_conversion_keeps_every_verdict(index: int) -> None:
     check()
 
 
+_ANY_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(["object", "string", "x", "#/$defs/a", "http://example.com/s", ""]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+)
+
+
+def _schema_like(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Schemas whose keywords mostly hold values of their kind (so that about half are valid),
+    and sometimes any JSON value, a misspelt keyword or one of an older draft."""
+    names = st.lists(st.sampled_from(["a", "b", "c"]), max_size=3)
+    kinds: dict[str, st.SearchStrategy[Any]] = {
+        "type": st.sampled_from(["object", "string", "integer", "array", "null"])
+        | st.lists(st.sampled_from(["string", "null"]), max_size=2),
+        "properties": st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+        "items": inner,
+        "prefixItems": st.lists(inner, max_size=2),
+        "required": names,
+        "enum": st.lists(_ANY_JSON, max_size=3),
+        "const": _ANY_JSON,
+        "minimum": st.integers() | st.floats(allow_nan=False, allow_infinity=False),
+        "exclusiveMinimum": st.integers() | st.booleans(),
+        "maxLength": st.integers(min_value=-1, max_value=10),
+        "pattern": st.sampled_from(["^a", "[0-9]+", "(?<=x)y"]),
+        "format": st.sampled_from(["date", "email", "nonsense"]),
+        "$defs": st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=2),
+        "definitions": st.dictionaries(st.sampled_from(["a"]), inner, max_size=1),
+        "$ref": st.sampled_from(["#/$defs/a", "#", "other.json"]),
+        "$dynamicRef": st.sampled_from(["#meta", "#"]),
+        "$schema": st.sampled_from(["https://json-schema.org/draft/2020-12/schema"]),
+        "$id": st.sampled_from(["http://example.com/s", "s.json"]),
+        "anyOf": st.lists(inner, max_size=2),
+        "oneOf": st.lists(inner, min_size=1, max_size=2),
+        "not": inner,
+        "if": inner,
+        "then": inner,
+        "dependentRequired": st.dictionaries(st.sampled_from(["a"]), names, max_size=1),
+        "additionalProperties": inner,
+        "unevaluatedProperties": inner,
+        "contains": inner,
+        "minContains": st.integers(min_value=-1, max_value=3),
+        "title": st.text(max_size=3),
+        "additionalItems": inner,
+        "dependencies": st.dictionaries(st.sampled_from(["a"]), names | inner, max_size=1),
+    }
+    entry = st.sampled_from(sorted(kinds)).flatmap(lambda key: st.tuples(st.just(key), kinds[key]))
+    odd = st.tuples(st.sampled_from(sorted(kinds)) | st.text(max_size=3), _ANY_JSON)
+    return st.lists(entry | odd, max_size=4).map(dict)
+
+
+SCHEMA_LIKE = st.recursive(st.booleans() | st.just({}), _schema_like, max_leaves=10)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(document=SCHEMA_LIKE)
+def test_the_fast_meta_schema_check_never_passes_what_the_full_one_refuses(document: Any) -> None:
+    """The importer asks jsonschema-rs first, and python-jsonschema only for a schema that
+    jsonschema-rs refuses: so a schema jsonschema-rs passes must pass the full check."""
+    import jsonschema_rs
+
+    full = jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA)
+    try:
+        fast = jsonschema_rs.meta.is_valid(document)
+    except (jsonschema_rs.ReferencingError, ValueError):
+        return  # then the importer runs the full check
+    if fast:
+        assert list(full.iter_errors(document)) == [], document
+
+
 def test_the_corpus_drafts_import(tmp_path: Path) -> None:
     """The 37 draft-07 tools of the MCP corpus import (and the acceptance fixtures build them)."""
     drafts = [

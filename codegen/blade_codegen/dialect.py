@@ -115,7 +115,19 @@ def convert(schema: Any) -> Converted:
 
 def _invalid_2020_12(document: Any) -> list[Refusal]:
     """Where the converted schema is still not a valid 2020-12 schema (the spec would not
-    build), one refusal per place."""
+    build), one refusal per place.
+
+    jsonschema-rs says whether it is valid (0.02 s for the 150 SchemaStore schemas, where
+    python-jsonschema takes 8.7 s); only when it says no does python-jsonschema list the places,
+    in its words, so that a stricter verdict of the first (it refuses NaN bounds) refuses nothing
+    the second accepts."""
+    import jsonschema_rs
+
+    try:
+        if jsonschema_rs.meta.is_valid(document):
+            return []
+    except (jsonschema_rs.ReferencingError, ValueError):
+        pass  # a declaration it cannot follow, or a value it cannot hold: the full check decides
     import jsonschema  # type: ignore[import-untyped]
 
     validator = jsonschema.Draft202012Validator(jsonschema.Draft202012Validator.META_SCHEMA)
