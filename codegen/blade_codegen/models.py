@@ -650,6 +650,8 @@ def keep_integers(code: str) -> str:
     treats an int as a float). Only ``float`` *names* are rewritten, found with the tokenizer, so
     a description that mentions floats is left alone.
     """
+    if not any(name in code for name in _RENAMED):
+        return code  # no number, no e-mail type: no need to tokenize
     # A float in a union that already holds int stays as it is: int | float keeps ints already.
     tree = parsed(code)
     imports = {

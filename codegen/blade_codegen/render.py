@@ -279,6 +279,8 @@ def _local_names(tool: ToolPlan, slot: Slot) -> list[str]:
 def escape_controls(code: str) -> str:
     """Write control characters inside (non-raw) string literals as escapes: the values stay the
     same, and linters do not flag invisible characters that spec text carried into docstrings."""
+    if code.replace("\n", "").replace("\t", "").isprintable():
+        return code  # nothing to escape anywhere (most modules): no need to tokenize
     escaped = []
     for token in tokens_of(code):
         text = token.string
