@@ -692,14 +692,24 @@ def test_postgres_a_rolled_back_event_is_never_numbered_nor_notified(postgres_ur
 
 
 def test_postgres_a_reader_waits_for_an_event_numbered_but_not_committed(postgres_url: str) -> None:
-    """Writers do not wait for each other, so a later number can commit first; a reader then
-    waits for the earlier one instead of returning the later alone (and skipping the earlier
-    for good: a subscriber resumes after the last number it saw)."""
+    """Writers do not wait for each other, so a later number can commit first; a reader of the
+    run then waits for the earlier one instead of returning the later alone (and skipping the
+    earlier for good: a subscriber resumes after the last number it saw), and so does the start
+    of a new subscription to the run. Readers of another run, and a reader with nothing new to
+    read, do not wait."""
     import psycopg
+
+    def waits(read: Callable[[], object]) -> bool:
+        done = threading.Thread(target=read)
+        done.start()
+        done.join(0.5)
+        return done.is_alive()
 
     store = open_store(postgres_url)
     try:
         call = begun(store)
+        other = begun(store, run_id="run-2")
+        seen = store.events("run-1")[-1].seq
         with psycopg.connect(postgres_url) as open_transaction:  # not autocommit
             early = open_transaction.execute(
                 "SELECT blade_event('run-1', %s, 'early', '{}', 'now')", (call.call_id,)
@@ -712,18 +722,28 @@ def test_postgres_a_reader_waits_for_an_event_numbered_but_not_committed(postgre
             writer.start()
             writer.join(2)
             write_waited = writer.is_alive()
+            assert not waits(lambda: store.events("run-2"))  # another run's reader
+            assert not waits(lambda: store.head("run-2"))
+            assert not waits(lambda: store.events("run-1", store.head()))  # nothing new
             read: list[list[str]] = []
             reader = threading.Thread(target=lambda: read.append(kinds(store)))
             reader.start()
             reader.join(0.5)
             reader_waited = reader.is_alive() and read == []
+            heads: list[int] = []
+            head = threading.Thread(target=lambda: heads.append(store.head("run-1")))
+            head.start()
+            head.join(0.5)
+            head_waited = head.is_alive() and heads == []
             open_transaction.commit()
         writer.join(5)
         reader.join(5)
-        assert not write_waited and reader_waited  # the write did not wait; the read did
+        head.join(5)
+        assert not write_waited and reader_waited and head_waited  # the write did not wait
         assert read == [["started", "early", "settled"]]
         assert early is not None and [e.seq for e in store.events("run-1")][1] == early[0]
-        assert store.head() == store.events("run-1")[-1].seq
+        assert heads == [store.head()] and store.events("run-1", seen)[0].seq == early[0]
+        assert [e.call_id for e in store.events("run-2")] == [other.call_id]
     finally:
         store.close()
 

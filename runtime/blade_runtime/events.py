@@ -39,7 +39,7 @@ class Subscription:
         self._pump: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         if hub.store.durable:
-            self.after = hub.store.head() if after is None else after
+            self.after = hub.store.head(run_id) if after is None else after
 
     @property
     def last_seq(self) -> int:

@@ -255,7 +255,7 @@ class MemoryStore:
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         return []  # not kept: live subscribers are the only consumers
 
-    def head(self) -> int:
+    def head(self, run_id: str | None = None) -> int:
         return 0
 
     async def changed(self, timeout_s: float) -> None:

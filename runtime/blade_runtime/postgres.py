@@ -12,12 +12,14 @@ change, what follows from it and its event commit together or not at all.
   call is claimed twice.
 - **Events in commit order.** An identity column numbers events when they are inserted, which
   is not the order in which their transactions commit: a reader that saw 6 could later find 5.
-  So the event is appended last in its statement, by ``blade_event()``, which first takes a
-  transaction advisory lock on one constant key, SHARED, and holds it to the commit; readers
-  (``blade_events_after()``, ``blade_events_head()``) take it exclusively, which waits out every
-  event numbered but not committed, and read after it. So a reader sees every event up to the
-  largest number it sees, and writers never wait for each other: holding the lock exclusively in
-  each writer instead serialized every commit's flush (4 workers did less than 2 did).
+  So the event is appended last in its statement, by ``blade_event()``, which first takes its
+  run's transaction advisory lock SHARED and holds it to the commit; a reader of the run takes it
+  exclusively (``blade_events_after()``; ``blade_events_head()`` for where a subscription
+  starts), which waits out every event of the run numbered but not committed, and reads after
+  it. So a reader sees every event of its run up to the largest number it sees, writers never
+  wait for each other, and a read waits only for its own run's writers, and only when there is
+  something new to read. One lock held exclusively by every writer instead serialized every
+  commit's flush (4 workers did less than 2 did).
 - **Notifications.** ``blade_event()`` sends ``NOTIFY``, which PostgreSQL delivers on commit only
   (a rolled-back transaction's event is never seen), and only while a store listens: a listening
   store is a row of ``blade_listeners``, held by a session lock, and a NOTIFY serializes the
@@ -86,9 +88,10 @@ from blade_runtime.store import load_json as _load
 from blade_runtime.urls import masked
 
 _LOCK_CLASS = 0x626C6164  # "blad": the (int, int) advisory key space of this store
-_EVENTS_LOCK = 1
+_EVENTS_LOCK = 1  # migration 1's; a run's events lock since migration 2
 _MIGRATION_LOCK = 2
 _LISTENER_CLASS = _LOCK_CLASS + 1  # (class, key): the session lock of a listening store
+_RUN_CLASS = _LOCK_CLASS + 2  # (class, hashtext(run_id)): a run's events lock
 CHANNEL = "blade_events"
 
 MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
@@ -189,9 +192,9 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
     (  # 2: writers no longer wait for each other's commits; NOTIFY only while someone listens
         # The stores that LISTEN, each by the session lock it holds (a free lock: it is gone).
         "CREATE TABLE blade_listeners (key integer PRIMARY KEY, since text NOT NULL)",
-        # Appending an event takes the events lock SHARED before its number is drawn and holds
+        # Appending an event takes its run's lock SHARED before its number is drawn, and holds
         # it to the commit: writers never wait for each other, and a reader that takes it
-        # exclusively waits out every event numbered but not yet committed.
+        # exclusively waits out every event of the run numbered but not committed.
         f"""
         CREATE OR REPLACE FUNCTION blade_event(
             p_run_id text, p_call_id text, p_kind text, p_payload text, p_at text
@@ -199,7 +202,7 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         DECLARE
             numbered bigint;
         BEGIN
-            PERFORM pg_advisory_xact_lock_shared({_LOCK_CLASS}, {_EVENTS_LOCK});
+            PERFORM pg_advisory_xact_lock_shared({_RUN_CLASS}, hashtext(p_run_id));
             INSERT INTO blade_events (run_id, call_id, kind, payload, at)
                 VALUES (p_run_id, p_call_id, p_kind, p_payload, p_at)
                 RETURNING seq INTO numbered;
@@ -210,26 +213,37 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         END
         $$
         """,
-        # Reads under the events lock, held exclusively: no event is between its number and its
-        # commit, so what the query sees (its snapshot is taken after the lock) is every event
-        # that will ever have a number up to the largest it sees. The lock ends with the
+        # A run's events read under its run's lock, held exclusively: none of them is between
+        # its number and its commit, so what the query sees (its snapshot is taken after the
+        # lock) is every event of the run that will ever have a number up to the largest it
+        # sees. Nothing new seen before the lock, nothing is locked: a subscriber woken by
+        # another run's event does not stop that run's writers. The lock ends with the
         # statement.
         f"""
         CREATE FUNCTION blade_events_after(p_run_id text, p_after bigint)
         RETURNS TABLE (run_id text, call_id text, kind text, payload text, at text, seq bigint)
         LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM pg_advisory_xact_lock({_LOCK_CLASS}, {_EVENTS_LOCK});
+            IF NOT EXISTS (
+                SELECT 1 FROM blade_events e WHERE e.run_id = p_run_id AND e.seq > p_after
+            ) THEN
+                RETURN;
+            END IF;
+            PERFORM pg_advisory_xact_lock({_RUN_CLASS}, hashtext(p_run_id));
             RETURN QUERY SELECT e.run_id, e.call_id, e.kind, e.payload, e.at, e.seq
                 FROM blade_events e WHERE e.run_id = p_run_id AND e.seq > p_after
                 ORDER BY e.seq;
         END
         $$
         """,
+        # Where a new subscription to a run starts: the last number, read under the run's lock
+        # (the run's events that commit later are numbered after it).
         f"""
-        CREATE FUNCTION blade_events_head() RETURNS bigint LANGUAGE plpgsql AS $$
+        CREATE FUNCTION blade_events_head(p_run_id text) RETURNS bigint LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM pg_advisory_xact_lock({_LOCK_CLASS}, {_EVENTS_LOCK});
+            IF p_run_id IS NOT NULL THEN
+                PERFORM pg_advisory_xact_lock({_RUN_CLASS}, hashtext(p_run_id));
+            END IF;
             RETURN (SELECT COALESCE(max(seq), 0) FROM blade_events);
         END
         $$
@@ -788,10 +802,10 @@ class PostgresStore:
             ).fetchall()
         return [Event(r[0], r[1], r[2], _load(r[3]), r[4], int(r[5])) for r in rows]
 
-    def head(self) -> int:
+    def head(self, run_id: str | None = None) -> int:
         self._watch()
         with self._db() as db:
-            row = db.execute("SELECT blade_events_head()").fetchone()
+            row = db.execute("SELECT blade_events_head(%s)", (run_id,)).fetchone()
         return int(row[0]) if row else 0
 
     async def changed(self, timeout_s: float) -> None:

@@ -771,7 +771,8 @@ class SQLiteStore:
         )
         return [Event(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
 
-    def head(self) -> int:
+    def head(self, run_id: str | None = None) -> int:
+        # One writer at a time, numbering in its transaction: numbers follow commit order.
         row = self._connection().execute("SELECT MAX(seq) FROM events").fetchone()
         return int(row[0] or 0)
 

@@ -309,8 +309,10 @@ class Store(Protocol):
         """The run's committed events after ``after``, in commit order."""
         ...
 
-    def head(self) -> int:
-        """The sequence number of the last committed event (0: none)."""
+    def head(self, run_id: str | None = None) -> int:
+        """The sequence number of the last committed event (0: none). With ``run_id``, where a
+        new subscription to that run starts: no event of the run committed later has a number
+        up to it (on PostgreSQL, the run's events being committed are waited out)."""
         ...
 
     async def changed(self, timeout_s: float) -> None:
