@@ -702,7 +702,7 @@ def test_postgres_a_reader_waits_for_an_event_numbered_but_not_committed(postgre
     def waits(read: Callable[[], object]) -> bool:
         done = threading.Thread(target=read)
         done.start()
-        done.join(0.5)
+        done.join(2)  # a read that does not wait returns in milliseconds, even on a busy host
         return done.is_alive()
 
     store = open_store(postgres_url)
@@ -754,6 +754,8 @@ def test_postgres_notifies_only_while_a_store_listens(postgres_url: str) -> None
     (killed, not closed) is dropped when the next store begins to listen."""
     import psycopg
 
+    from blade_runtime.postgres import _LISTENER_CLASS
+
     def notified(action: Callable[[], object]) -> int:
         with psycopg.connect(postgres_url, autocommit=True) as raw:
             raw.execute("LISTEN blade_events")
@@ -771,10 +773,13 @@ def test_postgres_notifies_only_while_a_store_listens(postgres_url: str) -> None
         listener = open_store(postgres_url)
         listener.head()
         with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
-                "pg_backend_pid() AND query LIKE 'LISTEN%%' AND datname = current_database()"
-            )
+            killed = admin.execute(  # the listening session: the one holding its listener lock
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks WHERE locktype = "
+                "'advisory' AND classid = %s AND objsubid = 2 AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                (_LISTENER_CLASS,),
+            ).fetchall()
+            assert killed == [(True,)]
             listener._stop.set()  # type: ignore[attr-defined]  # it must not listen again
             time.sleep(0.3)
             keys = admin.execute("SELECT key FROM blade_listeners").fetchall()
@@ -793,25 +798,87 @@ def test_postgres_notifies_only_while_a_store_listens(postgres_url: str) -> None
 def test_postgres_a_database_of_the_first_release_is_migrated_with_its_events(
     postgres_url: str,
 ) -> None:
+    """The owner migrates a first-release database: its events stay, and the workers' role,
+    granted rights on the first release's tables only, still appends and reads events and
+    listens (the new listeners table is granted to the roles that may append events)."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
     import psycopg
+    import psycopg.sql
 
     from blade_runtime.postgres import MIGRATIONS, SCHEMA_VERSION
 
+    role, password = uid("blade_app").replace("-", "_"), uid("pw")
+    where = urlsplit(postgres_url)
+    as_role = urlunsplit(
+        where._replace(netloc=f"{role}:{quote(password)}@{where.hostname}:{where.port}")
+    )
+    name = psycopg.sql.Identifier(role)
     with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(
+            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                name, psycopg.sql.Literal(password)
+            )
+        )
         with db.transaction():
             db.execute("CREATE TABLE blade_schema_version (version integer NOT NULL)")
             for statement in MIGRATIONS[0]:
                 db.execute(statement)
             db.execute("INSERT INTO blade_schema_version (version) VALUES (1)")
         db.execute("SELECT blade_event('run-1', 'c-old', 'started', '{}', 'then')")
+        for grant in (
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
+            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}",
+        ):
+            db.execute(psycopg.sql.SQL(grant).format(name))
+    try:
+        open_store(postgres_url).close()  # the owner migrates
+        store = open_store(as_role)
+        try:
+            call = begun(store)
+            assert kinds(store) == ["started", "started"]  # it listens from this read on
+            assert [e.call_id for e in store.events("run-1")] == ["c-old", call.call_id]
+            with psycopg.connect(postgres_url, autocommit=True) as db:
+                version = db.execute("SELECT version FROM blade_schema_version").fetchall()
+                assert version == [(SCHEMA_VERSION,)]
+                deadline = time.monotonic() + 5
+                while not db.execute("SELECT key FROM blade_listeners").fetchall():
+                    assert time.monotonic() < deadline, "the role's store never listened"
+                    time.sleep(0.05)
+        finally:
+            store.close()
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(name))
+            db.execute(psycopg.sql.SQL("DROP ROLE {}").format(name))
+
+
+def test_postgres_a_store_starting_to_listen_hears_a_writer_that_saw_no_listener(
+    postgres_url: str,
+) -> None:
+    """A writer looked for listeners before this store listed itself (so it sends no NOTIFY)
+    and commits after the store's first read: the store still wakes its waiters on that commit,
+    not a whole wait later."""
+    import psycopg
+
     store = open_store(postgres_url)
     try:
-        call = begun(store)
-        assert kinds(store) == ["started", "started"]
-        assert [e.call_id for e in store.events("run-1")] == ["c-old", call.call_id]
-        with psycopg.connect(postgres_url, autocommit=True) as db:
-            version = db.execute("SELECT version FROM blade_schema_version").fetchall()
-            assert version == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 2
+        with psycopg.connect(postgres_url) as open_transaction:  # not autocommit
+            open_transaction.execute("SELECT blade_event('run-1', 'c-1', 'late', '{}', 'now')")
+            store.head()  # the store starts listening now
+            committed = threading.Timer(0.3, open_transaction.commit)
+            committed.start()
+
+            async def heard() -> float:
+                started = time.monotonic()
+                while not store.events("run-1"):
+                    assert time.monotonic() - started < 10
+                    await store.changed(5.0)
+                return time.monotonic() - started
+
+            waited = asyncio.run(heard())
+            committed.join()
+        assert kinds(store) == ["late"] and waited < 2.5  # not the 5 s wait
     finally:
         store.close()
 

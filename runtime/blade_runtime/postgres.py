@@ -16,14 +16,19 @@ change, what follows from it and its event commit together or not at all.
   run's transaction advisory lock SHARED and holds it to the commit; a reader of the run takes it
   exclusively (``blade_events_after()``; ``blade_events_head()`` for where a subscription
   starts), which waits out every event of the run numbered but not committed, and reads after
-  it. So a reader sees every event of its run up to the largest number it sees, writers never
-  wait for each other, and a read waits only for its own run's writers, and only when there is
+  it. So a reader sees every event of its run up to the largest number it sees. Writers do not
+  wait for each other's commits (one of a run waits only behind a reader of that run that is
+  waiting for one), and a read waits only for its own run's writers, and only when there is
   something new to read. One lock held exclusively by every writer instead serialized every
-  commit's flush (4 workers did less than 2 did).
+  commit's flush (4 workers did less than 2 did). This holds while numbers are drawn in order
+  when drawn: the identity keeps PostgreSQL's default ``CACHE 1`` (a session caching numbers
+  could commit a lower one after a reader moved past it).
 - **Notifications.** ``blade_event()`` sends ``NOTIFY``, which PostgreSQL delivers on commit only
   (a rolled-back transaction's event is never seen), and only while a store listens: a listening
   store is a row of ``blade_listeners``, held by a session lock, and a NOTIFY serializes the
-  commits of all notifying transactions. A store listens from its first read of events on.
+  commits of all notifying transactions. A store listens from its first read of events on, until
+  it is closed; a row whose session died without a word keeps NOTIFY on (it costs time, not
+  correctness) until the next store that starts listening drops it.
 - **Liveness across hosts.** ``attach(owner)`` holds a session advisory lock keyed by a hash of
   the owner on a connection of its own and records the owner; ``alive(owner)`` tries that lock
   from another session: free means the owner's session ended (its process died, on any host,
@@ -50,8 +55,10 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import logging
 import secrets
 import threading
+import time
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, LiteralString
@@ -86,6 +93,8 @@ from blade_runtime.store import (
 from blade_runtime.store import dump_json as _dump
 from blade_runtime.store import load_json as _load
 from blade_runtime.urls import masked
+
+log = logging.getLogger("blade_runtime")
 
 _LOCK_CLASS = 0x626C6164  # "blad": the (int, int) advisory key space of this store
 _EVENTS_LOCK = 1  # migration 1's; a run's events lock since migration 2
@@ -192,6 +201,25 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
     (  # 2: writers no longer wait for each other's commits; NOTIFY only while someone listens
         # The stores that LISTEN, each by the session lock it holds (a free lock: it is gone).
         "CREATE TABLE blade_listeners (key integer PRIMARY KEY, since text NOT NULL)",
+        # Every event append reads it: a role that may append events (granted on the tables of
+        # the first release) may read it, and list itself as a listener.
+        """
+        DO $$
+        DECLARE
+            grantee_name text;
+        BEGIN
+            FOR grantee_name IN
+                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+                FROM pg_class c, aclexplode(c.relacl) a
+                WHERE c.oid = 'blade_events'::regclass AND a.privilege_type = 'INSERT'
+                    AND a.grantee <> c.relowner
+            LOOP
+                EXECUTE 'GRANT SELECT, INSERT, DELETE ON blade_listeners TO ' || grantee_name;
+            END LOOP;
+        END
+        $$
+        """,
         # Appending an event takes its run's lock SHARED before its number is drawn, and holds
         # it to the commit: writers never wait for each other, and a reader that takes it
         # exclusively waits out every event of the run numbered but not committed.
@@ -218,7 +246,7 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         # lock) is every event of the run that will ever have a number up to the largest it
         # sees. Nothing new seen before the lock, nothing is locked: a subscriber woken by
         # another run's event does not stop that run's writers. The lock ends with the
-        # statement.
+        # transaction (with the statement, on the store's autocommit connections).
         f"""
         CREATE FUNCTION blade_events_after(p_run_id text, p_after bigint)
         RETURNS TABLE (run_id text, call_id text, kind text, payload text, at text, seq bigint)
@@ -589,7 +617,11 @@ class PostgresStore:
             only += " AND name = ANY(%(names)s)"
         # ``picked`` locks its rows (skipping those another sweep holds, and re-checking the
         # WHERE on the committed row for those it had to wait for): the previous state and
-        # owner it returns are those the update replaces.
+        # owner it returns are those the update replaces. The events are appended after the
+        # sort, in the order of their runs' lock keys: two sweeps whose calls span the same runs
+        # take those locks in one order, so readers queued for them cannot close a cycle (which
+        # PostgreSQL would break only after deadlock_timeout). Each distinct run holds a lock
+        # to the commit: ``limit`` stays well within max_locks_per_transaction.
         query: LiteralString = (
             "WITH picked AS (SELECT call_id, state AS was, owner AS previous_owner "
             "FROM blade_calls WHERE state IN ('running', 'resumable') AND (state = 'resumable' "
@@ -600,7 +632,7 @@ class PostgresStore:
             f"RETURNING picked.was, picked.previous_owner, {_CALLS_PREFIXED}) "
             "SELECT u.*, blade_event(u.run_id, u.call_id, 'claimed', "
             "json_build_object('was', u.was, 'previous_owner', u.previous_owner)::text, "
-            "%(claimed_at)s) FROM u ORDER BY u.started_at"
+            "%(claimed_at)s) FROM u ORDER BY hashtext(u.run_id), u.started_at"
         )
         params = {
             "at": at,
@@ -614,7 +646,8 @@ class PostgresStore:
         }
         with self._db() as db:
             rows = db.execute(query, params).fetchall()
-        return [Claimed(_call(row[2:-1]), row[0], row[1]) for row in rows]
+        claimed = [Claimed(_call(row[2:-1]), row[0], row[1]) for row in rows]
+        return sorted(claimed, key=lambda c: c.call.started_at)  # oldest first, as picked
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
         with self._db() as db:
@@ -871,11 +904,16 @@ class PostgresStore:
                     connection.execute(f"LISTEN {CHANNEL}")
                     self._listening.set()
                     self._wake()  # anything may have been committed while not listening
+                    self._writers_in_flight_done(connection, self._connect_timeout)
+                    self._wake()  # and by a writer that saw no listener yet
                     while not self._stop.is_set():
                         for _ in connection.notifies(timeout=0.1):
                             self._wake()
                     connection.execute("DELETE FROM blade_listeners WHERE key = %s", (key,))
-            except psycopg.Error:
+            except psycopg.Error as error:
+                log.warning(
+                    "%s: listening for events failed: %s", self.url, _one_line(error, self._secret)
+                )
                 self._listening.set()
                 self._wake()  # let the readers find the error (or the events) themselves
                 self._stop.wait(self.listen_retry_s)
@@ -892,6 +930,10 @@ class PostgresStore:
             ).fetchone()
             if row and row[0]:
                 break
+        connection.execute(
+            "INSERT INTO blade_listeners (key, since) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (key, now()),
+        )  # first: while reconnecting, the old row of this store may be the only one
         listed = connection.execute("SELECT key FROM blade_listeners WHERE key <> %s", (key,))
         for (gone,) in listed.fetchall():
             row = connection.execute(
@@ -900,11 +942,23 @@ class PostgresStore:
             if row and row[0]:
                 connection.execute("DELETE FROM blade_listeners WHERE key = %s", (gone,))
                 connection.execute("SELECT pg_advisory_unlock(%s, %s)", (_LISTENER_CLASS, gone))
-        connection.execute(
-            "INSERT INTO blade_listeners (key, since) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-            (key, now()),
-        )
         return key
+
+    @staticmethod
+    def _writers_in_flight_done(connection: psycopg.Connection[TupleRow], limit_s: float) -> None:
+        """Return once the transactions in progress now have ended (or after ``limit_s``): a
+        writer that looked for listeners before this store's row was committed sent no NOTIFY,
+        and its commit may come after the readers' first look."""
+        rows = connection.execute("SELECT pg_snapshot_xip(pg_current_snapshot())").fetchall()
+        running = [row[0] for row in rows]
+        deadline = time.monotonic() + limit_s
+        while running and time.monotonic() < deadline:
+            time.sleep(0.005)
+            rows = connection.execute(
+                "SELECT x FROM unnest(%s::xid8[]) AS x WHERE pg_xact_status(x) = 'in progress'",
+                (running,),
+            ).fetchall()
+            running = [row[0] for row in rows]
 
     def _wake(self) -> None:
         with self._waiters_lock:

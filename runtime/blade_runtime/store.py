@@ -312,7 +312,8 @@ class Store(Protocol):
     def head(self, run_id: str | None = None) -> int:
         """The sequence number of the last committed event (0: none). With ``run_id``, where a
         new subscription to that run starts: no event of the run committed later has a number
-        up to it (on PostgreSQL, the run's events being committed are waited out)."""
+        up to it (on PostgreSQL, the run's events being committed are waited out; without a run
+        a later commit there may still have a lower number)."""
         ...
 
     async def changed(self, timeout_s: float) -> None:
