@@ -883,11 +883,18 @@ def test_postgres_a_store_starting_to_listen_hears_a_writer_that_saw_no_listener
         store.close()
 
 
-def test_postgres_survives_its_connections_being_cut(postgres_url: str) -> None:
+def test_postgres_survives_its_connections_being_cut(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """The server ends every session of the store (a restart, a failover): the operation that
     meets a dead connection fails as StoreUnavailable (one line, password masked), the next
-    one gets a new connection, and the LISTEN thread listens again."""
+    one gets a new connection, and the LISTEN thread listens again, saying so once (a warning
+    when listening fails, one when it is back), without the password."""
+    import logging
+
     import psycopg
+
+    caplog.set_level(logging.WARNING, logger="blade_runtime")
 
     store, writer = open_store(postgres_url), open_store(postgres_url)
     try:
@@ -930,6 +937,10 @@ def test_postgres_survives_its_connections_being_cut(postgres_url: str) -> None:
             return time.monotonic() - started
 
         assert asyncio.run(woken()) < 2.0
+        said = [r.getMessage() for r in caplog.records if "listening for events" in r.getMessage()]
+        assert len(said) == 2 and "failed (retrying every 1 s)" in said[0], said
+        assert said[1].endswith("listening for events again"), said
+        assert all(urlsplit_password(postgres_url) not in line for line in said)
     finally:
         store.close()
         writer.close()

@@ -897,11 +897,15 @@ class PostgresStore:
         self._listening.wait(timeout=self._connect_timeout)
 
     def _listen_loop(self) -> None:
+        failing = False  # said once per outage, not at every retry
         while not self._stop.is_set():
             try:
                 with self._connect() as connection:
                     key = self._register_listener(connection)
                     connection.execute(f"LISTEN {CHANNEL}")
+                    if failing:
+                        log.warning("%s: listening for events again", self.url)
+                        failing = False
                     self._listening.set()
                     self._wake()  # anything may have been committed while not listening
                     self._writers_in_flight_done(connection, self._connect_timeout)
@@ -911,9 +915,14 @@ class PostgresStore:
                             self._wake()
                     connection.execute("DELETE FROM blade_listeners WHERE key = %s", (key,))
             except psycopg.Error as error:
-                log.warning(
-                    "%s: listening for events failed: %s", self.url, _one_line(error, self._secret)
-                )
+                if not failing and not self._stop.is_set():
+                    log.warning(
+                        "%s: listening for events failed (retrying every %g s): %s",
+                        self.url,
+                        self.listen_retry_s,
+                        _one_line(error, self._secret),
+                    )
+                failing = True
                 self._listening.set()
                 self._wake()  # let the readers find the error (or the events) themselves
                 self._stop.wait(self.listen_retry_s)
