@@ -883,6 +883,41 @@ def test_postgres_a_store_starting_to_listen_hears_a_writer_that_saw_no_listener
         store.close()
 
 
+def test_postgres_a_long_transaction_elsewhere_does_not_delay_a_new_listener_s_wakeups(
+    postgres_url: str,
+) -> None:
+    """A store starting to listen waits out the transactions in flight (one may be a writer that
+    saw no listener); a long one that never appends (an operator's open session) makes that wait
+    last, but the notifications of other commits still wake the store's waiters at once."""
+    import psycopg
+
+    store, writer = open_store(postgres_url), open_store(postgres_url)
+    try:
+        with psycopg.connect(postgres_url) as long_running:  # not autocommit
+            long_running.execute("SELECT pg_current_xact_id()")  # in progress from now on
+            store.head()  # the store starts listening, and waits that transaction out
+
+            async def heard() -> float:
+                store.events("run-1")
+                await store.changed(0.01)  # the wake of the start of listening, if not seen
+                assert store.events("run-1") == []
+                committed = threading.Timer(0.3, lambda: begun(writer))
+                started = time.monotonic()
+                committed.start()
+                while not store.events("run-1"):
+                    assert time.monotonic() - started < 15
+                    await store.changed(5.0)
+                committed.join()
+                return time.monotonic() - started
+
+            waited = asyncio.run(heard())
+            long_running.rollback()
+        assert waited < 2.5  # not a whole 5 s wait
+    finally:
+        store.close()
+        writer.close()
+
+
 def test_postgres_survives_its_connections_being_cut(
     postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -953,16 +953,21 @@ class PostgresStore:
                 connection.execute("SELECT pg_advisory_unlock(%s, %s)", (_LISTENER_CLASS, gone))
         return key
 
-    @staticmethod
-    def _writers_in_flight_done(connection: psycopg.Connection[TupleRow], limit_s: float) -> None:
+    def _writers_in_flight_done(
+        self, connection: psycopg.Connection[TupleRow], limit_s: float
+    ) -> None:
         """Return once the transactions in progress now have ended (or after ``limit_s``): a
         writer that looked for listeners before this store's row was committed sent no NOTIFY,
-        and its commit may come after the readers' first look."""
+        and its commit may come after the readers' first look. Meanwhile the notifications that
+        do arrive wake the waiters at once (a long transaction elsewhere on the server only
+        makes this wait long, not them)."""
         rows = connection.execute("SELECT pg_snapshot_xip(pg_current_snapshot())").fetchall()
         running = [row[0] for row in rows]
-        deadline = time.monotonic() + limit_s
-        while running and time.monotonic() < deadline:
-            time.sleep(0.005)
+        deadline, pause = time.monotonic() + limit_s, 0.005
+        while running and time.monotonic() < deadline and not self._stop.is_set():
+            for _ in connection.notifies(timeout=pause):
+                self._wake()
+            pause = min(pause * 2, 0.1)
             rows = connection.execute(
                 "SELECT x FROM unnest(%s::xid8[]) AS x WHERE pg_xact_status(x) = 'in progress'",
                 (running,),
