@@ -221,8 +221,8 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         $$
         """,
         # Appending an event takes its run's lock SHARED before its number is drawn, and holds
-        # it to the commit: writers never wait for each other, and a reader that takes it
-        # exclusively waits out every event of the run numbered but not committed.
+        # it to the commit: writers do not wait for each other's commits, and a reader that
+        # takes it exclusively waits out every event of the run numbered but not committed.
         f"""
         CREATE OR REPLACE FUNCTION blade_event(
             p_run_id text, p_call_id text, p_kind text, p_payload text, p_at text
@@ -546,8 +546,8 @@ class PostgresStore:
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         expiry: LiteralString = " AND expires_at <= %(now)s" if resolution.only_if_expired else ""
         # The call's update is joined before blade_event() runs, so every row lock this
-        # statement takes is taken before the events lock: it never waits for a row while a
-        # reader waits for it (no deadlock with sweeps and readers).
+        # statement takes is taken before its run's events lock: it never waits for a row while
+        # a reader waits for that lock (no deadlock with sweeps and readers).
         query: LiteralString = (
             "WITH a AS (UPDATE blade_actions SET state = %(state)s, resume = %(resume)s, "
             "resolved_at = %(resolved_at)s, reason = %(reason)s "
