@@ -15,6 +15,8 @@ Measured in one run, per engine (SQLite; PostgreSQL on loopback), each beside it
     own work (the same cycle on a MemoryStore taken for durable) and the rest, each against the
     same 4 bare commits;
   - durable ToolData writes (each one committed with its event), against one bare commit each;
+  - on PostgreSQL, 4 workers' cycles while a store listens (every event then sends a NOTIFY,
+    which serializes the commits that send one: the cost of an HTTP service streaming events);
   - leases and heartbeats on a call that runs for one second: the default lease, a short lease
     (a renewal every 0.1 s) and leases effectively off (a lease no heartbeat ever renews),
     against the bare sleep.
@@ -449,11 +451,18 @@ def fresh_database(server: str) -> Iterator[str]:
 
 
 def measure_engine(
-    out: Path, module: Any, urls: Iterator[str], cycles: int, rounds: int
+    out: Path,
+    module: Any,
+    urls: Iterator[str],
+    cycles: int,
+    rounds: int,
+    *,
+    notifies: bool = False,
 ) -> dict[str, Any]:
     """Bare commits and cycles by 1, 2 and 4 processes (each the best of ``rounds``, bare and
     cycles alternating, so that a busy moment of the machine hits both alike), data writes and
-    the lease overhead."""
+    the lease overhead; with ``notifies``, also 4 workers' cycles while a store listens (so
+    that every event sends a NOTIFY, as when an HTTP service streams events)."""
     per = max(50, cycles // 4)  # cycles per worker process at every concurrency
     figures: dict[str, Any] = {"bare": {}, "bare_busy": {}, "cycles": {}, "busy": {}}
     for processes in WORKERS:
@@ -470,6 +479,16 @@ def measure_engine(
             cycle.append((span.wall_s / (per * processes), span.busy_s / (per * processes)))
         figures["bare"][processes], figures["bare_busy"][processes] = min(bare)
         figures["cycles"][processes], figures["busy"][processes] = min(cycle)
+    if notifies:
+        listened = []
+        for _ in range(rounds):
+            url = next(urls)
+            listener = open_store(url)
+            listener.head()  # it listens from its first read of events on
+            span = in_processes(out, "cycles", url, 4, per)
+            listener.close()
+            listened.append(span.wall_s / (per * 4))
+        figures["listened"] = min(listened)
     store = open_store(next(urls))
     figures["data"] = asyncio.run(data_writes_s(module, store, cycles))
     store.close()
@@ -495,6 +514,13 @@ def report(engine: str, figures: dict[str, Any]) -> None:
     scale = cycles[1] / cycles[4]
     target = " (target >= 2x)" if engine.startswith("PostgreSQL") else ""
     print(f"  4 workers / 1 worker cycle throughput: {scale:.2f}x{target}")
+    if "listened" in figures:
+        listened = figures["listened"]
+        print(
+            f"  4 workers while a store listens (every event sends NOTIFY): {1 / listened:.0f} "
+            f"cycles/s = {cycles[4] / listened:.2f}x of 4 workers' without, "
+            f"{cycles[1] / listened:.2f}x one worker's"
+        )
     # What the CPUs allow: one worker's cycle needs busy[1] CPU-seconds (the worker's, the
     # server's, the kernel's). If a cycle needs as much at any concurrency, no number of workers
     # passes CPUS / busy[1] cycles a second: an estimate (group commits may save a little, and
@@ -608,7 +634,9 @@ def main() -> None:
                         yield stack.enter_context(fresh_database(server))
 
                 where = "given server" if args.postgres else "private cluster, fsync on"
-                figures = measure_engine(out, module, databases(), args.cycles, args.rounds)
+                figures = measure_engine(
+                    out, module, databases(), args.cycles, args.rounds, notifies=True
+                )
                 report(f"PostgreSQL (loopback, {where})", figures)
 
 
