@@ -9,6 +9,7 @@ PostgreSQL is a real server (``tests/postgres.py``): a missing one fails these t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -700,8 +701,7 @@ def test_postgres_a_reader_waits_for_an_event_numbered_but_not_committed(postgre
     import psycopg
 
     def waits(read: Callable[[], object]) -> bool:
-        done = threading.Thread(target=read)
-        done.start()
+        done, _ = started(read)
         done.join(2)  # a read that does not wait returns in milliseconds, even on a busy host
         return done.is_alive()
 
@@ -714,25 +714,20 @@ def test_postgres_a_reader_waits_for_an_event_numbered_but_not_committed(postgre
             early = open_transaction.execute(
                 "SELECT blade_event('run-1', %s, 'early', '{}', 'now')", (call.call_id,)
             ).fetchone()
-            writer = threading.Thread(
-                target=lambda: store.settle(
+            writer, _ = started(
+                lambda: store.settle(
                     call.call_id, {"ok": True}, ev(call, "settled"), owner=call.owner
                 )
             )
-            writer.start()
             writer.join(2)
             write_waited = writer.is_alive()
             assert not waits(lambda: store.events("run-2"))  # another run's reader
             assert not waits(lambda: store.head("run-2"))
             assert not waits(lambda: store.events("run-1", store.head()))  # nothing new
-            read: list[list[str]] = []
-            reader = threading.Thread(target=lambda: read.append(kinds(store)))
-            reader.start()
+            reader, read = started(lambda: kinds(store))
             reader.join(0.5)
             reader_waited = reader.is_alive() and read == []
-            heads: list[int] = []
-            head = threading.Thread(target=lambda: heads.append(store.head("run-1")))
-            head.start()
+            head, heads = started(lambda: store.head("run-1"))
             head.join(0.5)
             head_waited = head.is_alive() and heads == []
             open_transaction.commit()
@@ -801,37 +796,18 @@ def test_postgres_a_database_of_the_first_release_is_migrated_with_its_events(
     """The owner migrates a first-release database: its events stay, and the workers' role,
     granted rights on the first release's tables only, still appends and reads events and
     listens (the new listeners table is granted to the roles that may append events)."""
-    from urllib.parse import quote, urlsplit, urlunsplit
-
     import psycopg
-    import psycopg.sql
 
     from blade_runtime.postgres import MIGRATIONS, SCHEMA_VERSION
 
-    role, password = uid("blade_app").replace("-", "_"), uid("pw")
-    where = urlsplit(postgres_url)
-    as_role = urlunsplit(
-        where._replace(netloc=f"{role}:{quote(password)}@{where.hostname}:{where.port}")
-    )
-    name = psycopg.sql.Identifier(role)
-    with psycopg.connect(postgres_url, autocommit=True) as db:
-        db.execute(
-            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                name, psycopg.sql.Literal(password)
-            )
-        )
-        with db.transaction():
-            db.execute("CREATE TABLE blade_schema_version (version integer NOT NULL)")
-            for statement in MIGRATIONS[0]:
-                db.execute(statement)
-            db.execute("INSERT INTO blade_schema_version (version) VALUES (1)")
+    with psycopg.connect(postgres_url, autocommit=True) as db, db.transaction():
+        db.execute("CREATE TABLE blade_schema_version (version integer NOT NULL)")
+        for statement in MIGRATIONS[0]:
+            db.execute(statement)
+        db.execute("INSERT INTO blade_schema_version (version) VALUES (1)")
         db.execute("SELECT blade_event('run-1', 'c-old', 'started', '{}', 'then')")
-        for grant in (
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
-            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}",
-        ):
-            db.execute(psycopg.sql.SQL(grant).format(name))
-    try:
+    with workers_role(postgres_url) as as_role:
+        grant_rows(postgres_url, as_role)  # on the first release's tables
         open_store(postgres_url).close()  # the owner migrates
         store = open_store(as_role)
         try:
@@ -847,10 +823,6 @@ def test_postgres_a_database_of_the_first_release_is_migrated_with_its_events(
                     time.sleep(0.05)
         finally:
             store.close()
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as db:
-            db.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(name))
-            db.execute(psycopg.sql.SQL("DROP ROLE {}").format(name))
 
 
 def test_postgres_a_store_starting_to_listen_hears_a_writer_that_saw_no_listener(
@@ -869,14 +841,7 @@ def test_postgres_a_store_starting_to_listen_hears_a_writer_that_saw_no_listener
             committed = threading.Timer(0.3, open_transaction.commit)
             committed.start()
 
-            async def heard() -> float:
-                started = time.monotonic()
-                while not store.events("run-1"):
-                    assert time.monotonic() - started < 10
-                    await store.changed(5.0)
-                return time.monotonic() - started
-
-            waited = asyncio.run(heard())
+            waited = asyncio.run(seconds_until_events(store, "run-1"))
             committed.join()
         assert kinds(store) == ["late"] and waited < 2.5  # not the 5 s wait
     finally:
@@ -902,13 +867,10 @@ def test_postgres_a_long_transaction_elsewhere_does_not_delay_a_new_listener_s_w
                 await store.changed(0.01)  # the wake of the start of listening, if not seen
                 assert store.events("run-1") == []
                 committed = threading.Timer(0.3, lambda: begun(writer))
-                started = time.monotonic()
                 committed.start()
-                while not store.events("run-1"):
-                    assert time.monotonic() - started < 15
-                    await store.changed(5.0)
+                waited = await seconds_until_events(store, "run-1")
                 committed.join()
-                return time.monotonic() - started
+                return waited
 
             waited = asyncio.run(heard())
             long_running.rollback()
@@ -1015,38 +977,13 @@ def test_postgres_a_role_without_create_uses_a_migrated_database(postgres_url: s
     """Migrations run as a role that may create tables; the workers' role may only read and
     write rows: it opens an up-to-date store (nothing to create), and is refused, in one line,
     on a database that still needs its tables."""
-    from urllib.parse import quote, urlsplit, urlunsplit
-
-    import psycopg
-    import psycopg.sql
-
-    role, password = uid("blade_app").replace("-", "_"), uid("pw")
-    parts = urlsplit(postgres_url)
-
-    def as_role(url: str) -> str:
-        where = urlsplit(url)
-        netloc = f"{role}:{quote(password)}@{where.hostname}:{where.port}"
-        return urlunsplit(where._replace(netloc=netloc))
-
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as db:
-        db.execute(
-            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                psycopg.sql.Identifier(role), psycopg.sql.Literal(password)
-            )
-        )
-    try:
+    with workers_role(postgres_url) as as_role:
         with pytest.raises(StoreUnavailable) as error:  # a new database: it may not migrate
-            open_store(as_role(postgres_url))
-        assert "permission denied" in _one_line(error, password)
+            open_store(as_role)
+        assert "permission denied" in _one_line(error, urlsplit_password(as_role))
         open_store(postgres_url).close()  # the owner migrates
-        with psycopg.connect(postgres_url, autocommit=True) as db:
-            for grant in (
-                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
-                "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}",
-            ):
-                db.execute(psycopg.sql.SQL(grant).format(psycopg.sql.Identifier(role)))
-        store = open_store(as_role(postgres_url))
+        grant_rows(postgres_url, as_role)
+        store = open_store(as_role)
         try:
             call = begun(store)
             store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
@@ -1055,11 +992,6 @@ def test_postgres_a_role_without_create_uses_a_migrated_database(postgres_url: s
             assert store.alive("w1") is True
         finally:
             store.close()
-    finally:  # its grants go with the test database; then the role (roles are server-wide)
-        with psycopg.connect(postgres_url, autocommit=True) as db:
-            db.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
-        with psycopg.connect(admin, autocommit=True) as db:
-            db.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
 
 
 # -- liveness --------------------------------------------------------------------------------------
@@ -1220,6 +1152,64 @@ def test_a_file_that_is_not_a_database_is_refused_and_left_alone(tmp_path: Path)
     assert str(path) in message and "not a blade-runtime store" in message
     assert path.read_text() == "these are my notes, not a database\n" * 50
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@contextlib.contextmanager
+def workers_role(postgres_url: str) -> Iterator[str]:
+    """A new login role that owns nothing (as workers run), as the URL of ``postgres_url``'s
+    database for it; its grants and the role are dropped afterwards."""
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    import psycopg
+    from psycopg.sql import SQL, Identifier, Literal
+
+    role, password = uid("blade_app").replace("-", "_"), uid("pw")
+    where = urlsplit(postgres_url)
+    netloc = f"{role}:{quote(password)}@{where.hostname}:{where.port}"
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(
+            SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(Identifier(role), Literal(password))
+        )
+    try:
+        yield urlunsplit(where._replace(netloc=netloc))
+    finally:  # its grants go first (roles are server-wide, grants per database)
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(SQL("DROP OWNED BY {}").format(Identifier(role)))
+            db.execute(SQL("DROP ROLE {}").format(Identifier(role)))
+
+
+def grant_rows(postgres_url: str, role_url: str) -> None:
+    """Grant the role of ``role_url`` the rows of every table there is now (not DDL)."""
+    from urllib.parse import urlsplit
+
+    import psycopg
+    from psycopg.sql import SQL, Identifier
+
+    role = Identifier(urlsplit(role_url).username or "")
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        for grant in (
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}",
+            "GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {}",
+        ):
+            db.execute(SQL(grant).format(role))
+
+
+def started(run: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """``run()`` on a thread of its own, started; the list its result is put in."""
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(run()))
+    thread.start()
+    return thread, results
+
+
+async def seconds_until_events(store: Store, run_id: str, limit_s: float = 15) -> float:
+    """How long until ``store`` has events of ``run_id``, looking each time ``changed`` wakes
+    (or its 5 s wait ends)."""
+    begin = time.monotonic()
+    while not store.events(run_id):
+        assert time.monotonic() - begin < limit_s
+        await store.changed(5.0)
+    return time.monotonic() - begin
 
 
 def urlsplit_password(url: str) -> str:
