@@ -392,10 +392,9 @@ def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> 
         ready, go, done = Path(folder, "ready"), Path(folder, "go"), Path(folder, "done")
         ready.mkdir()
         done.mkdir()
-        config = {"out": str(out), "kind": kind, "url": url, "count": count}
-        config |= {"ready": str(ready), "go": str(go), "done": str(done)}
         quit_file = Path(folder, "quit")
-        config["quit"] = str(quit_file)
+        config = {"out": str(out), "kind": kind, "url": url, "count": count}
+        config |= {"ready": str(ready), "go": str(go), "done": str(done), "quit": str(quit_file)}
         procs = [
             subprocess.Popen(
                 [sys.executable, __file__, "--worker", json.dumps(config)],
