@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from records import a_call, an_action, begun, ev, resumable, submitted, suspended, uid
 
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.sqlite import CHECKPOINT_EVERY, SQLiteStore
 from blade_runtime.store import (
     ActionAlreadyResolved,
     CallRecord,
@@ -1055,6 +1055,28 @@ def test_sqlite_liveness_is_a_pid_check_on_this_host(tmp_path: Path) -> None:
         store.detach("a")
     finally:
         store.close()
+
+
+def test_sqlite_commits_leave_the_checkpoint_to_the_store_s_thread(tmp_path: Path) -> None:
+    """A commit never waits for a checkpoint: the store's thread copies the WAL back into the
+    database file while the WAL is still far below SQLite's automatic checkpoint (1,000 pages,
+    which ran inside the commit that crossed it), and closing the store ends the thread."""
+    path = tmp_path / "store.db"
+    store = SQLiteStore(path)
+    try:
+        size = path.stat().st_size  # a WAL database file changes only by a checkpoint
+        calls = [begun(store) for _ in range(CHECKPOINT_EVERY + 20)]
+        wal_pages = (path.with_name("store.db-wal").stat().st_size - 32) // (4096 + 24)
+        assert wal_pages < 1000  # so SQLite's own checkpoint never ran
+        deadline = time.monotonic() + 10
+        while path.stat().st_size == size and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert path.stat().st_size > size
+        assert [store.call(call.call_id) for call in calls] == calls
+    finally:
+        store.close()
+    threads = [thread.name for thread in threading.enumerate()]
+    assert not any(name.startswith("blade-runtime checkpoint") for name in threads)
 
 
 def test_memory_liveness_is_unknown() -> None:
