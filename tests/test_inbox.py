@@ -187,7 +187,9 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         listed = page.eval_on_selector_all("#actions li", "els => els.map(e => e.dataset.actionId)")
         assert set(listed) == mine and theirs["action_id"] not in listed
 
-        # open one: its payload, and a form from its resume schema
+        # open one: its payload, and a form from its resume schema. The page in front gets
+        # animation frames unthrottled, and a click waits for two of them (2 s a click behind).
+        page.bring_to_front()
         page.click(f'#actions li[data-action-id="{first["action_id"]}"] button')
         page.wait_for_selector("#detail:not([hidden])")
         assert '"order_id": "ord_1"' in page.inner_text("#detail-payload")
@@ -253,6 +255,7 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         page.screenshot(path=str(tmp_path / "inbox-resolved.png"), full_page=True)
 
         # the second page has one open that is resolved elsewhere (the API): it says so
+        other.bring_to_front()
         other.click(f'#actions li[data-action-id="{second["action_id"]}"] button')
         other.wait_for_selector("#detail:not([hidden])")
         cancelled = http.post(f"/v1/actions/{second['action_id']}/cancel", headers=ALICE)
