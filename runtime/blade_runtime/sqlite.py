@@ -288,7 +288,12 @@ class _Checkpointer:
             self._thread.join()
 
     def _run(self) -> None:
-        db = sqlite3.connect(self._path, isolation_level=None)
+        try:  # mode=rw: a file removed meanwhile is not made again, empty
+            uri = f"{self._path.resolve().as_uri()}?mode=rw"
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as error:
+            log.warning("%s: no checkpoints from a thread (%s)", self._path, error)
+            return
         try:
             db.execute(f"PRAGMA synchronous={self._synchronous}")  # how the checkpoint syncs
             while True:
