@@ -76,7 +76,9 @@ log = logging.getLogger("blade_runtime")
 # at the 4 pages of a typical commit).
 CHECKPOINT_EVERY = 100
 # SQLite's automatic checkpoint, inside the commit that takes the WAL past this many pages, stays
-# as a backstop for a checkpointer that falls behind (SQLite's default is 1,000 pages).
+# as a backstop (SQLite's default is 1,000 pages). Under writes without a pause the WAL cannot
+# start over after a checkpoint (a writer has always added frames meanwhile), so it grows to this
+# size (16 MB) and the backstop's checkpoint, with little left to copy, lets it start over.
 _BACKSTOP_PAGES = 4_000
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
