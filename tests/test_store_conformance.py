@@ -40,6 +40,7 @@ from blade_runtime.store import (
     StoreUnavailable,
     UnknownAction,
     clock,
+    dump_json,
     now,
 )
 from blade_runtime.urls import open_store
@@ -1277,6 +1278,42 @@ def test_json_values_round_trip(backend: Backend, payload: Any, key: str) -> Non
     assert resolved.action.resume == payload and resolved.call_input == {key: payload}
     if backend.durable:
         assert store.events(call.run_id)[0].payload == {"p": payload}
+
+
+_anything: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text()
+    | st.binary(max_size=2)
+    | st.sets(st.integers(), max_size=2),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=3) | st.integers() | st.booleans() | st.none(), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=_anything)
+def test_the_stores_json_is_json_dumps_exactly(value: Any) -> None:
+    """The stores' encoder (json's C encoder, made once) writes what json.dumps writes with the
+    stores' settings, and refuses what it refuses: NaN and infinities, values without a JSON
+    form (bytes, sets), and any lone surrogate is an ASCII escape."""
+    import json
+
+    try:
+        expected: str | type[Exception] = json.dumps(
+            value, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        )
+    except (ValueError, TypeError) as error:
+        expected = type(error)
+    if isinstance(expected, str):
+        assert dump_json(value) == expected
+    else:
+        with pytest.raises(expected):
+            dump_json(value)
 
 
 def test_a_lone_surrogate_round_trips_through_every_store(store: Store) -> None:

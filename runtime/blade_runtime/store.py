@@ -40,7 +40,37 @@ DEFAULT_LEASE_S = 5.0
 
 # How the durable stores write JSON: ASCII, so any Python string round-trips, a lone surrogate
 # included (as a \u escape), where UTF-8 text would refuse it; and the C encoder is fastest so.
-dump_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+# That C encoder made once, not on every call as JSONEncoder.encode makes it: a cycle's 15 small
+# documents took a third of the time (measured: 3.0 against 0.9 us for a two-key object). No
+# circular check (a shared one would keep stale ids after a failed encode): JSON values are
+# trees, and a cycle still fails (RecursionError).
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_encode = (
+    None
+    if _make_c_encoder is None
+    else _make_c_encoder(
+        None,
+        _encoder.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        False,
+    )
+)
+
+
+def dump_json(value: Any) -> str:
+    """``value`` as compact ASCII JSON; NaN and infinities refused (``ValueError``), as is what
+    has no JSON form (``TypeError``)."""
+    if isinstance(value, str):
+        return json.encoder.encode_basestring_ascii(value)
+    if _c_encode is None:  # an interpreter without json's C accelerator
+        return _encoder.encode(value)
+    return "".join(_c_encode(value, 0))
 
 
 def load_json(text: str | None) -> Any:
