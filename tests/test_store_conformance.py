@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -41,6 +42,7 @@ from blade_runtime.store import (
     UnknownAction,
     clock,
     dump_json,
+    load_json,
     now,
 )
 from blade_runtime.urls import open_store
@@ -1301,8 +1303,6 @@ def test_the_stores_json_is_json_dumps_exactly(value: Any) -> None:
     """The stores' encoder (json's C encoder, made once) writes what json.dumps writes with the
     stores' settings, and refuses what it refuses: NaN and infinities, values without a JSON
     form (bytes, sets), and any lone surrogate is an ASCII escape."""
-    import json
-
     try:
         expected: str | type[Exception] = json.dumps(
             value, separators=(",", ":"), ensure_ascii=True, allow_nan=False
@@ -1314,6 +1314,34 @@ def test_the_stores_json_is_json_dumps_exactly(value: Any) -> None:
     else:
         with pytest.raises(expected):
             dump_json(value)
+
+
+def _json_form(value: Any) -> bool:
+    try:
+        dump_json(value)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.one_of(
+        _anything.map(lambda value: dump_json(value) if _json_form(value) else "[]"),
+        _anything.map(lambda value: json.dumps(value, indent=1) if _json_form(value) else " 1"),
+        st.text(max_size=12),
+        st.text(alphabet=' \t\n[]{}",:0123456789.eE-+truefalsn\\u', max_size=12),
+    )
+)
+def test_the_stores_json_is_read_as_json_loads_reads_it(text: str) -> None:
+    """What the stores read is what json.loads reads, and a text it refuses is refused alike."""
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError:
+        with pytest.raises(json.JSONDecodeError):
+            load_json(text)
+        return
+    assert repr(load_json(text)) == repr(expected)  # repr: NaN equals itself there
 
 
 def test_a_lone_surrogate_round_trips_through_every_store(store: Store) -> None:

@@ -73,8 +73,19 @@ def dump_json(value: Any) -> str:
     return "".join(_c_encode(value, 0))
 
 
+_scan = json.JSONDecoder().scan_once  # json's C scanner, without json.loads's checks around it
+
+
 def load_json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """``text`` parsed; a document the scanner does not take whole (surrounding whitespace,
+    trailing text, nothing) goes to json.loads, which parses it or says why not."""
+    if text is None:
+        return None
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 def now() -> str:
