@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeAlias
@@ -73,7 +73,8 @@ def dump_json(value: Any) -> str:
     return "".join(_c_encode(value, 0))
 
 
-_scan = json.JSONDecoder().scan_once  # json's C scanner, without json.loads's checks around it
+# json's C scanner, without json.loads's checks around it (typeshed leaves the attribute out).
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def load_json(text: str | None) -> Any:
