@@ -1082,6 +1082,26 @@ def test_sqlite_commits_leave_the_checkpoint_to_the_store_s_thread(tmp_path: Pat
     assert not any(name.startswith("blade-runtime checkpoint") for name in threads)
 
 
+def test_sqlite_a_commit_stands_when_no_checkpoint_thread_can_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commit that would start the checkpointer is committed and reported so, even when
+    the thread cannot start (SQLite's own checkpoint is left as the backstop)."""
+    import blade_runtime.sqlite
+
+    def no_thread(*_: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(blade_runtime.sqlite, "_Checkpointer", no_thread)
+    store = SQLiteStore(tmp_path / "store.db")
+    try:
+        calls = [begun(store) for _ in range(CHECKPOINT_EVERY)]
+        assert [store.call(call.call_id) for call in calls] == calls
+        assert "no checkpoint thread (can't start new thread)" in caplog.text
+    finally:
+        store.close()
+
+
 def test_memory_liveness_is_unknown() -> None:
     store = open_store("memory:")
     store.attach("w1")

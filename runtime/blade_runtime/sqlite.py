@@ -250,12 +250,12 @@ class _Transaction:
         if kind is None:
             try:
                 self._db.execute("COMMIT")
-                self._store._committed()
-                return
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+            self._store._committed()  # never raises: the change is committed
+            return
         self._db.execute("ROLLBACK")
 
 
@@ -382,7 +382,12 @@ class SQLiteStore:
             with self._connections_lock:
                 checkpointer = self._checkpointer
                 if checkpointer is None or checkpointer.pid != os.getpid():
-                    checkpointer = self._checkpointer = _Checkpointer(self.path, self._synchronous)
+                    try:
+                        checkpointer = _Checkpointer(self.path, self._synchronous)
+                    except RuntimeError as error:  # no thread to be had: the backstop stays
+                        log.warning("%s: no checkpoint thread (%s)", self.path, error)
+                        return
+                    self._checkpointer = checkpointer
         checkpointer.request()
 
     @staticmethod

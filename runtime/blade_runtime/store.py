@@ -50,15 +50,15 @@ _c_encode = (
     None
     if _make_c_encoder is None
     else _make_c_encoder(
-        None,
-        _encoder.default,
+        None,  # markers: no circular check
+        _encoder.default,  # raises TypeError for what has no JSON form
         json.encoder.encode_basestring_ascii,
-        None,
+        None,  # indent
         ":",
         ",",
-        False,
-        False,
-        False,
+        False,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
     )
 )
 
