@@ -1060,44 +1060,157 @@ def test_sqlite_liveness_is_a_pid_check_on_this_host(tmp_path: Path) -> None:
         store.close()
 
 
+def _checkpoint_threads(path: Path) -> list[threading.Thread]:
+    """The live checkpointer threads of the store file ``path`` (named after the file)."""
+    name = f"blade-runtime checkpoint {path.name}"
+    return [thread for thread in threading.enumerate() if thread.name == name]
+
+
+def _grows(path: Path, size: int, limit_s: float = 10) -> bool:
+    """Whether the database file ``path`` grows past ``size`` within ``limit_s``: a WAL
+    database file changes only by a checkpoint."""
+    deadline = time.monotonic() + limit_s
+    while path.stat().st_size == size and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path.stat().st_size > size
+
+
 def test_sqlite_commits_leave_the_checkpoint_to_the_store_s_thread(tmp_path: Path) -> None:
     """A commit never waits for a checkpoint: the store's thread copies the WAL back into the
-    database file while the WAL is still far below SQLite's automatic checkpoint (1,000 pages,
-    which ran inside the commit that crossed it), and closing the store ends the thread."""
-    path = tmp_path / "store.db"
+    database file while the WAL is still far below 1,000 pages (SQLite's default automatic
+    checkpoint, which ran inside the commit that crossed it), and closing the store ends the
+    thread."""
+    path = tmp_path / "checkpointed.db"
     store = SQLiteStore(path)
     try:
-        size = path.stat().st_size  # a WAL database file changes only by a checkpoint
+        size = path.stat().st_size
         calls = [begun(store) for _ in range(CHECKPOINT_EVERY + 20)]
-        wal_pages = (path.with_name("store.db-wal").stat().st_size - 32) // (4096 + 24)
-        assert wal_pages < 1000  # so SQLite's own checkpoint never ran
-        deadline = time.monotonic() + 10
-        while path.stat().st_size == size and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert path.stat().st_size > size
+        wal_pages = (path.with_name("checkpointed.db-wal").stat().st_size - 32) // (4096 + 24)
+        assert wal_pages < 1000  # so no automatic checkpoint ran, at either threshold
+        assert _grows(path, size)
         assert [store.call(call.call_id) for call in calls] == calls
     finally:
         store.close()
-    threads = [thread.name for thread in threading.enumerate()]
-    assert not any(name.startswith("blade-runtime checkpoint") for name in threads)
+    assert _checkpoint_threads(path) == []
+
+
+def test_sqlite_a_store_nobody_closes_ends_its_checkpoint_thread(tmp_path: Path) -> None:
+    """The thread does not keep its store: once the store is collected, the thread ends and
+    lets go of the file (nothing of it is left open, -wal and -shm removed as on a close)."""
+    import gc
+
+    path = tmp_path / "forgotten.db"
+    store = SQLiteStore(path)
+    for _ in range(CHECKPOINT_EVERY):
+        begun(store)
+    assert len(_checkpoint_threads(path)) == 1
+    del store
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _checkpoint_threads(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _checkpoint_threads(path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forgotten.db"]
+
+
+def test_sqlite_a_fork_waits_for_a_checkpoint_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process forked while a checkpoint runs would inherit SQLite's mutexes held by the
+    checkpointer thread and hang on its first database: os.fork waits for the checkpoint."""
+    import blade_runtime.sqlite
+
+    inside, gate = threading.Event(), threading.Event()
+    checkpoint = blade_runtime.sqlite._Checkpointer._checkpoint
+
+    def held(self: Any, db: sqlite3.Connection) -> None:
+        inside.set()
+        gate.wait(10)
+        checkpoint(self, db)
+
+    monkeypatch.setattr(blade_runtime.sqlite._Checkpointer, "_checkpoint", held)
+    store = SQLiteStore(tmp_path / "store.db")
+    forked_at: list[float] = []
+
+    def fork() -> None:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        forked_at.append(time.monotonic())
+        os.waitpid(pid, 0)
+
+    try:
+        for _ in range(CHECKPOINT_EVERY):
+            begun(store)
+        assert inside.wait(10)
+        forking, _ = started(fork)
+        time.sleep(0.3)
+        released = time.monotonic()
+        gate.set()
+        forking.join(10)
+        assert forked_at and forked_at[0] >= released
+    finally:
+        gate.set()
+        store.close()
+
+
+def test_sqlite_a_checkpointer_that_could_not_open_the_file_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import blade_runtime.sqlite
+
+    opened = blade_runtime.sqlite._Checkpointer._open
+    tries: list[int] = []
+
+    def first_fails(self: Any) -> sqlite3.Connection | None:
+        tries.append(1)
+        if len(tries) == 1:
+            self._warnings.warn("%s: no checkpoints from a thread (%s)", self._path, "refused")
+            return None
+        return opened(self)
+
+    monkeypatch.setattr(blade_runtime.sqlite._Checkpointer, "_open", first_fails)
+    path = tmp_path / "retried.db"
+    store = SQLiteStore(path)
+    try:
+        size = path.stat().st_size
+        begun(store)
+        for _ in range(CHECKPOINT_EVERY - 1):
+            begun(store)
+        deadline = time.monotonic() + 10
+        while _checkpoint_threads(path) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first thread gave up
+        assert not _grows(path, size, 0.2)
+        for _ in range(CHECKPOINT_EVERY):
+            begun(store)
+        assert _grows(path, size) and len(tries) == 2
+        assert caplog.text.count("no checkpoints from a thread (refused)") == 1
+    finally:
+        store.close()
 
 
 def test_sqlite_a_commit_stands_when_no_checkpoint_thread_can_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The commit that would start the checkpointer is committed and reported so, even when
-    the thread cannot start (SQLite's own checkpoint is left as the backstop)."""
+    the thread cannot start (SQLite's own checkpoint is left as the backstop), and the next
+    request tries again."""
     import blade_runtime.sqlite
 
-    def no_thread(*_: object) -> None:
+    def no_thread(self: Any) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(blade_runtime.sqlite, "_Checkpointer", no_thread)
-    store = SQLiteStore(tmp_path / "store.db")
+    monkeypatch.setattr(blade_runtime.sqlite._Checkpointer, "start", no_thread)
+    path = tmp_path / "threadless.db"
+    store = SQLiteStore(path)
     try:
         calls = [begun(store) for _ in range(CHECKPOINT_EVERY)]
         assert [store.call(call.call_id) for call in calls] == calls
         assert "no checkpoint thread (can't start new thread)" in caplog.text
+        monkeypatch.undo()
+        for _ in range(CHECKPOINT_EVERY):
+            begun(store)
+        assert len(_checkpoint_threads(path)) == 1
     finally:
         store.close()
 

@@ -41,6 +41,7 @@ import os
 import socket
 import sqlite3
 import threading
+import weakref
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -259,6 +260,30 @@ class _Transaction:
         self._db.execute("ROLLBACK")
 
 
+# Held by checkpointer threads whenever they are inside SQLite, and taken around os.fork: a child
+# forked while such a thread held one of SQLite's own mutexes would find it held for good (15 of
+# 621 children forked amid checkpoints hung opening a database, found in review).
+_IN_SQLITE = threading.Lock()
+os.register_at_fork(
+    before=_IN_SQLITE.acquire,
+    after_in_parent=_IN_SQLITE.release,
+    after_in_child=_IN_SQLITE.release,
+)
+
+
+class _Once:
+    """A warning logged once (by a store and its checkpointer threads, which must not hold the
+    store itself: a store nobody closes must still be collected, and its thread end then)."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def warn(self, message: str, *args: object) -> None:
+        if not self.said:
+            self.said = True
+            log.warning(message, *args)
+
+
 class _Checkpointer:
     """A thread that copies the WAL back into the database file, so that no commit waits for it.
 
@@ -266,56 +291,73 @@ class _Checkpointer:
     that commit waits while the WAL is synced and copied: about 12 ms here, every 60 cycles or so,
     two thirds of the commit time of a suspend-submit-resume cycle (measured). This thread runs a
     PASSIVE checkpoint, which waits for no reader or writer, whenever ``request`` is called. A
-    failed checkpoint is logged and left to the next one (or the backstop)."""
+    failed checkpoint is logged and left to the next one (or the backstop); a thread that cannot
+    open the file ends, and the store starts another later."""
 
-    def __init__(self, path: Path, synchronous: str) -> None:
+    def __init__(self, path: Path, synchronous: str, warnings: _Once) -> None:
         self.pid = os.getpid()  # a forked child has none of its parent's threads
-        self._path, self._synchronous = path, synchronous
+        self.gave_up = False  # it could not open the file
+        self._path, self._synchronous, self._warnings = path, synchronous, warnings
         self._due = threading.Event()
         self._stopping = False
-        self._failing = False
         self._thread = threading.Thread(
             target=self._run, name=f"blade-runtime checkpoint {path.name}", daemon=True
         )
+
+    def serves(self) -> bool:
+        return self.pid == os.getpid() and not self.gave_up
+
+    def start(self) -> None:
         self._thread.start()
 
     def request(self) -> None:
         self._due.set()
 
-    def stop(self) -> None:
-        """Ends the thread once the checkpoint under way (if any) is done."""
+    def signal_stop(self) -> None:
+        """Asks the thread to end (after the checkpoint under way, if any)."""
         self._stopping = True
         self._due.set()
-        if self._thread is not threading.current_thread() and self.pid == os.getpid():
-            self._thread.join()
+
+    def stop(self) -> None:
+        """Ends the thread, and waits for it in the process that started it."""
+        self.signal_stop()
+        thread, here = self._thread, self.pid == os.getpid()
+        if here and thread.ident is not None and thread is not threading.current_thread():
+            thread.join()
 
     def _run(self) -> None:
-        try:  # mode=rw: a file removed meanwhile is not made again, empty
-            uri = f"{self._path.resolve().as_uri()}?mode=rw"
-            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as error:
-            log.warning("%s: no checkpoints from a thread (%s)", self._path, error)
+        with _IN_SQLITE:
+            db = self._open()
+        if db is None:
+            self.gave_up = True
             return
         try:
-            db.execute(f"PRAGMA synchronous={self._synchronous}")  # how the checkpoint syncs
             while True:
                 self._due.wait()
                 self._due.clear()
                 if self._stopping:
                     return
-                self._checkpoint(db)
+                with _IN_SQLITE:
+                    self._checkpoint(db)
         finally:
-            db.close()
+            with _IN_SQLITE:
+                db.close()
+
+    def _open(self) -> sqlite3.Connection | None:
+        try:  # mode=rw: a file removed meanwhile is not made again, empty
+            uri = f"{self._path.resolve().as_uri()}?mode=rw"
+            db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            db.execute(f"PRAGMA synchronous={self._synchronous}")  # how the checkpoint syncs
+        except (sqlite3.Error, OSError, RuntimeError) as error:  # resolve() raises the latter two
+            self._warnings.warn("%s: no checkpoints from a thread (%s)", self._path, error)
+            return None
+        return db
 
     def _checkpoint(self, db: sqlite3.Connection) -> None:
         try:
             db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error as error:
-            if not self._failing:
-                log.warning("%s: a checkpoint failed (%s); retried later", self._path, error)
-            self._failing = True
-        else:
-            self._failing = False
+            self._warnings.warn("%s: a checkpoint failed (%s); retried later", self._path, error)
 
 
 class SQLiteStore:
@@ -342,6 +384,8 @@ class SQLiteStore:
         self._connections_lock = threading.Lock()
         self._commits = 0  # by this store's connections (counted without a lock: a hint)
         self._checkpointer: _Checkpointer | None = None  # started by the first commits
+        self._checkpoint_warnings = _Once()
+        self._closed = False  # until a connection is made again
         self._schemas = _Schemas()
         try:
             self._migrate()
@@ -368,27 +412,43 @@ class SQLiteStore:
             connection.execute(f"PRAGMA wal_autocheckpoint={_BACKSTOP_PAGES}")
             with self._connections_lock:
                 self._connections.append(connection)
+                self._closed = False
         return connection
 
     def _write(self) -> _Transaction:
         return _Transaction(self)
 
     def _committed(self) -> None:
+        """Counts a commit, and asks for a checkpoint every CHECKPOINT_EVERY. Never raises: the
+        change is committed."""
         self._commits += 1
         if self._commits % CHECKPOINT_EVERY:
             return
         checkpointer = self._checkpointer
-        if checkpointer is None or checkpointer.pid != os.getpid():
+        if checkpointer is None or not checkpointer.serves():
+            checkpointer = self._new_checkpointer()
+        if checkpointer is not None:
+            checkpointer.request()
+
+    def _new_checkpointer(self) -> _Checkpointer | None:
+        with self._connections_lock:
+            if self._closed:  # a commit of another thread that raced close()
+                return None
+            current = self._checkpointer
+            if current is not None and current.serves():
+                return current
+            made = _Checkpointer(self.path, self._synchronous, self._checkpoint_warnings)
+            self._checkpointer = made
+        try:
+            made.start()  # outside the lock: a fork meanwhile finds it free
+        except RuntimeError as error:  # no thread to be had: SQLite's own checkpoint stays
+            self._checkpoint_warnings.warn("%s: no checkpoint thread (%s)", self.path, error)
             with self._connections_lock:
-                checkpointer = self._checkpointer
-                if checkpointer is None or checkpointer.pid != os.getpid():
-                    try:
-                        checkpointer = _Checkpointer(self.path, self._synchronous)
-                    except RuntimeError as error:  # no thread to be had: the backstop stays
-                        log.warning("%s: no checkpoint thread (%s)", self.path, error)
-                        return
-                    self._checkpointer = checkpointer
-        checkpointer.request()
+                if self._checkpointer is made:
+                    self._checkpointer = None  # tried again at the next request
+            return None
+        weakref.finalize(self, made.signal_stop)  # a store nobody closes ends its thread too
+        return made
 
     @staticmethod
     @contextmanager
@@ -879,6 +939,7 @@ class SQLiteStore:
     def close(self) -> None:
         with self._connections_lock:
             checkpointer, self._checkpointer = self._checkpointer, None
+            self._closed = True
         if checkpointer is not None:
             checkpointer.stop()
         with self._connections_lock:

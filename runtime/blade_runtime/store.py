@@ -65,7 +65,8 @@ _c_encode = (
 
 def dump_json(value: Any) -> str:
     """``value`` as compact ASCII JSON; NaN and infinities refused (``ValueError``), as is what
-    has no JSON form (``TypeError``)."""
+    has no JSON form (``TypeError``) and a value that contains itself (``RecursionError``, where
+    json.dumps says ``ValueError``: the runtime's values are checked JSON trees before this)."""
     if isinstance(value, str):
         return json.encoder.encode_basestring_ascii(value)
     if _c_encode is None:  # an interpreter without json's C accelerator
