@@ -60,7 +60,13 @@ from blade_codegen.build import build
 from blade_runtime import ResumeEntry, Runtime
 from blade_runtime.memory import MemoryStore
 from blade_runtime.permissions import Ask
-from blade_runtime.sqlite import _BACKSTOP_PAGES, CHECKPOINT_EVERY, SQLiteStore, _Checkpointer
+from blade_runtime.sqlite import (
+    _BACKSTOP_PAGES,
+    CHECKPOINT_EVERY,
+    SQLiteStore,
+    _Checkpointer,
+    _Once,
+)
 from blade_runtime.store import Store
 from blade_runtime.urls import open_store
 
@@ -141,7 +147,8 @@ def checkpoints(db: sqlite3.Connection, path: Path, threaded: bool) -> Iterator[
         yield lambda: None
         return
     db.execute(f"PRAGMA wal_autocheckpoint={_BACKSTOP_PAGES}")
-    checkpointer, commits = _Checkpointer(path, "NORMAL"), itertools.count(1)
+    checkpointer, commits = _Checkpointer(path, "NORMAL", _Once()), itertools.count(1)
+    checkpointer.start()
 
     def committed() -> None:
         if next(commits) % CHECKPOINT_EVERY == 0:
