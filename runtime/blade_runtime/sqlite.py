@@ -264,11 +264,12 @@ class _Transaction:
 # forked while such a thread held one of SQLite's own mutexes would find it held for good (15 of
 # 621 children forked amid checkpoints hung opening a database, found in review).
 _IN_SQLITE = threading.Lock()
-os.register_at_fork(
-    before=_IN_SQLITE.acquire,
-    after_in_parent=_IN_SQLITE.release,
-    after_in_child=_IN_SQLITE.release,
-)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(
+        before=_IN_SQLITE.acquire,
+        after_in_parent=_IN_SQLITE.release,
+        after_in_child=_IN_SQLITE.release,
+    )
 
 
 class _Once:
