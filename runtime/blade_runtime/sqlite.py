@@ -23,8 +23,8 @@ drops the row when the owner holds nothing. Leases stay per call, as on every st
 actions are listed in its own row (``action_ids``, written with the state change of its
 suspension) instead of an index on the actions table.
 
-The checkpoint runs in a thread of the store's own (``_Checkpointer``), not inside a commit: the
-commit that took the WAL past SQLite's automatic checkpoint used to wait for the whole of it.
+Checkpoints run in a thread of the store's own (``_Checkpointer``), not inside the commit that
+fills the WAL.
 
 Many processes may share one file (on one machine: SQLite's locks do not hold over network file
 systems). Whether the owner of a running call still runs is checked by its pid when it is on this
