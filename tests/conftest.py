@@ -297,6 +297,13 @@ _LONGEST_FIRST = ("test_schemastore", "mcp_package", "worker_package", "test_pac
 _SLOW_MODULES = frozenset({"test_pack", "test_workers", "test_inbox"})
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than there are cores. A quarter of a worker's time is spent
+    waiting (leases running out, worker processes, the database, the browser) with its core
+    idle: on 2 cores, 3 workers ran the suite in 160 s where 2 took 187 s, for the same CPU."""
+    return (os.cpu_count() or 1) + 1
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (``--dist loadgroup``), the tests that share an expensive fixture run on one
