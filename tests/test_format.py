@@ -4,6 +4,8 @@ in one process, and only where forking is safe."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +46,13 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     RECORD.clear()
 
 
+@pytest.fixture
+def may_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test process may fork, whatever idle threads earlier tests left in it (anyio's
+    worker threads outlive their test): whether a process may fork is tested on its own."""
+    monkeypatch.setattr(stage, "_may_fork", lambda: True)
+
+
 def pids(record: Path) -> set[int]:
     return {int(line) for line in record.read_text("utf-8").split()}
 
@@ -52,7 +61,7 @@ TEXTS = {f"t/m{i}_v1.py": module(i) for i in range(12)}
 
 
 def test_a_large_build_is_laid_out_in_worker_processes_exactly_as_in_one(
-    recorded: Path,
+    recorded: Path, may_fork: None
 ) -> None:
     alone = stage.laid_out(TEXTS, 1)
     assert pids(recorded) == {os.getpid()}
@@ -79,14 +88,36 @@ def test_a_process_running_another_thread_never_forks(recorded: Path) -> None:
     assert shared == {path: REAL_LAYOUT(code) for path, code in TEXTS.items()}
 
 
+def test_a_fresh_process_may_fork_and_one_running_another_thread_may_not() -> None:
+    fresh = subprocess.run(
+        [sys.executable, "-c", "from blade_codegen.format import _may_fork; print(_may_fork())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert fresh.stdout.strip() == str(sys.platform != "darwin")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not stage._may_fork()
+    finally:
+        stop.set()
+        other.join()
+
+
 def test_a_pool_that_cannot_start_leaves_the_work_to_this_process(
-    recorded: Path, monkeypatch: pytest.MonkeyPatch
+    recorded: Path, may_fork: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import multiprocessing
 
+    asked: list[str] = []
+
     def no_semaphores(method: str) -> NoReturn:
+        asked.append(method)
         raise OSError("no process semaphores on this platform")
 
     monkeypatch.setattr(multiprocessing, "get_context", no_semaphores)
     assert stage.laid_out(TEXTS, 2) == {path: REAL_LAYOUT(code) for path, code in TEXTS.items()}
+    assert asked == ["fork"]
     assert pids(recorded) == {os.getpid()}
