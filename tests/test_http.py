@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +94,10 @@ async def sse(app: Any, path: str, headers: dict[str, str], count: int) -> list[
 
 
 @pytest.fixture
-def sqlite_store(tmp_path: Path, example_package: Any) -> SQLiteStore:
-    return SQLiteStore(tmp_path / "api.db")
+def sqlite_store(tmp_path: Path, example_package: Any) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path / "api.db")
+    yield store
+    store.close()
 
 
 # every route and every refusal on each durable store; PostgreSQL in process only (its server
@@ -104,10 +106,15 @@ STORES = [("asgi", "sqlite"), ("uvicorn", "sqlite"), ("asgi", "postgres")]
 
 
 def durable_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """The store of a test, closed at its end (a PostgreSQL store left open keeps its pool's
+    and its listener's threads running in the test process)."""
     request.getfixturevalue("example_package")
     if kind == "postgres":
-        return open_store(request.getfixturevalue("postgres_url"))
-    return SQLiteStore(tmp_path / "api.db")
+        store: Store = open_store(request.getfixturevalue("postgres_url"))
+    else:
+        store = SQLiteStore(tmp_path / "api.db")
+    request.addfinalizer(store.close)
+    return store
 
 
 def test_every_error_code_has_one_status() -> None:
