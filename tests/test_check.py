@@ -219,6 +219,42 @@ def test_bad_baselines_and_usage(tmp_path: Path, project: Path) -> None:
     assert cli("check", str(broken)).returncode == 3
 
 
+def _emptied_latest(lock: dict[str, Any]) -> None:
+    lock["specs"]["crm.lookup-customer.v1"]["latest"] = {}
+
+
+def _bad_schema(lock: dict[str, Any]) -> None:
+    lock["specs"]["crm.lookup-customer.v1"]["latest"]["schemas"]["input"] = {"type": 5}
+
+
+@pytest.mark.parametrize(
+    ("break_lock", "where"),
+    [
+        (lambda lock: [], "/: "),
+        (lambda lock: {**lock, "specs": []}, "/specs: "),
+        (lambda lock: {**lock, "waivers": [{"id": "x"}]}, "/waivers/0: "),
+        (_emptied_latest, "/specs/crm.lookup-customer.v1/latest: "),
+        (_bad_schema, "/specs/crm.lookup-customer.v1/latest/schemas/input/type: "),
+    ],
+)
+def test_a_lock_of_the_wrong_shape_is_exit_3_naming_the_place_and_the_fix(
+    project: Path, break_lock: Any, where: str
+) -> None:
+    lock = project / "blade.lock.json"
+    data = json.loads(lock.read_text("utf-8"))
+    changed = break_lock(data)
+    write_json(lock, data if changed is None else changed)
+    before = lock.read_bytes()
+    specs = str(project / "specs")
+    for args in (("check", specs), ("lock", specs), ("build", specs, "--out", str(project / "o"))):
+        done = cli(*args)
+        assert done.returncode == 3, (args, done.stderr)
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"error: {lock}:") and f": {where}not a lock file: " in line, line
+        assert line.endswith("never edit it by hand)"), line
+    assert lock.read_bytes() == before and not (project / "o").exists()
+
+
 def git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
@@ -244,6 +280,24 @@ def test_against_a_git_revision(tmp_path: Path) -> None:
     assert "PROPERTY_MADE_REQUIRED" in done.stdout and "git:HEAD" in done.stderr
     missing = cli("check", str(repo / "specs"), "--against", "git:no-such-ref")
     assert missing.returncode == 3 and "git:no-such-ref" in missing.stderr
+    [line] = missing.stderr.splitlines()
+    assert "not a valid object name" in line and "name a branch, tag or commit" in line
+    # A ref that git would read as an option is refused before git runs.
+    option = cli("check", str(repo / "specs"), "--against", f"git:--output={tmp_path / 'x'}")
+    assert option.returncode == 2 and not (tmp_path / "x").exists()
+
+
+def test_against_git_outside_a_repository_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs = tmp_path / "specs"
+    shutil.copytree(EXAMPLE_SPECS, specs)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # wherever tmp_path lies
+    done = cli("check", str(specs), "--against", "git:main")
+    assert done.returncode == 3, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: git:main: fatal: not a git repository"), line
+    assert line.endswith("or compare with the lock: --against lock)")
 
 
 def test_released_history_keeps_every_fingerprint(tmp_path: Path) -> None:

@@ -152,30 +152,106 @@ def next_id(spec_id: str) -> str:
 # -- the baseline ----------------------------------------------------------------------------------
 
 
+_META_SCHEMA = "https://json-schema.org/draft/2020-12/schema"  # bundled, never fetched
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+# What ``read_lock`` relies on, checked in one place: a lock edited by hand or half-merged is
+# refused with the place that is wrong, instead of failing somewhere in the comparison.
+LOCK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["lockVersion", "specs"],
+    "properties": {
+        "lockVersion": {"const": LOCK_VERSION},
+        "specs": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["fingerprints", "latest"],
+                "properties": {
+                    "fingerprints": {**_STRINGS, "minItems": 1},
+                    "deprecated": {"type": "boolean"},
+                    "dataChannels": _STRINGS,
+                    "suspendPoints": _STRINGS,
+                    "latest": {
+                        "type": "object",
+                        "required": ["id", "execution", "schemas"],
+                        "properties": {
+                            "id": {"type": "string"},
+                            "execution": {"enum": ["backend", "client"]},
+                            "schemas": {
+                                "type": "object",
+                                "propertyNames": {
+                                    "pattern": "^(input|output|(data|suspend|resume):.+)$"
+                                },
+                                # Bundled schemas: the comparison walks them as 2020-12.
+                                "additionalProperties": {"$ref": _META_SCHEMA},
+                            },
+                            "deadlines": {
+                                "type": "object",
+                                "additionalProperties": {"type": "integer"},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+        "waivers": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "old", "new", "rule", "path", "reason"],
+                "properties": {
+                    k: {"type": "string"} for k in ("id", "old", "new", "rule", "path", "reason")
+                },
+                "additionalProperties": False,
+            },
+        },
+    },
+}
+_LOCK_FIX = "restore it from version control; `blade-codegen lock` writes it, never edit it by hand"
+
+
 def read_lock(path: Path) -> Baseline:
     """The lock at ``path``; an absent lock is an empty baseline (nothing released yet)."""
     if not path.exists():
         return Baseline({}, (), str(path))
     try:
-        data = json.loads(path.read_text("utf-8"))
-        if data.get("lockVersion") != LOCK_VERSION:
-            raise BaselineError(
-                f"{path}: lockVersion {data.get('lockVersion')!r} is not {LOCK_VERSION}"
-            )
-        released = {
-            spec_id: Released(
-                fingerprints=tuple(entry["fingerprints"]),
-                wire=entry["latest"],
-                deprecated=bool(entry.get("deprecated", False)),
-                data_names=frozenset(entry.get("dataChannels", [])),
-                suspend_names=frozenset(entry.get("suspendPoints", [])),
-            )
-            for spec_id, entry in data["specs"].items()
-        }
-        waivers = tuple(Waiver(**w) for w in data.get("waivers", []))
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        text = path.read_text("utf-8")
+        data = json.loads(text)
+    except (OSError, ValueError) as error:
         raise BaselineError(f"{path}: not a readable lock file ({error})") from None
+    _check_lock(path, text, data)
+    released = {
+        spec_id: Released(
+            fingerprints=tuple(entry["fingerprints"]),
+            wire=entry["latest"],
+            deprecated=entry.get("deprecated", False),
+            data_names=frozenset(entry.get("dataChannels", [])),
+            suspend_names=frozenset(entry.get("suspendPoints", [])),
+        )
+        for spec_id, entry in data["specs"].items()
+    }
+    waivers = tuple(Waiver(**w) for w in data.get("waivers", []))
     return Baseline(released, waivers, str(path))
+
+
+def _check_lock(path: Path, text: str, data: Any) -> None:
+    """Raise BaselineError naming the first place (in document order) where ``data`` is not a
+    lock: ``path:line:col: pointer: message (fix)``."""
+    import jsonschema_rs
+
+    from blade_codegen.load import SourceFile
+
+    version = data.get("lockVersion", LOCK_VERSION) if isinstance(data, dict) else LOCK_VERSION
+    if version != LOCK_VERSION:  # a newer tool's lock: its shape is not ours to judge
+        raise BaselineError(f"{path}: lockVersion {version!r} is not {LOCK_VERSION}")
+    errors = list(jsonschema_rs.validator_for(LOCK_SCHEMA).iter_errors(data))
+    if not errors:
+        return
+    source = SourceFile(path.parent, str(path), text, data, "")
+    # The deepest error of the first place: "latest: missing execution", not "entry invalid".
+    first = min(errors, key=lambda e: (source.locate(e.instance_path), -len(e.instance_path)))
+    message = f"not a lock file: {first.message}"
+    raise BaselineError(str(source.problem(first.instance_path, message, _LOCK_FIX)))
 
 
 def lock_text(baseline: Baseline) -> str:
@@ -197,18 +273,26 @@ def lock_text(baseline: Baseline) -> str:
 
 def git_baseline(specs: Path, ref: str) -> Baseline:
     """The specs as they were at ``ref``, each as its only released version."""
+    if not ref or ref.startswith("-"):  # git would read it as an option
+        raise BaselineError(f"git:{ref}: not a git revision")
     try:
         top = _git(specs, "rev-parse", "--show-toplevel").strip()
         inside = specs.resolve().relative_to(Path(top).resolve()).as_posix()
+    except (subprocess.CalledProcessError, OSError, ValueError) as error:
+        raise BaselineError(
+            f"git:{ref}: {_git_said(error)} (run it in a git checkout of {specs}, "
+            "or compare with the lock: --against lock)"
+        ) from None
+    try:
         archive = subprocess.run(
             ["git", "-C", top, "archive", "--format=tar", ref, inside],
             capture_output=True,
             check=True,
         ).stdout
-    except (subprocess.CalledProcessError, ValueError, OSError) as error:
-        detail = getattr(error, "stderr", b"") or str(error).encode()
-        message = detail.decode(errors="replace").strip().splitlines()[-1:] or [str(error)]
-        raise BaselineError(f"git:{ref}: {message[0]}") from None
+    except (subprocess.CalledProcessError, OSError) as error:
+        raise BaselineError(
+            f"git:{ref}: {_git_said(error)} (name a branch, tag or commit of {top})"
+        ) from None
     with tempfile.TemporaryDirectory() as folder:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(folder, filter="data")
@@ -395,6 +479,15 @@ def _show(value: Any) -> str:
 
 def _replace(finding: Finding, **changes: Any) -> Finding:
     return Finding(**{**finding.__dict__, **changes})
+
+
+def _git_said(error: Exception) -> str:
+    """The last line git wrote on stderr (bytes or text, by how it was run), else the error."""
+    said = getattr(error, "stderr", None) or ""
+    if isinstance(said, bytes):
+        said = said.decode(errors="replace")
+    lines = str(said).strip().splitlines()
+    return lines[-1] if lines else str(error)
 
 
 def _git(where: Path, *args: str) -> str:

@@ -359,14 +359,16 @@ def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_:
     from blade_codegen.resolve import resolve_specs
 
     specs = _specs_dir(specs_dir)
-    if against != "lock" and not against.startswith("git:"):
+    ref = against.removeprefix("git:")
+    # A ref starting with "-" would reach git as an option (--output=FILE writes a file).
+    if against != "lock" and (ref == against or not ref or ref.startswith("-")):
         raise click.UsageError(f"--against {against!r}: use lock or git:REF")
     try:
         resolved = resolve_specs(specs)
         if against == "lock":
             baseline = read_lock(_lock_path(lock_file, specs, required=True))
         else:
-            baseline = git_baseline(specs, against.removeprefix("git:"))
+            baseline = git_baseline(specs, ref)
     except SpecError as error:
         _report(error)
     except BaselineError as error:
