@@ -12,8 +12,19 @@ from typing import Any
 
 import httpx
 import pytest
-from http_support import ALICE, BOB, REFUND, ROOT, authenticate, runtime_of, serving, snapshot
+from http_support import (
+    ALICE,
+    BOB,
+    REFUND,
+    ROOT,
+    TOKENS,
+    authenticate,
+    runtime_of,
+    serving,
+    snapshot,
+)
 
+from blade_runtime.caller import CallContext
 from blade_runtime.http import STATUS, HttpError, create_app
 from blade_runtime.memory import MemoryStore
 from blade_runtime.results import ErrorCode
@@ -964,3 +975,153 @@ def test_a_retry_never_runs_a_call_again_after_the_store_forgot_it(example_packa
     first, again = asyncio.run(scenario())
     assert tools.refund_entries == 2  # the call and its resume: no second call
     assert again.json()["call_id"] == first.json()["call_id"] == "refund-forgotten"
+
+
+def test_a_key_another_tenant_sent_first_gives_it_nothing_of_the_call_made_with_it(
+    tmp_path: Path, example_package: Any
+) -> None:
+    """Two API processes over one store: a key Alice sent to one of them for a call that was
+    refused names, once Bob's call with that key runs on the other, only Bob's call. Alice's
+    server answers 404 for it and her stream of the run carries none of its events (it once
+    answered with Bob's ToolData, trusting its own record of the refused key)."""
+    from blade_specs.deploy import deploy_service_v1 as deploy
+
+    def server() -> tuple[Any, SQLiteStore]:
+        store = SQLiteStore(tmp_path / "shared.db")
+        runtime, _ = runtime_of(store)
+
+        async def impl(ctx: Any) -> Any:
+            secret = "db=hunter2" if ctx.input.service == "billing" else "-"  # Bob's call's
+            await ctx.data.write("log", deploy.DeployServiceLogData(line=secret))
+            return deploy.DeployServiceOutput(deployed=True, steps=1)
+
+        runtime.register(deploy.SPEC, impl)
+        return create_app(runtime, authenticate=authenticate), store
+
+    (first, first_store), (second, second_store) = server(), server()
+    key = "deploy-42"
+    calls = "/v1/tools/deploy_service/calls?run_id=globex-run"
+    ok = {"service": "billing", "version": "v9.0.0", "environment": "production"}
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with client_for(first, "asgi") as alice_side, client_for(second, "asgi") as bob_side:
+            refused = await alice_side.post(
+                calls, json={}, headers={**ALICE, "Idempotency-Key": key}
+            )
+            assert refused.status_code == 422, refused.text
+            made = await bob_side.post(calls, json=ok, headers={**BOB, "Idempotency-Key": key})
+            assert made.status_code == 200, made.text
+            bobs = await bob_side.get(f"/v1/calls/{key}", headers=BOB)
+            assert "hunter2" in bobs.text  # the call has the data this test looks for
+            read = await alice_side.get(f"/v1/calls/{key}", headers=ALICE)
+            assert (read.status_code, read.json()["code"]) == (404, "UNKNOWN_CALL")
+            assert "hunter2" not in read.text
+            # Alice's own call in that run: her stream carries its events, and only those
+            mine = await alice_side.post(calls, json={**ok, "service": "shop"}, headers=ALICE)
+            assert mine.status_code == 200, mine.text
+        return await sse(first, "/v1/runs/globex-run/events?after=0", ALICE, 3)
+
+    try:
+        got = asyncio.run(scenario())
+    finally:
+        first_store.close()
+        second_store.close()
+    assert got and {e["call_id"] for e in got} == {mine_id(first_store)}
+    assert "hunter2" not in json.dumps(got)
+
+
+def mine_id(store: Store) -> str:
+    (call,) = store.calls(run_id="globex-run", tenant="acme")
+    return call.call_id
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+def test_hostile_bodies_paths_and_stream_positions_are_400_and_write_nothing(
+    store_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Bodies nested past the parser's depth or holding a lone surrogate (valid JSON text
+    that no UTF-8 store or response can carry), a NUL in a path, a query or a reason
+    (PostgreSQL's text has none), and stream positions that are not sequence numbers: each a
+    400 MALFORMED_REQUEST, none a 500, and the store as it was."""
+    runtime, tools = runtime_of(durable_store(store_kind, request, tmp_path))
+    app = create_app(runtime, authenticate=authenticate)
+    json_body = {**ALICE, "Content-Type": "application/json"}
+    deep = b"[" * 5000 + b"]" * 5000
+    surrogate = json.dumps({**REFUND, "reason": "\ud800"}).encode()  # escaped: valid JSON
+
+    async def scenario() -> None:
+        async with client_for(app, "asgi") as http:
+            waiting = await http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
+            action_id = waiting.json()["action"]["action_id"]
+            before, entries = snapshot(runtime.store), tools.refund_entries
+            hostile: list[tuple[str, str, dict[str, str], bytes | None]] = [
+                ("POST", "/v1/tools/refund_payment/calls", json_body, deep),
+                ("POST", f"/v1/actions/{action_id}/submit", json_body, deep),
+                ("POST", f"/v1/actions/{action_id}/cancel", json_body, deep),
+                ("POST", "/v1/tools/refund_payment/calls", json_body, surrogate),
+                ("POST", f"/v1/actions/{action_id}/submit", json_body, b'{"approver": "\\udfff"}'),
+                ("POST", f"/v1/actions/{action_id}/cancel", json_body, b'{"reason": "a\\u0000b"}'),
+                ("GET", "/v1/calls/x%00y", ALICE, None),
+                ("GET", "/v1/actions/x%00y", ALICE, None),
+                ("GET", "/v1/actions?run_id=%00", ALICE, None),
+                ("GET", "/v1/runs/%00/calls", ALICE, None),
+                ("POST", "/v1/tools/lookup_customer/calls?run_id=%00", json_body, b"{}"),
+                ("GET", "/v1/runs/default/events?after=%C2%B2", ALICE, None),  # isdigit, not int
+                ("GET", f"/v1/runs/default/events?after={'9' * 5000}", ALICE, None),
+                ("GET", f"/v1/runs/default/events?after={2**70}", ALICE, None),
+            ]
+            for method, path, headers, content in hostile:
+                answer = await http.request(method, path, headers=headers, content=content)
+                assert answer.status_code == 400, (path, content and content[:40], answer.text)
+                assert answer.json()["code"] == "MALFORMED_REQUEST"
+                assert answer.text.count("\n") == 0
+            assert snapshot(runtime.store) == before and tools.refund_entries == entries
+
+    asyncio.run(scenario())
+
+
+def test_text_an_implementation_wrote_with_a_lone_surrogate_is_served_as_json_escapes(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """A suspension whose payload carries a lone surrogate (from the Python API, not a
+    request) is listed and read back as the JSON escape it is: the inbox never turns to 500."""
+    runtime, _ = runtime_of(sqlite_store)
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        text = "caf\u00e9 \ud800"
+        context = CallContext(principal=TOKENS["token-alice"])
+        waiting = await runtime.call(
+            "check_page", {"url": "https://a.example", "expect_text": text}, context=context
+        )
+        assert waiting.status == "pending", waiting
+        async with client_for(app, "asgi") as http:
+            listed = await http.get("/v1/actions", headers=ALICE)
+            one = await http.get(f"/v1/calls/{waiting.call.call_id}", headers=ALICE)
+        return listed, one
+
+    listed, one = asyncio.run(scenario())
+    assert listed.status_code == 200 and one.status_code == 200, (listed.text, one.text)
+    (action,) = listed.json()["actions"]
+    assert action["input"]["expect_text"] == "caf\u00e9 \ud800", action
+    assert one.json()["input"]["expect_text"] == "caf\u00e9 \ud800"
+
+
+def test_a_submission_that_is_a_json_string_is_that_string(sqlite_store: SQLiteStore) -> None:
+    """A body that is a JSON string is the value submitted (refused by an object schema, with
+    the schema's reason), not JSON text parsed a second time into an approval."""
+    runtime, tools = runtime_of(sqlite_store)
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> httpx.Response:
+        async with client_for(app, "asgi") as http:
+            waiting = await http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
+            action_id = waiting.json()["action"]["action_id"]
+            approval = json.dumps({"approved": True, "approver": "x"})
+            return await http.post(f"/v1/actions/{action_id}/submit", json=approval, headers=ALICE)
+
+    answer = asyncio.run(scenario())
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["code"] == "INVALID_SUBMISSION"
+    assert "must be of type object" in answer.json()["message"]
+    assert tools.refund_entries == 1

@@ -259,18 +259,19 @@ def parse_arguments(arguments: JsonObject | str | bytes) -> JsonObject | str:
     return arguments
 
 
-def submitted_json(payload: JsonValue | BaseModel | str | bytes) -> JsonValue | str:
-    """A submission as lossless JSON, or a sentence saying why it is not JSON.
+def submitted_json(payload: JsonValue | BaseModel | str | bytes) -> JsonValue:
+    """A submission as lossless JSON (``NotJson`` saying why it is not JSON).
 
-    Text is parsed as JSON; a model is serialized (unset fields left out)."""
+    Text is parsed as JSON (its value may be a string); a model is serialized (unset fields
+    left out)."""
     try:
         if isinstance(payload, BaseModel):
             return checked(payload.model_dump(mode="python", by_alias=True, exclude_unset=True))
         if isinstance(payload, bytes | str):
             return checked(json.loads(payload))
         return checked(payload)
-    except (ValueError, NotJson) as error:
-        return f"The submission is not JSON: {error}"
+    except (ValueError, RecursionError) as error:  # NotJson is a ValueError
+        raise NotJson(f"The submission is not JSON: {error}") from None
 
 
 __all__ = ["DEFAULT_LEASE_S", "Attempt", "RuntimeCore"]

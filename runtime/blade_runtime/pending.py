@@ -30,7 +30,7 @@ from blade_runtime.context import (
 from blade_runtime.core import error_result, nobody, submitted_json
 from blade_runtime.events import PendingAction
 from blade_runtime.execution import INITIAL
-from blade_runtime.jsonvalue import model_of
+from blade_runtime.jsonvalue import NotJson, model_of
 from blade_runtime.permissions import ADMISSION, POINTS, STEP, STEP_POINT, PermissionPrompt
 from blade_runtime.pipeline import CallPipeline
 from blade_runtime.registry import Registration
@@ -70,9 +70,10 @@ class PendingActions(CallPipeline):
         if action.expires_at is not None and action.expires_at <= clock():
             expired = self.expire(action)
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, expired)
-        value = submitted_json(payload)
-        if isinstance(value, str):
-            return error_result(call, ErrorCode.INVALID_SUBMISSION, value)
+        try:
+            value = submitted_json(payload)
+        except NotJson as error:
+            return error_result(call, ErrorCode.INVALID_SUBMISSION, str(error))
         invalid = actions.invalid_submission(action, value)
         if invalid is not None:
             return error_result(call, ErrorCode.INVALID_SUBMISSION, invalid)

@@ -14,6 +14,7 @@ import inspect
 import ipaddress
 import json
 import logging
+import re
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -34,7 +35,7 @@ from blade_runtime.http.openapi import openapi_document
 from blade_runtime.registry import Registration
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
 from blade_runtime.runtime import Runtime
-from blade_runtime.store import ActionRecord, ActionState, CallRecord, Event
+from blade_runtime.store import ActionRecord, ActionState, CallRecord, Event, StoreUnavailable
 
 log = logging.getLogger("blade_runtime.http")
 
@@ -62,7 +63,11 @@ def error_response(code: str, message: str) -> Response:
 
 
 def json_response(data: Any, status: int = 200) -> Response:
-    body = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        body = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate an implementation wrote: JSON escapes hold it
+        body = json.dumps(data, allow_nan=False, separators=(",", ":")).encode()
     return Response(body, status, media_type="application/json")
 
 
@@ -191,9 +196,18 @@ class Api:
                 f"The body must be application/json, not {kind or 'undeclared'}.",
             )
         try:
-            return json.loads(raw, parse_constant=_no_constant)  # type: ignore[no-any-return]
+            value: JsonValue = json.loads(raw, parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError) as error:
             raise Refused(HttpError.MALFORMED_REQUEST, f"The body is not JSON: {error}.") from None
+        except RecursionError:
+            raise Refused(HttpError.MALFORMED_REQUEST, "The body is nested too deeply.") from None
+        if _SURROGATE_ESCAPE.search(raw) and _lone_surrogate(value):
+            raise Refused(
+                HttpError.MALFORMED_REQUEST,
+                "The body's text holds a lone surrogate (an unpaired \\ud800-\\udfff "
+                "escape): send valid Unicode.",
+            )
+        return value
 
     def _too_large(self) -> str:
         return f"The body is larger than {self.max_body_bytes} bytes."
@@ -211,11 +225,15 @@ class Api:
         return record
 
     def tenant_of(self, call_id: str) -> str | None:
-        known = self._tenants.get(call_id)
-        if known is not None:
-            return known[0]
+        """The tenant of a call: the store's word, else (a call the store keeps no record of)
+        this process's, which knew it before the call began. Never this process's over the
+        store's: a key another tenant sent here first, for a call refused before it began,
+        must not make that tenant the owner of the call the key names elsewhere."""
         record = self.runtime.store.call(call_id)
-        return None if record is None else record.tenant
+        if record is not None:
+            return record.tenant
+        known = self._tenants.get(call_id)
+        return None if known is None else known[0]
 
     def sees_run(self, principal: Principal, run_id: str) -> bool:
         if principal.operator:
@@ -473,6 +491,27 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+# A \ud800-\udfff escape: only a body with one can hold a lone surrogate (UTF-8 has none).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: JsonValue) -> bool:
+    """Whether a parsed body holds text no UTF-8 store or response can carry (json.loads
+    pairs escaped surrogates that belong together; this finds the ones left alone)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _refuse_nul(request: Request) -> None:
+    """A NUL in the path or the query names nothing (and PostgreSQL's text cannot hold it)."""
+    values = (*request.path_params.values(), *request.query_params.values())
+    if any("\x00" in value for value in values if isinstance(value, str)):
+        raise Refused(HttpError.MALFORMED_REQUEST, "The path or query holds a NUL character.")
+
+
 def create_app(
     runtime: Runtime,
     *,
@@ -500,9 +539,12 @@ def create_app(
         async def endpoint(request: Request) -> Response:
             try:
                 principal = await api.principal(request)
+                _refuse_nul(request)
                 return await handler(request, principal)
             except Refused as refused:
                 return error_response(refused.code, refused.message)
+            except StoreUnavailable:
+                return error_response(ErrorCode.STORE_UNAVAILABLE, "The store is unavailable.")
 
         return endpoint
 
@@ -549,7 +591,9 @@ def create_app(
     async def read_call(request: Request, principal: Principal) -> Response:
         call_id = request.path_params["call_id"]
         record = runtime.store.call(call_id)
-        if record is None or not principal.may_see(record.tenant):
+        if record is not None and not principal.may_see(record.tenant):
+            raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
+        if record is None:  # a store that forgot the call: its first answer, kept here
             kept = api.kept(call_id)
             if kept is None or not principal.may_see(kept.tenant):
                 raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
@@ -594,7 +638,10 @@ def create_app(
         ):
             raise Refused(ErrorCode.UNKNOWN_ACTION, f"No pending action {record.action_id!r}.")
         payload = await api.body(request)
-        result = await runtime.submit(record.action_id, payload)
+        # runtime.submit reads a str as JSON text: a body that is a JSON string is that string
+        result = await runtime.submit(
+            record.action_id, json.dumps(payload) if isinstance(payload, str) else payload
+        )
         status, body = api.result_json(result)
         return json_response(body, status)
 
@@ -607,8 +654,8 @@ def create_app(
         cancelling = request.url.path.endswith("/cancel")
         key = "reason" if cancelling else "error"
         text = fields.get(key, "cancelled" if cancelling else None)
-        if not isinstance(text, str) or not text.strip():
-            raise Refused(HttpError.MALFORMED_REQUEST, f"{key} is a non-empty string.")
+        if not isinstance(text, str) or not text.strip() or "\x00" in text:
+            raise Refused(HttpError.MALFORMED_REQUEST, f"{key} is a non-empty string without NUL.")
         if cancelling:
             result = runtime.cancel(record.action_id, text)
         else:
@@ -636,7 +683,7 @@ def create_app(
         resume = request.headers.get("last-event-id") or request.query_params.get("after")
         after: int | None = None
         if resume is not None:
-            if not resume.isdigit():
+            if not (resume.isascii() and resume.isdigit() and len(resume) <= 18):
                 raise Refused(HttpError.MALFORMED_REQUEST, "Last-Event-ID is a sequence number.")
             after = int(resume)
         subscription = runtime.subscribe(run_id, after=after)
