@@ -9,7 +9,9 @@
     blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
 
 URL is what ``blade_runtime.open_store`` takes: sqlite:///path.db, a plain file path, or
-postgresql://user:password@host/db (``blade-runtime[postgres]``); the store must exist.
+postgresql://user:password@host/db (``blade-runtime[postgres]``). The pending commands open
+only a store a runtime has made (they never create one, nor add tables to another database);
+serve and mcp, being runtimes, create it on their first start.
 
 ``mcp`` serves a runtime's tools over MCP (``blade-runtime[mcp]``): on stdio, or on streamable
 HTTP at a loopback address; RUNTIME is a Runtime, or a function returning one (called with
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     http.add_argument("target", metavar="MODULE:RUNTIME", help="a Runtime or a factory(store=)")
     http.add_argument("--store", required=True, help="the store's URL")
     http.add_argument("--host", default="127.0.0.1", help="address to bind")
-    http.add_argument("--port", type=int, default=8000, help="port to bind")
+    http.add_argument("--port", type=_port, default=8000, help="port to bind (0 to 65535)")
     http.add_argument("--auth", metavar="MODULE:FUNCTION", help="authenticate(request)")
     http.add_argument("--allow-anonymous", action="store_true", help="local development only")
     args = parser.parse_args(argv)
@@ -159,6 +161,13 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(**kwargs)
 
 
+def _port(text: str) -> int:
+    """A TCP port number (a usage error otherwise, not the server's traceback)."""
+    if not (text.isascii() and text.isdigit() and int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return int(text)
+
+
 def _plain(doc: str | None) -> str:
     """The module docstring as help text: reST literals (``x``) shown as plain x."""
     return (doc or "").replace("``", "").strip()
@@ -172,7 +181,7 @@ def _open(url: str) -> Store | None:
         print(f"error: {masked(url)}: no store there", file=sys.stderr)
         return None
     try:
-        return open_store(url)
+        return open_store(url, create=False)
     except StoreError as error:
         print(f"error: {error}", file=sys.stderr)
         return None

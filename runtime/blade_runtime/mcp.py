@@ -917,7 +917,9 @@ def run_cli(
         anyio.run(lambda: serve_stdio(runtime, principal=who, inbox_url=inbox_url))
         return 0
     host, _, port = http.rpartition(":")
-    if host not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
+    if host not in ("127.0.0.1", "localhost", "::1") or not (
+        port.isascii() and port.isdigit() and int(port) <= 65535
+    ):
         print(
             f"error: --http {http}: a loopback HOST:PORT (elsewhere, serve mcp_asgi_app with "
             "authenticate= from your own ASGI server)",

@@ -62,7 +62,6 @@ import time
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, LiteralString
-from urllib.parse import unquote, urlsplit
 
 import psycopg
 import psycopg.errors
@@ -92,7 +91,7 @@ from blade_runtime.store import (
 )
 from blade_runtime.store import dump_json as _dump
 from blade_runtime.store import load_json as _load
-from blade_runtime.urls import masked
+from blade_runtime.urls import masked, secrets_of
 
 log = logging.getLogger("blade_runtime")
 
@@ -313,10 +312,10 @@ def owner_key(owner: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _one_line(error: BaseException, secret: str | None) -> str:
-    """A driver error as one line, without the password (libpq never prints it; be sure)."""
+def _one_line(error: BaseException, hidden: list[str]) -> str:
+    """A driver error as one line, without the passwords (libpq never prints one; be sure)."""
     text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
-    if secret:
+    for secret in hidden:
         text = text.replace(secret, "***")
     return text or type(error).__name__
 
@@ -390,12 +389,14 @@ class PostgresStore:
         max_size: int = 8,
         connect_timeout_s: float = 10.0,
         pool_timeout_s: float = 30.0,
+        create: bool = True,
     ) -> None:
+        """``create=False``: only a store a runtime has made is opened (see ``open_store``)."""
         self.url = masked(url)
+        self._create = create
         self.listen_retry_s = 1.0  # how soon a lost LISTEN connection is made again
         self._dsn = url
-        password = urlsplit(url).password if "://" in url else None
-        self._secret = unquote(password) if password else None
+        self._secrets = secrets_of(url)
         self._connect_timeout = max(1, round(connect_timeout_s))
         self._schemas = _Schemas()
         self._closed = False
@@ -434,7 +435,7 @@ class PostgresStore:
     # -- connections ---------------------------------------------------------------------------
 
     def _unavailable(self, error: BaseException) -> StoreUnavailable:
-        return StoreUnavailable(f"{self.url}: {_one_line(error, self._secret)}")
+        return StoreUnavailable(f"{self.url}: {_one_line(error, self._secrets)}")
 
     def _connect(self) -> psycopg.Connection[TupleRow]:
         """A connection of its own (migrations, an owner's lock, LISTEN), outside the pool."""
@@ -455,14 +456,20 @@ class PostgresStore:
         except psycopg.OperationalError as error:
             raise self._unavailable(error) from None
         except psycopg.DataError as error:  # a value PostgreSQL cannot hold (text with NUL)
-            raise StoreError(f"{self.url}: {_one_line(error, self._secret)}") from None
+            raise StoreError(f"{self.url}: {_one_line(error, self._secrets)}") from None
 
     def _migrate(self, db: psycopg.Connection[TupleRow]) -> None:
         """Bring the schema to ``SCHEMA_VERSION``. An up-to-date database is only read (a role
         without CREATE may use it); migrating takes an advisory lock and reads again, so of
         several processes opening a new database at once one migrates it."""
-        if self._version(db) == SCHEMA_VERSION:
+        version = self._version(db)
+        if version == SCHEMA_VERSION:
             return
+        if version == 0 and not self._create:
+            raise StoreUnavailable(
+                f"{self.url}: not a blade-runtime store (it has none of its tables; a runtime "
+                "makes them when it first opens the store)"
+            )
         # A session lock taken before the transaction begins: the transaction then reads the
         # catalog as another migrator committed it (a lock taken inside it may not).
         db.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_CLASS, _MIGRATION_LOCK))
@@ -537,7 +544,7 @@ class PostgresStore:
         except psycopg.errors.UniqueViolation as error:
             raise StoreError(
                 f"call {call.call_id!r} or action {action.action_id!r} is already recorded "
-                f"({_one_line(error, None)})"
+                f"({_one_line(error, [])})"
             ) from None
         if row is None:
             raise LeaseLost(call.call_id, call.owner)
@@ -920,7 +927,7 @@ class PostgresStore:
                         "%s: listening for events failed (retrying every %g s): %s",
                         self.url,
                         self.listen_retry_s,
-                        _one_line(error, self._secret),
+                        _one_line(error, self._secrets),
                     )
                 failing = True
                 self._listening.set()

@@ -374,7 +374,9 @@ class SQLiteStore:
         *,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         busy_timeout_ms: int = 30_000,
+        create: bool = True,
     ) -> None:
+        """``create=False``: only a store a runtime has made is opened (see ``open_store``)."""
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self.poll_s = 0.05  # how often other processes' events are looked for
@@ -388,6 +390,8 @@ class SQLiteStore:
         self._checkpoint_warnings = _Once()
         self._closed = False  # until a connection is made again
         self._schemas = _Schemas()
+        if not create:
+            self._refuse_unless_made()
         try:
             self._migrate()
         except sqlite3.DatabaseError as error:
@@ -460,6 +464,22 @@ class SQLiteStore:
             yield
         finally:
             db.execute("COMMIT")
+
+    def _refuse_unless_made(self) -> None:
+        """Read, on a read-only connection, whether a runtime made this store: nothing is
+        written to a file that is not one (not even the switch to WAL)."""
+        try:
+            with contextlib.closing(
+                sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+            ) as db:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as error:
+            raise StoreUnavailable(f"{self.url}: not a blade-runtime store ({error})") from None
+        if version == 0:
+            raise StoreUnavailable(
+                f"{self.url}: not a blade-runtime store (it has none of its tables; a runtime "
+                "makes them when it first opens the store)"
+            )
 
     def _migrate(self) -> None:
         with self._write() as db:

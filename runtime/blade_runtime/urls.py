@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from blade_runtime.store import Store, StoreUnavailable
 
@@ -22,19 +22,56 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
 
 
+# libpq's parameters that hold a secret, as a URL's query may carry them (``?password=...``).
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+# A URL's parts, for any text (not urlsplit, which refuses some that drivers quote back whole:
+# an unclosed IPv6 bracket, a port that is not a number).
+_PARTS = re.compile(
+    r"(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<netloc>[^/?#]*))?"
+    r"(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?(?P<fragment>#.*)?",
+    re.S,
+)
+
+
 def masked(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``: safe for logs and messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """``url`` with every password replaced by ``***`` (the user info's, and a ``password`` or
+    ``sslpassword`` query parameter's): safe for logs and messages, whatever its form (several
+    hosts, a port that is not a number, a text that is not quite a URL)."""
+    parts = _PARTS.fullmatch(url)
+    assert parts is not None  # every group is optional
+    scheme, netloc, path, query, fragment = parts.group(
+        "scheme", "netloc", "path", "query", "fragment"
+    )
+    user, at, hosts = (netloc or "").rpartition("@")
+    if at and ":" in user:
+        netloc = f"{user.partition(':')[0]}:***@{hosts}"
+    if query:
+        query = "&".join(
+            f"{piece.partition('=')[0]}=***" if _is_secret(piece) else piece
+            for piece in query.split("&")
+        )
+    return "".join(
+        (scheme or "", netloc or "", path, "" if query is None else f"?{query}", fragment or "")
+    )
+
+
+def secrets_of(url: str) -> list[str]:
+    """The passwords ``url`` carries, as written and decoded (what a driver's message might
+    repeat), longest first."""
+    parts = _PARTS.fullmatch(url)
+    assert parts is not None
+    found = []
+    user, at, _ = (parts.group("netloc") or "").rpartition("@")
+    if at and ":" in user:
+        found.append(user.partition(":")[2])
+    query = parts.group("query") or ""
+    found += [piece.partition("=")[2] for piece in query.split("&") if _is_secret(piece)]
+    every = {text for value in found for text in (value, unquote(value)) if text}
+    return sorted(every, key=lambda text: (-len(text), text))
+
+
+def _is_secret(piece: str) -> bool:
+    return unquote(piece.partition("=")[0]) in _SECRET_PARAMETERS
 
 
 def sqlite_path(url: str | Path) -> Path | None:
@@ -48,12 +85,14 @@ def sqlite_path(url: str | Path) -> Path | None:
     return None
 
 
-def open_store(url: str | Path) -> Store:
-    """The store ``url`` names (see the module's doc for the forms it takes)."""
+def open_store(url: str | Path, *, create: bool = True) -> Store:
+    """The store ``url`` names (see the module's doc for the forms it takes). ``create=False``
+    opens only a store a runtime has made: a database without blade-runtime's tables (another
+    application's, an empty file) is refused and left exactly as it was."""
     text = str(url)
     scheme = _SCHEME.match(text)
     if isinstance(url, Path) or scheme is None or len(scheme.group(1)) == 1:  # C:\\ on Windows
-        return _sqlite(Path(text), text)
+        return _sqlite(Path(text), text, create)
     name = scheme.group(1).lower()
     if name == "memory":
         from blade_runtime.memory import MemoryStore
@@ -66,7 +105,7 @@ def open_store(url: str | Path) -> Store:
                 f"{masked(text)}: a SQLite URL is sqlite:///relative/path.db or "
                 "sqlite:////absolute/path.db"
             )
-        return _sqlite(Path(path[3:]), text)
+        return _sqlite(Path(path[3:]), text, create)
     if name in ("postgresql", "postgres"):
         try:
             from blade_runtime.postgres import PostgresStore
@@ -75,18 +114,18 @@ def open_store(url: str | Path) -> Store:
                 f"{masked(text)}: the PostgreSQL store needs psycopg; "
                 f"pip install 'blade-runtime[postgres]' ({error})"
             ) from None
-        return PostgresStore(text)
+        return PostgresStore(text, create=create)
     raise StoreUnavailable(
         f"{masked(text)}: unknown store scheme {name!r}; use one of "
         "memory:, sqlite:///PATH, postgresql://..., or a file path"
     )
 
 
-def _sqlite(path: Path, url: str) -> Store:
+def _sqlite(path: Path, url: str, create: bool) -> Store:
     from blade_runtime.sqlite import SQLiteStore
 
     if path.is_dir():
         raise StoreUnavailable(f"{url}: is a folder; name a database file in it")
     if not path.parent.is_dir():
         raise StoreUnavailable(f"{url}: the folder {path.parent} does not exist")
-    return SQLiteStore(path)
+    return SQLiteStore(path, create=create)
