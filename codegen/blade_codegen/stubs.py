@@ -10,14 +10,13 @@ import difflib
 import json
 import os
 import re
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from blade_codegen.importer import Imported, check_imported
 from blade_codegen.load import SHARED_SUFFIX, spec_paths
-from blade_codegen.write import write_file
+from blade_codegen.write import new_file, write_file
 
 EXAMPLE_ID = "example.hello.v1"
 _VERSION = re.compile(r"v[0-9]+")
@@ -51,7 +50,7 @@ def write_new(path: Path, text: str) -> None:
     if path.exists():
         raise Exists(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, staged = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, staged = new_file(path.parent, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -31,6 +31,29 @@ def write_file(path: Path, text: str) -> None:
     staging = path.with_name(f".{path.name}.tmp")
     staging.write_text(text, "utf-8")
     os.replace(staging, path)
+
+
+def new_folder(parent: Path, prefix: str) -> Path:
+    """A folder ``parent/<prefix><random>`` that did not exist, with the mode the umask gives new
+    folders: ``mkdtemp``'s 0700 would make the output unreadable to the accounts that import it."""
+    while True:
+        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+
+
+def new_file(parent: Path, prefix: str, suffix: str) -> tuple[int, Path]:
+    """A file ``parent/<prefix><random><suffix>`` that did not exist, open for writing, with the
+    mode the umask gives new files (``mkstemp``'s is 0600)."""
+    while True:
+        path = parent / f"{prefix}{secrets.token_hex(4)}{suffix}"
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+        except FileExistsError:
+            continue
 
 
 def digest(text: str) -> str:
@@ -149,7 +172,7 @@ def write_package(
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.staging-", dir=target.parent))
+    staging = new_folder(target.parent, f".{target.name}.staging-")
     root = staging.resolve()
     folders = {staging}
     try:
