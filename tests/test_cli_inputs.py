@@ -1,4 +1,5 @@
-"""What the command line writes gets the modes the user's umask gives."""
+"""The command line refuses bad inputs before writing anything: names a new spec would take;
+and what it writes gets the modes the user's umask gives."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import add_spec, run_cli, spec
+from conftest import add_spec, run_cli, spec, tree_bytes, write_json
 
 
 @pytest.fixture
@@ -16,6 +17,46 @@ def specs(tmp_path: Path) -> Path:
     folder = tmp_path / "specs"
     add_spec(folder, spec("crm.find-order.v1"))
     return folder
+
+
+def test_new_refuses_a_spec_whose_names_collide_with_an_existing_one(specs: Path) -> None:
+    before = tree_bytes(specs)
+    # Its id and name differ from crm.find-order.v1's; its module and client method do not.
+    done = run_cli("new", "crm.Find-Order.v1", "--specs", str(specs))
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    module, method, last = done.stderr.splitlines()
+    new = str(specs / "crm" / "Find-Order.v1.json")
+    assert module.startswith(f"{new}:1:1: /: its module blade_specs.crm.find_order_v1 is also ")
+    assert module.endswith(
+        "the module of crm/find-order.v1.json (names that differ only in "
+        "punctuation or case collide; rename one)"
+    )
+    assert method.startswith(f"{new}:") and "that of crm.find-order.v1" in method
+    assert last == "error: nothing was written"
+    assert tree_bytes(specs) == before
+
+
+def test_new_beside_unrelated_specs_still_writes(specs: Path) -> None:
+    done = run_cli("new", "crm.cancel-order.v1", "--specs", str(specs))
+    assert done.returncode == 0, done.stderr
+    assert run_cli("build", str(specs), "--out", str(specs.parent / "out")).returncode == 0
+
+
+def test_import_refuses_a_tool_whose_module_collides_with_an_existing_spec(
+    tmp_path: Path,
+) -> None:
+    specs = tmp_path / "specs"
+    add_spec(specs, spec("crm.find_order.v1"))
+    before = tree_bytes(specs)
+    tools = write_json(
+        tmp_path / "tools.json",
+        {"tools": [{"name": "findOrder", "inputSchema": {"type": "object"}}]},
+    )
+    done = run_cli("import", "--from", "mcp", str(tools), "--namespace", "crm", "--out", str(specs))
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert f"{specs / 'crm' / 'find-order.v1.json'}:1:1: /: its module " in done.stderr
+    assert "is also the module of crm/find_order.v1.json" in done.stderr
+    assert tree_bytes(specs) == before
 
 
 @pytest.fixture

@@ -563,14 +563,15 @@ def import_(
         write_imported,
     )
 
-    specs = out or _settings().specs
+    defaults = _settings()
+    specs = out or defaults.specs
     kind = cast("Literal['mcp', 'openai', 'anthropic']", source)
     try:
         tools, unreadable = read_tools(file, kind)
         files = import_tools(
             tools, kind, namespace, file.name, name_prefix, unreadable, side_effect
         )
-        invalid = check_imported(specs, files)
+        invalid = check_imported(specs, files, defaults.package)
         if invalid:
             raise ImportRefused(invalid)
     except ImportRefused as refused:
@@ -616,9 +617,10 @@ def new(spec_id: str, specs_dir: Path | None) -> None:
     """
     from blade_codegen.stubs import Exists, Invalid, Refused, new_spec
 
-    specs = specs_dir or _settings().specs
+    defaults = _settings()
+    specs = specs_dir or defaults.specs
     try:
-        path = new_spec(specs, spec_id)
+        path = new_spec(specs, spec_id, defaults.package)
     except Refused as refused:
         raise click.UsageError(str(refused)) from None
     except Exists as exists:

@@ -24,8 +24,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from blade_codegen.config import DEFAULT_PACKAGE
 from blade_codegen.dialect import NotConvertible, Refusal, convert
 from blade_codegen.load import SourceFile, SpecTree, load
+from blade_codegen.problems import SpecError
 from blade_codegen.write import write_file
 
 Source = Literal["mcp", "openai", "anthropic"]
@@ -295,9 +297,13 @@ def _safe_name(name: str) -> str:
     return safe if safe[:1].isalpha() else f"t_{safe}"
 
 
-def check_imported(specs: Path, files: list[Imported]) -> list[str]:
-    """What validation would find in ``files`` once written under ``specs`` beside the specs
-    already there (ids and names unique), one line each: checked before anything is written."""
+def check_imported(specs: Path, files: list[Imported], package: str = DEFAULT_PACKAGE) -> list[str]:
+    """What the build would find in ``files`` once written under ``specs`` beside the specs
+    already there (ids and names unique, module, class and client method names free), one line
+    each: checked before anything is written. ``package`` only words the messages."""
+    from blade_codegen.dependencies import with_dependencies
+    from blade_codegen.plan import plan
+    from blade_codegen.resolve import resolve
     from blade_codegen.validate import validate
 
     tree = load(specs) if specs.is_dir() else SpecTree(specs, (), ())
@@ -309,10 +315,20 @@ def check_imported(specs: Path, files: list[Imported]) -> list[str]:
     }
     # The tree's own specs first: a clash with one of them is reported on the imported file.
     kept = tuple(source for source in tree.specs if source.rel not in new)
-    candidate = replace(tree, specs=(*kept, *new.values()), problems=())
+    candidate = with_dependencies(replace(tree, specs=(*kept, *new.values()), problems=()))
+    problems = validate(candidate)
+    if not problems:
+        # Names are given in the build's later stages: resolve, then plan. The plan claims
+        # names in the order it is given, so the tree's own specs go first here too.
+        try:
+            resolved = resolve(candidate)
+            ordered = sorted(resolved.specs, key=lambda s: s.source.rel in new)
+            plan(replace(resolved, specs=tuple(ordered)), package, "")  # "": no cache keys
+        except SpecError as error:
+            problems = list(error.problems)
     return [
         str(replace(problem, path=str(specs / problem.path)))
-        for problem in validate(candidate)
+        for problem in problems
         if problem.path in new
     ]
 

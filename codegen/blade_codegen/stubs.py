@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from blade_codegen.config import DEFAULT_PACKAGE
 from blade_codegen.importer import Imported, check_imported
 from blade_codegen.load import SHARED_SUFFIX, spec_paths
 from blade_codegen.write import new_file, write_file
@@ -85,11 +86,12 @@ def tool_name(spec_id: str) -> str:
     return name if name[:1].isalpha() else f"t_{name}"
 
 
-def new_spec(specs: Path, spec_id: str) -> Path:
+def new_spec(specs: Path, spec_id: str, package: str = DEFAULT_PACKAGE) -> Path:
     """Write a spec skeleton for ``spec_id`` at the path its id gives; returns that path.
 
     Exists if the file is there, Refused for an id without a namespace, Invalid when the
-    skeleton would not validate in the tree (a bad id, a name already taken)."""
+    skeleton would not build in the tree (a bad id, a name, module or client method already
+    taken: the existing file is named); ``package`` only words the messages."""
     from blade_codegen.render import environment
 
     rel = spec_rel(spec_id)
@@ -99,7 +101,7 @@ def new_spec(specs: Path, spec_id: str) -> Path:
     template = environment().get_template("new_spec.json.jinja")
     text = template.render(spec_id=spec_id, name=tool_name(spec_id))
     json.loads(text)  # the template writes JSON whatever the id holds (json_text escapes it)
-    problems = check_imported(specs, [Imported(rel, text)])
+    problems = check_imported(specs, [Imported(rel, text)], package)
     if problems:
         raise Invalid(problems)
     write_new(target, text)
