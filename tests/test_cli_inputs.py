@@ -1,8 +1,10 @@
-"""The command line refuses bad inputs before writing anything: names a new spec would take;
-and what it writes gets the modes the user's umask gives."""
+"""The command line refuses bad inputs before writing anything: package names, namespaces, an
+output folder overlapping the spec folder, empty spec folders, names a new spec would take; and
+what it writes gets the modes the user's umask gives."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -17,6 +19,55 @@ def specs(tmp_path: Path) -> Path:
     folder = tmp_path / "specs"
     add_spec(folder, spec("crm.find-order.v1"))
     return folder
+
+
+@pytest.mark.parametrize("name", ["a.b", "blade-specs", "1st", "class", "a.class", ""])
+def test_a_package_name_that_is_not_one_identifier_is_a_usage_error(
+    tmp_path: Path, specs: Path, name: str
+) -> None:
+    out = tmp_path / "out"
+    for args in (
+        ("build", str(specs), "--out", str(out), "--package", name),
+        ("stub", "crm.find-order.v1", "--specs", str(specs), "--package", name),
+        ("init", "--package", name),
+    ):
+        done = run_cli(*args, cwd=tmp_path)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "is not a Python package name" in done.stderr
+    assert not out.exists() and not (tmp_path / "find_order_v1.py").exists()
+    assert not (tmp_path / "pyproject.toml").exists()
+
+
+@pytest.mark.parametrize(
+    ("spec_folder", "out", "package", "message"),
+    [
+        ("specs", "specs", "blade_specs", "would be inside the spec folder"),
+        ("specs", "specs/crm/gen", "blade_specs", "would be inside the spec folder"),
+        ("specs", ".", "specs", "would be the spec folder"),
+        ("specs/crm", ".", "specs", "would replace the spec folder"),
+    ],
+)
+def test_an_output_overlapping_the_spec_folder_is_refused_before_anything_is_written(
+    tmp_path: Path, specs: Path, spec_folder: str, out: str, package: str, message: str
+) -> None:
+    before = tree_bytes(tmp_path)
+    for extra in ((), ("--check",), ("--watch",)):
+        args = ("build", spec_folder, "--out", out, "--package", package, *extra)
+        done = run_cli(*args, cwd=tmp_path)
+        assert done.returncode == 2, (extra, done.stdout, done.stderr)
+        [error] = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+        assert message in error and "pick" in error
+    assert tree_bytes(tmp_path) == before
+
+
+def test_an_output_beside_the_specs_in_the_same_folder_builds(tmp_path: Path, specs: Path) -> None:
+    # OUT holds the spec folder, but the package the build replaces (OUT/PACKAGE) does not.
+    done = run_cli("build", str(specs), "--out", str(tmp_path), "--package", "gen")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "gen" / "manifest.json").is_file()
+    assert tree_bytes(specs) == {
+        "crm/find-order.v1.json": (specs / "crm/find-order.v1.json").read_bytes()
+    }
 
 
 def test_new_refuses_a_spec_whose_names_collide_with_an_existing_one(specs: Path) -> None:
@@ -98,3 +149,40 @@ def test_what_is_written_gets_the_modes_the_umask_gives(
     done = run_cli("stub", "crm.find-order.v1", "--specs", str(specs), "--out", str(stub))
     assert done.returncode == 0, done.stderr
     assert _mode(stub) == 0o666 & ~umask
+
+
+def test_an_empty_spec_folder_is_refused_by_every_command_that_reads_it(tmp_path: Path) -> None:
+    empty = tmp_path / "specs"
+    write_json(empty / "common" / "money.schema.json", {"type": "object"})  # shared files only
+    lock = write_json(tmp_path / "blade.lock.json", {"lockVersion": 1, "specs": {}, "waivers": []})
+    elsewhere = tmp_path / "l.json"
+    before = tree_bytes(tmp_path)
+    for args in (
+        ("lock", str(empty), "--lock", str(elsewhere), "--init"),
+        ("lock", str(empty)),
+        ("check", str(empty)),
+        ("check", str(empty), "--format", "json"),
+        ("export", str(empty)),
+        ("export", str(empty), "--out", str(tmp_path / "tools.json")),
+    ):
+        done = run_cli(*args)
+        assert done.returncode == 3, (args, done.stdout, done.stderr)
+        assert done.stdout == ""
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"error: {empty}: no spec files"), line
+    assert tree_bytes(tmp_path) == before and json.loads(lock.read_text("utf-8"))["specs"] == {}
+
+
+@pytest.mark.parametrize("namespace", ["bad ns", "Crm", "crm..orders", "", "crm/orders"])
+def test_import_with_a_bad_namespace_is_a_usage_error(tmp_path: Path, namespace: str) -> None:
+    tools = write_json(
+        tmp_path / "tools.json",
+        {"tools": [{"name": "find", "inputSchema": {"type": "object"}}]},
+    )
+    out = tmp_path / "specs"
+    done = run_cli(
+        "import", "--from", "mcp", str(tools), "--namespace", namespace, "--out", str(out)
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"--namespace {namespace!r}: use lowercase words and dots" in done.stderr
+    assert not out.exists()

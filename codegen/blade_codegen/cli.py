@@ -38,8 +38,9 @@ EXPORT_FORMATS = ("blade", "openai", "anthropic", "mcp")
 
 
 def _valid_package(name: str) -> bool:
-    parts = name.split(".")
-    return all(p.isidentifier() and not keyword.iskeyword(p) for p in parts)
+    # One identifier: OUT/PACKAGE is one folder, and the generated modules import themselves
+    # as PACKAGE.<module>, so a dotted name would give a folder named "a.b" that nothing imports.
+    return name.isidentifier() and not keyword.iskeyword(name)
 
 
 class _Group(click.Group):
@@ -114,11 +115,12 @@ def build(
     specs = _specs_dir(specs_dir)
     defaults = _settings()
     out = out or defaults.out
-    package = package or defaults.package
+    package = defaults.package if package is None else package  # --package "" is refused
     if not _valid_package(package):
         raise click.UsageError(
             f"--package {package!r} is not a Python package name (use e.g. blade_specs)"
         )
+    _separate(specs, out / package)
     if not watch:
         _build_once(specs, out, package, check, lock_file, allow_breaking)
         # The process ends here: the collection Python makes on the way out would scan every
@@ -232,7 +234,7 @@ def export(specs_dir: Path | None, format_: str, out: Path | None) -> None:
     """
     from blade_codegen.export import export_specs
 
-    specs = _specs_dir(specs_dir)
+    specs = _specs_dir(specs_dir, need_specs=True)
     try:
         exported = export_specs(specs, cast("ExportFormat", format_))
     except SpecError as error:
@@ -264,6 +266,23 @@ def _specs_dir(specs_dir: Path | None, need_specs: bool = False) -> Path:
     if need_specs:
         _require_specs(specs)
     return specs
+
+
+def _separate(specs: Path, target: Path) -> None:
+    """The package folder a build replaces and the spec folder must not hold one another: the
+    next build would read the output as specs, or the swap would remove the specs."""
+    spec_root, package = specs.resolve(), target.resolve()
+    if package.is_relative_to(spec_root):
+        where = "the spec folder" if package == spec_root else "inside the spec folder"
+        raise click.UsageError(
+            f"the output {target} would be {where} {specs}, and read as specs "
+            "(pick an --out outside the spec folder)"
+        )
+    if spec_root.is_relative_to(package):
+        raise click.UsageError(
+            f"the output {target} would replace the spec folder {specs}, which it holds "
+            "(pick another --out or --package)"
+        )
 
 
 def _require_specs(specs: Path) -> None:
@@ -358,7 +377,7 @@ def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_:
     from blade_codegen.check import check as run_check
     from blade_codegen.resolve import resolve_specs
 
-    specs = _specs_dir(specs_dir)
+    specs = _specs_dir(specs_dir, need_specs=True)
     ref = against.removeprefix("git:")
     # A ref starting with "-" would reach git as an option (--output=FILE writes a file).
     if against != "lock" and (ref == against or not ref or ref.startswith("-")):
@@ -432,7 +451,7 @@ def lock(
 
     if waive_id is not None and not reason:
         raise click.UsageError("--waive needs --reason: say why the change is safe")
-    specs = _specs_dir(specs_dir)
+    specs = _specs_dir(specs_dir, need_specs=True)
     path = lock_file if init and lock_file is not None else _lock_path(lock_file, specs)
     try:
         resolved = resolve_specs(specs)
@@ -556,6 +575,7 @@ def import_(
     folder cannot be written.
     """
     from blade_codegen.importer import (
+        NAMESPACE_RULE,
         ImportRefused,
         check_imported,
         import_tools,
@@ -563,6 +583,10 @@ def import_(
         write_imported,
     )
 
+    if not NAMESPACE_RULE.fullmatch(namespace):
+        raise click.UsageError(
+            f"--namespace {namespace!r}: use lowercase words and dots, e.g. acme.crm"
+        )
     defaults = _settings()
     specs = out or defaults.specs
     kind = cast("Literal['mcp', 'openai', 'anthropic']", source)
@@ -659,7 +683,7 @@ def stub(spec_id: str, out_file: Path | None, specs_dir: Path | None, package: s
     from blade_codegen.stubs import stub as make_stub
 
     specs = _specs_dir(specs_dir)
-    package = package or _settings().package
+    package = _settings().package if package is None else package
     if not _valid_package(package):
         raise click.UsageError(f"--package {package!r} is not a Python package name")
     try:
