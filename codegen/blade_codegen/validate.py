@@ -16,7 +16,7 @@ from blade_codegen.dependencies import Dependency, Unavailable, holder, installe
 from blade_codegen.explain import schema_errors, spec_error
 from blade_codegen.load import SourceFile, SpecTree
 from blade_codegen.patterns import ecma_problem
-from blade_codegen.problems import Problem
+from blade_codegen.problems import Problem, pointer
 from blade_codegen.refs import RefError, RefTarget, dependency_of, parse_ref
 from blade_codegen.schemas import Segments, resolve_pointer, subschemas
 
@@ -274,6 +274,53 @@ def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any)
             problems.extend(_check_ref(tree, source, (*path, "$ref"), ref, at))
         if "pattern" in sub or "patternProperties" in sub:  # rare: most nodes skip the call
             problems.extend(_check_patterns(source, path, sub))
+    problems.extend(_check_ref_cycles(source, at, schema))
+    return problems
+
+
+def _check_ref_cycles(source: SourceFile, at: Segments, schema: Any) -> list[Problem]:
+    """No chain of local ``$ref`` keywords leads back to where it started.
+
+    A ``$ref`` applies its target to the same value, whatever keywords sit beside it, so such a
+    chain never reaches a schema: validators disagree on what it means (undefined in 2020-12) and
+    the models recurse forever. Recursion through ``properties`` or ``items`` moves into the
+    value and is fine. A cycle across shared files is refused as a file cycle, so one document
+    (a slot, or a shared file) holds every cycle; each is reported once, at its first member.
+    """
+    walked = list(subschemas(schema, at))
+    starts = [(path, sub) for path, sub in walked if isinstance(sub.get("$ref"), str)]
+    if not starts:  # most schemas: no second walk
+        return []
+    nodes = {id(sub): path for path, sub in walked}
+    reported: set[int] = set()
+    problems = []
+    for path, sub in starts:
+        chain = [id(sub)]
+        node: Any = sub
+        while id(sub) not in reported:
+            ref = node.get("$ref")
+            target = parse_ref(ref, source.rel) if isinstance(ref, str) else None
+            if not isinstance(target, RefTarget) or target.file:
+                break
+            found, node = resolve_pointer(schema, target.fragment)
+            # Only schema positions count: "#/properties" is a map, its "$ref" a property name.
+            if not found or id(node) not in nodes:
+                break
+            if id(node) == id(sub):
+                reported.update(chain)
+                names = ["#" + pointer(*nodes[n][len(at) :]) for n in [*chain, id(sub)]]
+                problems.append(
+                    source.problem(
+                        (*path, "$ref"),
+                        "references form a cycle that never reaches a schema: "
+                        + " -> ".join(names),
+                        "give one of them the schema it stands for; recursion must go through "
+                        "properties or items",
+                    )
+                )
+            if id(node) in chain:
+                break  # it leads into a cycle it is not part of, reported at a member
+            chain.append(id(node))
     return problems
 
 
