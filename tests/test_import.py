@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
-from conftest import CORPUS, run_cli
+from conftest import CORPUS, EXAMPLE_SPECS, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import instances
@@ -177,7 +177,99 @@ def test_bad_input_is_refused_with_the_place_and_nothing_is_written(tmp_path: Pa
         "--from", "openai", str(not_json), "--namespace", "x", "--out", str(tmp_path / "specs")
     )
     assert broken.returncode == 3 and "broken.json:1:" in broken.stderr
-    assert cli("--from", "openai", str(not_json), "--namespace", "Bad NS").returncode == 3
+    # A namespace that breaks the rule is a usage error (cli.py's check, before the file).
+    assert cli("--from", "openai", str(not_json), "--namespace", "Bad NS").returncode == 2
+
+
+LISTS = {
+    "mcp": "MCP tools/list output",
+    "openai": "an OpenAI tools array",
+    "anthropic": "an Anthropic tools array",
+}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The example specs as ``export --format`` gives them, in each format."""
+    folder = tmp_path_factory.mktemp("exports")
+    for name in (*LISTS, "blade"):
+        done = run_cli(
+            "export", str(EXAMPLE_SPECS), "--format", name, "--out", str(folder / f"{name}.json")
+        )
+        assert done.returncode == 0, done.stderr
+    return {name: folder / f"{name}.json" for name in (*LISTS, "blade")}
+
+
+def _refusal(done: subprocess.CompletedProcess[str]) -> str:
+    """The one problem line of a refused import (then "nothing was written")."""
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and lines[1] == "nothing was written", lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("given", [*LISTS, "blade"])
+@pytest.mark.parametrize("named", list(LISTS))
+def test_a_file_in_another_format_is_refused_naming_it(
+    tmp_path: Path, exports: dict[str, Path], given: str, named: str
+) -> None:
+    out = tmp_path / "specs"
+    done = cli("--from", named, str(exports[given]), "--namespace", "acme", "--out", str(out))
+    if given == named:
+        assert done.returncode == 0, done.stderr
+        specs = [json.loads(p.read_text()) for p in sorted(out.rglob("*.json"))]
+        assert specs and all(s["inputSchema"].get("properties") for s in specs)
+        return
+    line = _refusal(done)
+    # The first tool, by its JSON pointer: MCP's and ours sit under "tools".
+    at = "/tools/0" if given in ("mcp", "blade") else "/0"
+    assert line.startswith(f"{exports[given].name}:"), line
+    assert f": {at}: not an " in line, line
+    if given == "blade":
+        assert "blade-codegen export --format blade" in line and "--format mcp" in line
+    else:
+        assert line.endswith(f"this looks like {LISTS[given]} (use --from {given})"), line
+    assert not out.exists()
+
+
+def test_the_first_tool_of_another_format_is_named_wherever_it_is(tmp_path: Path) -> None:
+    mcp = {"name": "search", "description": "Find.", "inputSchema": SEARCH}
+    openai = {"type": "function", "function": {"name": "find", "parameters": SEARCH}}
+    anthropic = {"name": "look", "input_schema": SEARCH}
+    out = tmp_path / "specs"
+    cases = [
+        ("mixed.json", "openai", [openai, mcp, anthropic], ":1:", "/1", "use --from mcp"),
+        ("rpc.json", "anthropic", {"result": {"tools": [mcp]}}, ":1:", "/result/tools/0", "mcp"),
+        ("wrapped.json", "mcp", {"tools": [anthropic]}, ":1:", "/tools/0", "use --from anthropic"),
+    ]
+    for name, named, document, position, at, fix in cases:
+        document_file = str(write(tmp_path / name, document))
+        done = cli("--from", named, document_file, "--namespace", "x", "--out", str(out))
+        line = _refusal(done)
+        assert line.startswith(name + position) and f": {at}: " in line and fix in line, line
+    # MCP's JSON Lines (the MCP corpus) read as OpenAI or Anthropic: one line, at line 1.
+    for named in ("openai", "anthropic"):
+        corpus = str(CORPUS / "mcp-tools.jsonl")
+        done = cli("--from", named, corpus, "--namespace", "x", "--out", str(out))
+        line = _refusal(done)
+        assert line.startswith("mcp-tools.jsonl:1:1: /: ") and "use --from mcp" in line, line
+    assert not out.exists()
+
+
+def test_openai_parameters_may_still_be_left_out(tmp_path: Path) -> None:
+    tools = [{"type": "function", "function": {"name": "ping", "description": "Ping."}}]
+    out = tmp_path / "specs"
+    done = cli(
+        "--from",
+        "openai",
+        str(write(tmp_path / "t.json", tools)),
+        "--out",
+        str(out),
+        "--namespace",
+        "x",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "x" / "ping.v1.json").read_text())["inputSchema"] == {"type": "object"}
 
 
 DRAFT_07 = {

@@ -8,14 +8,17 @@ description, the schemas brought to 2020-12 (``dialect``), and for MCP the annot
 stays the conservative ``non_idempotent`` unless the user gives ``--side-effect``.
 
 A file is JSON when it parses as one document, else JSON Lines (MCP only): the shape is found by
-parsing, not by its first characters. The same input gives the same files. Every spec is
-validated as the build would validate it before anything is written (``check_imported``); an
-existing spec file is never overwritten with different content unless ``force``; nothing is
-written when any tool is refused.
+parsing, not by its first characters. A tool written in another format than the one named (an
+MCP ``inputSchema`` read as OpenAI, whose ``parameters`` may be left out) is refused, naming the
+format it looks like: read as asked, its schemas would be lost. The same input gives the same
+files. Every spec is validated as the build would validate it before anything is written
+(``check_imported``); an existing spec file is never overwritten with different content unless
+``force``; nothing is written when any tool is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -27,13 +30,21 @@ from typing import Any, Literal
 from blade_codegen.config import DEFAULT_PACKAGE
 from blade_codegen.dialect import NotConvertible, Refusal, convert
 from blade_codegen.load import SourceFile, SpecTree, load
-from blade_codegen.problems import SpecError
+from blade_codegen.problems import Problem, SpecError
+from blade_codegen.schemas import Segments
 from blade_codegen.write import write_file
 
 Source = Literal["mcp", "openai", "anthropic"]
 SOURCES: tuple[Source, ...] = ("mcp", "openai", "anthropic")
 NAME_RULE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 NAMESPACE_RULE = re.compile(r"[a-z][a-z0-9-]*(\.[a-z][a-z0-9-]*)*")
+# What a tool list in each format is called, to tell the user what they gave instead.
+LOOKS_LIKE: dict[str, str] = {
+    "mcp": "MCP tools/list output",
+    "openai": "an OpenAI tools array",
+    "anthropic": "an Anthropic tools array",
+}
+NAMED: dict[str, str] = {"mcp": "an MCP", "openai": "an OpenAI", "anthropic": "an Anthropic"}
 
 
 class ImportRefused(Exception):
@@ -76,14 +87,18 @@ def read_tools(path: Path, source: Source) -> tuple[list[Tool], list[str]]:
     try:
         records = _records(text, source)
     except json.JSONDecodeError as error:
+        if source != "mcp":  # MCP's JSON Lines, perhaps
+            with contextlib.suppress(json.JSONDecodeError):
+                _refuse_foreign(label, text, _lines_of(text), source)
         raise ImportRefused(
             [f"{label}:{error.lineno}:{error.colno}: not JSON: {error.msg}"]
         ) from None
     except ValueError as error:
         raise ImportRefused([f"{label}: {error}"]) from None
+    _refuse_foreign(label, text, records, source)
     problems: list[str] = []
     tools: list[Tool] = []
-    for where, record in records:
+    for where, _, _, record in records:
         tool = _tool(record, source)
         if isinstance(tool, str):
             problems.append(f"{label}: {where}: {tool}")
@@ -92,29 +107,46 @@ def read_tools(path: Path, source: Source) -> tuple[list[Tool], list[str]]:
     return tools, problems
 
 
-def _records(text: str, source: Source) -> list[tuple[str, Any]]:
+# A tool record: where it is said to be ("tools[3]", "line 4"), its line in JSON Lines (0 in
+# one document), its JSON pointer in the document (() for a line), and the record.
+Record = tuple[str, int, Segments, Any]
+
+
+def _records(text: str, source: Source) -> list[Record]:
     """The tool records of ``text`` with where each is: one JSON document (pretty-printed or
     not), or for MCP one record a line. JSONDecodeError names the first place neither reads."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as whole:
-        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-        if source != "mcp" or len(lines) < 2:
+        if source != "mcp":
             raise
-        try:
-            json.loads(lines[0][1])
-        except json.JSONDecodeError:
+        records = _lines_of(text)
+        if not records:
             raise whole from None  # not JSON Lines either: the document's own error
-        records = []
-        for n, line in lines:
-            try:
-                records.append((f"line {n}", json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise json.JSONDecodeError(error.msg, text, _offset(text, n, error.pos)) from None
         return records
     if source == "mcp" and isinstance(document, dict) and "inputSchema" in document:
-        return [("line 1", document)]  # JSON Lines of one record
-    return [(f"tools[{i}]", item) for i, item in enumerate(_tool_list(document, source))]
+        return [("line 1", 1, (), document)]  # JSON Lines of one record
+    at, tools = _tool_list(document, source)
+    return [(f"tools[{i}]", 0, (*at, i), item) for i, item in enumerate(tools)]
+
+
+def _lines_of(text: str) -> list[Record]:
+    """``text`` read as JSON Lines, or [] when it is not (not two lines, or the first is not
+    JSON); JSONDecodeError names a later line that is not JSON."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if len(lines) < 2:
+        return []
+    try:
+        json.loads(lines[0][1])
+    except json.JSONDecodeError:
+        return []
+    records: list[Record] = []
+    for n, line in lines:
+        try:
+            records.append((f"line {n}", n, (), json.loads(line)))
+        except json.JSONDecodeError as error:
+            raise json.JSONDecodeError(error.msg, text, _offset(text, n, error.pos)) from None
+    return records
 
 
 def _offset(text: str, line: int, column: int) -> int:
@@ -123,20 +155,60 @@ def _offset(text: str, line: int, column: int) -> int:
     return starts[line - 1] + column
 
 
-def _tool_list(document: Any, source: Source) -> list[Any]:
+def _tool_list(document: Any, source: Source) -> tuple[Segments, list[Any]]:
+    """The tools of ``document`` and the JSON pointer of their list."""
+    at: Segments = ()
+    # A JSON-RPC response wraps the result; read under another --from, its tools tell.
+    result = document.get("result") if isinstance(document, dict) else None
+    if isinstance(result, dict) and (source == "mcp" or isinstance(result.get("tools"), list)):
+        at, document = ("result",), result
+    if isinstance(document, dict) and isinstance(document.get("tools"), list):
+        return (*at, "tools"), list(document["tools"])
+    if isinstance(document, list):
+        return at, document
     if source == "mcp":
-        if isinstance(document, dict) and isinstance(document.get("result"), dict):
-            document = document["result"]
-        if isinstance(document, dict) and isinstance(document.get("tools"), list):
-            return list(document["tools"])
-        if isinstance(document, list):
-            return document
         raise ValueError('expected a tools/list result ({"tools": [...]}) or a list of tools')
-    if not isinstance(document, list):
-        if isinstance(document, dict) and isinstance(document.get("tools"), list):
-            return list(document["tools"])
-        raise ValueError(f"expected a {source} tools array")
-    return document
+    raise ValueError(f"expected a {source} tools array")
+
+
+def _format_of(record: Any, source: Source) -> str:
+    """The format ``record`` is written in, by the key each names the input schema with;
+    ``source`` when it fits (or nothing tells), "blade" for our own export."""
+    if not isinstance(record, dict):
+        return source
+    if {"id", "side_effect", "execution"} <= record.keys():
+        return "blade"  # export --format blade: its ids and side effects have no place here
+    function = record.get("function")
+    keys = {
+        "mcp": "inputSchema" in record,
+        "anthropic": "input_schema" in record,
+        "openai": "parameters" in record or isinstance(function, dict),
+    }
+    if keys[source]:
+        return source
+    # OpenAI's parameters may be left out: a record that names no schema is read as asked.
+    return next((name for name, has in keys.items() if has), source)
+
+
+def _refuse_foreign(label: str, text: str, records: list[Record], source: Source) -> None:
+    """ImportRefused, one line at the first record of another format than ``source``: read as
+    ``source``, its schemas would be lost (OpenAI's parameters default to any object)."""
+    for _, line, at, record in records:
+        found = _format_of(record, source)
+        if found == source:
+            continue
+        if found == "blade":
+            looks = "the tool list of blade-codegen export --format blade"
+            hint = "import reads MCP, OpenAI or Anthropic tools: export with --format mcp"
+        else:
+            looks, hint = LOOKS_LIKE[found], f"use --from {found}"
+        message = f"not {NAMED[source]} tool: this looks like {looks}"
+        if line:
+            problem = Problem(label, line, 1, "", message, hint)
+        else:
+            document = SourceFile(Path(), label, text, None, "")
+            problem = document.problem(at, message, hint)
+        raise ImportRefused([str(problem)])
 
 
 def _tool(record: Any, source: Source) -> tuple[str, str, Any, Any, dict[str, Any]] | str:
