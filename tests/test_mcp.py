@@ -439,6 +439,54 @@ def test_pending_flow_in_process_keeps_the_typed_view(runtime: Runtime) -> None:
     assert runtime.pending(principal=Principal("eve", "other")) == []
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "sdk-path"])
+def test_a_request_authenticate_vouches_for_nobody_is_refused_not_served_anonymously(
+    runtime: Runtime, fast: bool
+) -> None:
+    """mcp_asgi_app(authenticate=f): where f returns None (no token, a wrong one) the request
+    is refused, as the HTTP API's 401, instead of running tools for an anonymous tenant ""."""
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    def authenticate(req: Any) -> Principal | None:
+        header = "" if req.http is None else req.http.headers.get("authorization", "")
+        return ANN if header == "Bearer ann" else None
+
+    app = mcp_asgi_app(runtime, authenticate=authenticate, fast_path=fast)
+    inner = getattr(app, "app", app)
+    agent_tools.ENTRIES.clear()
+
+    async def session(token: str | None) -> list[str]:
+        headers = {} if token is None else {"authorization": f"Bearer {token}"}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, headers=headers) as http:
+            url = "http://127.0.0.1:8000/mcp"
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                refusals = []
+                for attempt in (
+                    client.list_tools(),
+                    client.call_tool("find", {"customer_id": 4}),
+                    client.call_tool("transfer", SEND),
+                ):
+                    try:
+                        await attempt
+                    except MCPError as error:
+                        refusals.append(error.message)
+                return refusals
+
+    async def main() -> tuple[list[list[str]], list[Any], list[str]]:
+        async with inner.router.lifespan_context(inner):
+            refused = [await session(None), await session("wrong")]
+            left = [*agent_tools.ENTRIES, *runtime.store.actions(state=None)]
+            return refused, left, await session("ann")
+
+    refused, left, served = run(main())
+    assert refused == [["Authentication required."] * 3] * 2
+    assert left == []  # nothing ran, nothing waits
+    assert served == [] and agent_tools.ENTRIES  # the principal it vouches for is served
+
+
 def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     import httpx
     from mcp.client.streamable_http import streamable_http_client

@@ -172,6 +172,49 @@ def test_invalid_input_names_every_path_and_what_was_expected(deploy: Any) -> No
     assert ran == []
 
 
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "arguments, said",
+    [
+        ({**GOOD, "\ud800": 1}, "not valid Unicode"),
+        (
+            {**GOOD, "service": "api", "environment": "staging", "x\udc00y": "z"},
+            "not valid Unicode",
+        ),
+        ({**GOOD, "canary_percent": nested(400)}, "nested too deeply"),
+        ({**GOOD, "canary_percent": nested(5000)}, "nested too deeply"),
+    ],
+    ids=["surrogate-key", "surrogate-key-among-others", "deep-400", "deep-5000"],
+)
+def test_arguments_no_json_text_could_carry_are_invalid_input_not_an_exception(
+    deploy: Any, tmp_path: Any, arguments: dict[str, Any], said: str
+) -> None:
+    """A dict from Python may hold what no JSON text does (a lone surrogate the validator cannot
+    take) or nest deeper than it goes: INVALID_INPUT saying so, never a raised ValueError."""
+    from blade_runtime.sqlite import SQLiteStore
+
+    ran: list[Any] = []
+
+    async def impl(ctx: Any) -> Any:
+        ran.append(ctx)
+        return deployed(deploy)
+
+    store = SQLiteStore(tmp_path / "s.db")
+    runtime = Runtime(store=store)
+    runtime.register(deploy.SPEC, impl)
+    try:
+        error = error_of(run(runtime.call("deploy_service", arguments)), ErrorCode.INVALID_INPUT)
+    finally:
+        store.close()
+    assert said in error.message and ran == []
+
+
 def test_invalid_output_is_generic_for_the_model_and_detailed_for_operators(
     deploy: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
@@ -209,15 +211,18 @@ class McpTools:
         authenticate: Authenticate | None = None,
         inbox_url: str | Callable[[McpRequest], str | None] | None = None,
         run_id: str = "mcp",
+        anonymous: bool = False,
     ) -> None:
         """``principal``: who every call is for (a stdio server has one user); ``authenticate``:
-        or the application's function of the request. ``inbox_url``: the approval inbox, for
-        resume schemas a form cannot hold (``{action_id}`` in it is replaced by the action's id;
-        otherwise the id is appended as a path segment), or a function of the request giving
-        it."""
+        or the application's function of the request, whose None refuses the request unless
+        ``anonymous`` (then it is anonymous, as with neither). ``inbox_url``: the approval
+        inbox, for resume schemas a form cannot hold (``{action_id}`` in it is replaced by the
+        action's id; otherwise the id is appended as a path segment), or a function of the
+        request giving it."""
         self.runtime = runtime
         self.principal = principal
         self.authenticate = authenticate
+        self.anonymous = anonymous
         self.inbox_url = inbox_url
         self.run_id = run_id
         self._listing: _Listing | None = None
@@ -343,6 +348,9 @@ class McpTools:
         found = self.authenticate(req)
         if inspect.isawaitable(found):
             found = await found
+        if found is None and not self.anonymous:
+            # as the HTTP API's 401: a request nobody vouched for is not served as anonymous
+            raise MCPError(INVALID_REQUEST, "Authentication required.")
         return found
 
     def _answer(
@@ -726,7 +734,8 @@ class FastPath:
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             shaped = methods.serialize_server_result("tools/call", version, dumped)
         except Exception as error:  # the SDK's mapping of a handler's failure
-            log.exception("tools/call %s failed", params.name)
+            if not isinstance(error, MCPError):  # a refusal is an answer, not a failure
+                log.exception("tools/call %s failed", params.name)
             data = modern_error_data(error)
             reply["error"] = data.model_dump(mode="json", by_alias=True, exclude_none=True)
             return Response(_text(reply), media_type="application/json")
@@ -789,7 +798,13 @@ def mcp_asgi_app(
     SDK's per-request server loop (``FastPath``; the SDK's app serves everything else)."""
     if authenticate is None and principal is None and not anonymous:
         raise ValueError("pass authenticate= (or principal=), or anonymous=True for loopback")
-    tools = McpTools(runtime, principal=principal, authenticate=authenticate, inbox_url=inbox_url)
+    tools = McpTools(
+        runtime,
+        principal=principal,
+        authenticate=authenticate,
+        inbox_url=inbox_url,
+        anonymous=anonymous,
+    )
     server = _server(tools)
     app = server.streamable_http_app(
         streamable_http_path=path, stateless_http=stateless, json_response=True, host=host

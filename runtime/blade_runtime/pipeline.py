@@ -144,12 +144,14 @@ class CallPipeline(RuntimeCore):
                 verdict = await self._admit(call, parsed, scope) if self._pre_any else parsed
                 if isinstance(verdict, _RESULTS):
                     result = verdict
-                elif registration.input_validator.is_valid(verdict):
+                elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
                     result = await self._enter(registration, call, admitted, scope)
-                else:
+                elif valid is False:
                     admitted = verdict
                     result = self._invalid(registration, call, admitted)
+                else:
+                    result = error_result(call, ErrorCode.INVALID_INPUT, valid)
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = self._stopped(call, scope, stopped)
         finally:
@@ -281,7 +283,10 @@ class CallPipeline(RuntimeCore):
         registration: Registration[Any], call: CallInfo, arguments: JsonObject
     ) -> ToolError:
         """INVALID_INPUT naming every failing path and what was expected there."""
-        problems = describe(registration.input_validator.violations(arguments))
+        try:
+            problems = describe(registration.input_validator.violations(arguments))
+        except (ValueError, RecursionError) as error:  # see _valid
+            problems = _unreadable(error)
         return error_result(
             call, ErrorCode.INVALID_INPUT, f"Invalid arguments for {call.name}: {problems}."
         )
@@ -859,3 +864,21 @@ class CallPipeline(RuntimeCore):
 async def _in_order(methods: list[ObserverMethod], event: Lifecycle) -> None:
     for method in methods:
         await method(event)
+
+
+def _valid(registration: Registration[Any], arguments: JsonObject) -> bool | str:
+    """Whether the arguments meet the input schema, or why they cannot be read at all: a
+    dict from Python may hold what no JSON text can (a lone surrogate, which the validator
+    cannot take) or nest deeper than the validator goes."""
+    try:
+        return registration.input_validator.is_valid(arguments)
+    except (ValueError, RecursionError) as error:  # UnicodeEncodeError is a ValueError
+        return f"Invalid arguments for {registration.name}: {_unreadable(error)}."
+
+
+def _unreadable(error: BaseException) -> str:
+    if isinstance(error, UnicodeError):
+        return "the text is not valid Unicode (a lone surrogate)"
+    if isinstance(error, RecursionError) or "ecursion" in str(error):
+        return "nested too deeply to validate"
+    return f"they cannot be validated ({error})"
