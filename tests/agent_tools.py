@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from blade_runtime import ResumeEntry
+from blade_runtime.caller import Principal
 from blade_runtime.runtime import Runtime
 from blade_runtime.store import Store
 
@@ -196,9 +197,11 @@ def build_package(root: Any) -> Any:
     return base / "out"
 
 
-def build_graph(runtime: Runtime, saver: Any, replies: list[Any]) -> Any:
+def build_graph(
+    runtime: Runtime, saver: Any, replies: list[Any], principal: Principal | None = None
+) -> Any:
     """A LangGraph agent loop: a fake chat model playing ``replies`` (AIMessages), a ToolNode
-    with the runtime's tools, compiled with ``saver``."""
+    with the runtime's tools (for ``principal``), compiled with ``saver``."""
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
@@ -212,7 +215,7 @@ def build_graph(runtime: Runtime, saver: Any, replies: list[Any]) -> Any:
 
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode(structured_tools(runtime)))
+    graph.add_node("tools", ToolNode(structured_tools(runtime, principal=principal)))
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")

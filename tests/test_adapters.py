@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -377,3 +379,57 @@ def test_pydantic_ai_tools_are_the_callers_own(runtime: Runtime) -> None:
     assert "find_acme" not in toolset.definitions(CallContext(principal=Principal("b", "o")))
     agent = Agent(TestModel(call_tools=["find_acme"]), toolsets=[toolset])
     assert "customer" in run(agent.run("find")).output  # listed and callable for ann
+
+
+def test_langgraph_a_call_under_the_same_thread_and_tool_call_id_is_its_callers_alone(
+    runtime: Runtime, effects: Path
+) -> None:
+    """Thread ids and tool call ids are the graph's, not credentials: another tenant's graph
+    using the ones of Ann's waiting call neither sees her interrupt nor resumes her call."""
+    from langchain_core.messages import ToolMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    config: Any = {"configurable": {"thread_id": "thread-1"}}
+    anns = agent_tools.build_graph(
+        runtime, InMemorySaver(), [_ai(("transfer", SEND, "t1")), _ai()], principal=ANN
+    )
+    waiting = run(anns.ainvoke({"messages": [("user", "send")]}, config))
+    assert waiting["__interrupt__"]
+    bob = Principal("bob", "globex")
+    bobs = agent_tools.build_graph(
+        runtime, InMemorySaver(), [_ai(("transfer", SEND, "t1")), _ai()], principal=bob
+    )
+    answered = run(bobs.ainvoke({"messages": [("user", "send")]}, config))
+    assert "__interrupt__" not in answered  # Ann's question is not shown to Bob
+    (refused,) = [m for m in answered["messages"] if isinstance(m, ToolMessage)]
+    assert refused.status == "error" and '"DUPLICATE_CALL"' in refused.content
+    assert "Send 5" not in json.dumps([m.content for m in answered["messages"]])
+    with contextlib.suppress(Exception):  # whatever Bob's graph does with a resume
+        run(bobs.ainvoke(Command(resume={"approved": True, "approver": "bob"}), config))
+    (action,) = runtime.pending(principal=ANN)  # still Ann's, still waiting
+    assert action.state == "pending" and not effects.exists()
+
+
+def test_pydantic_ai_resume_refuses_another_principals_action(
+    runtime: Runtime, effects: Path
+) -> None:
+    """Deferred-call metadata comes back in the client's message history: naming another
+    principal's action in it resumes nothing."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ToolCallPart
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset, ResumeRefused
+
+    model, _ = _scripted([ToolCallPart("transfer", SEND, tool_call_id="t1")])
+    anns = BladeToolset(runtime, principal=ANN)
+    requests = run(Agent(model, toolsets=[anns], output_type=[str, DeferredToolRequests]).run("s"))
+    assert isinstance(requests.output, DeferredToolRequests)
+    answer = {"t1": {"approved": True, "approver": "bob"}}
+    for other in (Principal("bob", "globex"), Principal("carl", "acme")):
+        with pytest.raises(ResumeRefused, match="no pending action"):
+            run(BladeToolset(runtime, principal=other).resume(requests.output, answer))
+    (action,) = runtime.pending(principal=ANN)
+    assert action.state == "pending" and not effects.exists()
+    done = run(anns.resume(requests.output, {"t1": {"approved": True, "approver": "ann"}}))
+    assert done.calls == {"t1": {"status": "sent", "by": "ann"}}

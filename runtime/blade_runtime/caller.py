@@ -86,3 +86,19 @@ class CallContext:
             thread if isinstance(thread, str) else None,
             dict(extra) if isinstance(extra, dict) else {},
         )
+
+
+def may_act_on(principal: Principal | None, tenant: str, context: JsonValue) -> bool:
+    """Whether ``principal`` may see, answer or resume a call recorded for ``tenant`` with the
+    stored ``context`` (``CallRecord.tenant`` and ``.context``): the same tenant and, where the
+    call was made for a principal, that principal; an operator may act on any. What a client
+    sends back (an action id, a message history, a tool call id) never decides this."""
+    if principal is not None and principal.operator:
+        return True
+    if tenant != ("" if principal is None else principal.tenant):
+        return False
+    stored = CallContext.from_json(context)
+    owner = None if stored is None else stored.principal
+    if owner is None:
+        return True  # an anonymous call: its tenant decides
+    return principal is not None and principal.id == owner.id

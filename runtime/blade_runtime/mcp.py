@@ -41,7 +41,7 @@ from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
-from blade_runtime.caller import CallContext, Principal
+from blade_runtime.caller import CallContext, Principal, may_act_on
 from blade_runtime.content import is_blocks, to_mcp
 from blade_runtime.export import NAME_RULES, wire_names
 from blade_runtime.registry import Registration
@@ -476,17 +476,9 @@ class McpTools:
     def _may_answer(self, principal: Principal | None, action: ActionRecord) -> bool:
         """Whether ``principal`` may resolve ``action``: its tenant, and the principal stored with
         its call (an operator may answer any)."""
-        if principal is not None and principal.operator:
-            return True
-        tenant = "" if principal is None else principal.tenant
-        if action.tenant != tenant:
-            return False
         call = self.runtime.store.call(action.call_id)
-        stored = None if call is None else CallContext.from_json(call.context)
-        owner = None if stored is None else stored.principal
-        if owner is None:
-            return True  # an anonymous call: its tenant decides
-        return principal is not None and principal.id == owner.id
+        context = None if call is None else call.context
+        return may_act_on(principal, action.tenant, context)
 
     def _pending_result(
         self, content: JsonValue, wire: str, action_id: str

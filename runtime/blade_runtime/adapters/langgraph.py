@@ -36,7 +36,7 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.adapters.functions import exported_functions
-from blade_runtime.caller import CallContext, Principal
+from blade_runtime.caller import CallContext, Principal, may_act_on
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.runtime import Runtime
 from blade_runtime.store import ActionRecord, CallRecord
@@ -113,23 +113,31 @@ class BladeTool(BaseTool):
         call_id = None
         if tool_call_id is not None:
             call_id = f"lg/{'' if thread is None else thread}/{tool_call_id}"
+        made = None if self.context_of is None else self.context_of(config)
+        context = CallContext(principal=self.principal) if made is None else made
         recorded = None if call_id is None else runtime.store.call(call_id)
+        if recorded is not None and not may_act_on(
+            context.principal, recorded.tenant, recorded.context
+        ):
+            # a thread id and a tool call id are the graph's, not a credential: another
+            # principal's call under them is not this caller's to see or resume
+            message = f"The call {call_id} is another caller's; use a thread id of your own."
+            raise ToolException(_text({"error": ErrorCode.DUPLICATE_CALL, "message": message}))
         if recorded is None and call_id is not None:
-            remembered = _memo(runtime).get(call_id)
+            remembered = _memo(runtime).get(_memo_key(call_id, context))
             if remembered is not None:  # settled here, on a store that keeps no such calls
                 return _replay(remembered)
         if recorded is None:
-            made = None if self.context_of is None else self.context_of(config)
             result = await runtime.call(
                 self.registration,
                 arguments,
                 call_id=call_id,
                 run_id=self.run_id,
-                context=CallContext(principal=self.principal) if made is None else made,
+                context=context,
             )
             if not isinstance(result, ToolPending):
                 if call_id is not None:
-                    _remember(runtime, call_id, result)
+                    _remember(runtime, _memo_key(call_id, context), result)
                 return _content(result)
             action = runtime.store.action(result.action.action_id)
         else:  # LangGraph re-runs the node: the call is recorded, its implementation never reruns
@@ -163,18 +171,25 @@ MEMO_SIZE = 10_000
 
 
 def _memo(runtime: Runtime) -> OrderedDict[str, tuple[bool, str]]:
-    """Results of calls that settled at once, by call id: a MemoryStore records no call that
-    neither waits nor writes data, so a re-executed node finds them here (in this process;
-    a durable store records every call, for every process)."""
+    """Results of calls that settled at once, by call id and caller (``_memo_key``): a
+    MemoryStore records no call that neither waits nor writes data, so a re-executed node
+    finds them here (in this process; a durable store records every call, for every
+    process)."""
     found = _MEMO.get(runtime)
     if found is None:
         found = _MEMO[runtime] = OrderedDict()
     return found
 
 
-def _remember(runtime: Runtime, call_id: str, result: ToolResult[Any]) -> None:
+def _memo_key(call_id: str, context: CallContext) -> str:
+    """A remembered result is its caller's alone (the call id is the graph's, not a secret)."""
+    who = context.principal
+    return call_id if who is None else json.dumps([call_id, who.tenant, who.id])
+
+
+def _remember(runtime: Runtime, key: str, result: ToolResult[Any]) -> None:
     memo = _memo(runtime)
-    memo[call_id] = (isinstance(result, ToolError), _text(result.content))
+    memo[key] = (isinstance(result, ToolError), _text(result.content))
     while len(memo) > MEMO_SIZE:
         memo.popitem(last=False)
 

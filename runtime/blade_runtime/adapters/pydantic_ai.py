@@ -41,7 +41,7 @@ from pydantic_core import SchemaValidator, core_schema
 
 from blade_runtime import actions
 from blade_runtime.adapters.functions import exported_functions
-from blade_runtime.caller import CallContext, Principal
+from blade_runtime.caller import CallContext, Principal, may_act_on
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.runtime import Runtime
 
@@ -172,7 +172,8 @@ class BladeToolset(AbstractToolset[Any]):
         """Resume the deferred calls answered in ``answers`` (by tool call id) through
         ``runtime.submit``; every answer is validated against its action's stored schema first,
         and one refused answer refuses them all (``ResumeRefused``), before anything is submitted
-        or Pydantic AI sees a value. A call this runtime did not defer is refused too."""
+        or Pydantic AI sees a value. A call this runtime did not defer, or another principal's,
+        is refused too."""
         targets: dict[str, str] = {}
         refused: dict[str, str] = {}
         for call_id, answer in answers.items():
@@ -181,7 +182,10 @@ class BladeToolset(AbstractToolset[Any]):
             action = (
                 None if not isinstance(action_id, str) else self.runtime.store.action(action_id)
             )
-            if action is None:
+            call = None if action is None else self.runtime.store.call(action.call_id)
+            if action is None or not may_act_on(
+                self.principal, action.tenant, None if call is None else call.context
+            ):  # metadata comes back from the client's message history: never a credential
                 refused[call_id] = "no pending action of this runtime for this tool call"
                 continue
             if action.state != "pending":
