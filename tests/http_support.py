@@ -108,11 +108,11 @@ def snapshot(store: Store) -> str:
 class Server:
     """uvicorn serving ``app`` on 127.0.0.1 (a free port) in a thread of its own."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, lifespan: str = "off") -> None:
         import uvicorn
 
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", loop="asyncio"
+            app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan, loop="asyncio"
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -149,6 +149,6 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[Server]:
-    with Server(app) as server:
+def serving(app: Any, lifespan: str = "off") -> Iterator[Server]:
+    with Server(app, lifespan) as server:
         yield server

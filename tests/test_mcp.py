@@ -487,6 +487,52 @@ def test_a_request_authenticate_vouches_for_nobody_is_refused_not_served_anonymo
     assert served == [] and agent_tools.ENTRIES  # the principal it vouches for is served
 
 
+def test_a_client_cancelling_a_tool_call_over_stateless_http_cancels_the_call(
+    runtime: Runtime,
+) -> None:
+    """Over stateless streamable HTTP a client's notifications/cancelled has no session to
+    reach the call by; the request it abandons is closed, and that cancels the call (the
+    2026-07-28 protocol's tool calls, which the fast path serves), as it does on stdio."""
+    import asyncio
+
+    import anyio
+    import httpx
+    from blade_agent_specs.crm import find_v1
+    from http_support import serving
+    from mcp.client.streamable_http import streamable_http_client
+
+    seen: list[str] = []
+
+    async def slow(ctx: Any) -> Any:
+        seen.append("started")
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        seen.append("finished")
+        return find_v1.FindOutput(id=1, name="late")
+
+    runtime.register(find_v1.SPEC, slow, name="slow_find")
+
+    async def cancel_after_a_second(url: str) -> None:
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            with anyio.move_on_after(1):
+                await client.call_tool("slow_find", {"customer_id": 1})
+            for _ in range(100):  # the server sees the closed request and cancels
+                if "cancelled" in seen:
+                    break
+                await anyio.sleep(0.05)
+
+    with serving(mcp_asgi_app(runtime, principal=ANN), lifespan="on") as server:
+        run(cancel_after_a_second(f"{server.url}/mcp"))
+    assert seen == ["started", "cancelled"]
+    assert all(c.state != "running" for c in runtime.store.calls())  # nothing left running
+
+
 def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     import httpx
     from mcp.client.streamable_http import streamable_http_client

@@ -25,13 +25,14 @@ output yet cannot match.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -64,6 +65,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("blade_runtime.mcp")
+T = TypeVar("T")
 
 RESUME_KEY = "resume"
 """The key of the one input request a suspended call asks for."""
@@ -720,9 +722,14 @@ class FastPath:
         version = verdict.protocol_version
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
         try:
-            result = await self.tools.handle(
-                McpRequest(version, verdict.client_capabilities, request), params
+            result = await _unless_gone(
+                self.tools.handle(
+                    McpRequest(version, verdict.client_capabilities, request), params
+                ),
+                receive,
             )
+            if result is None:  # the client went away (a cancelled request): the call is too
+                return Response(status_code=499)
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             shaped = methods.serialize_server_result("tools/call", version, dumped)
         except Exception as error:  # the SDK's mapping of a handler's failure
@@ -737,6 +744,32 @@ class FastPath:
         shaped["_meta"] = stamp if not isinstance(meta, dict) else {**meta, **stamp}
         reply["result"] = shaped
         return Response(_text(reply), media_type="application/json")
+
+
+async def _unless_gone(work: Awaitable[T], receive: Any) -> T | None:
+    """``work``'s result, or None once the client disconnects, ``work`` then cancelled: a
+    client that cancels a tools/call over stateless HTTP closes its request (its
+    notifications/cancelled has no session to reach this one by), and the runtime's call
+    must stop as it would on stdio."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass  # the body, replayed once
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this request is cancelled itself
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task})  # its cancellation runs to its end (the call settles CANCELLED)
+    return None
 
 
 async def _body(receive: Any) -> bytes | None:
