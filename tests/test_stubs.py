@@ -129,3 +129,17 @@ def test_init_sets_up_a_project_once_and_keeps_what_is_there(tmp_path: Path) -> 
     (tmp_path / "bad" / "pyproject.toml").write_text("[project\n")
     broken = run_cli("init", cwd=tmp_path / "bad")
     assert broken.returncode == 2 and "not TOML" in broken.stderr
+
+
+def test_the_readmes_project_flow_stays_green_in_ci(tmp_path: Path) -> None:
+    """init, new, build, lock, then CI's build --check: the lock is new to the build's record,
+    but the code is the same, so the output is not stale (it was: exit 1 naming the record)."""
+    for step in (["init"], ["new", "crm.find-order.v1"], ["build"], ["lock"]):
+        done = run_cli(*step, cwd=tmp_path)
+        assert done.returncode == 0, (step, done.stderr)
+    checked = run_cli("build", "--check", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    spec = tmp_path / "specs" / "crm" / "find-order.v1.json"
+    spec.write_text(spec.read_text().replace('"description": "', '"description": "Now: ', 1))
+    stale = run_cli("build", "--check", cwd=tmp_path)  # a change that is output still is
+    assert stale.returncode == 1 and "stale" in stale.stderr
