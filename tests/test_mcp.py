@@ -428,6 +428,26 @@ def test_cli_refuses_a_bad_target(built: Path, tmp_path: Path) -> None:
     assert done.returncode == 2 and "MODULE:RUNTIME" in done.stderr
 
 
+def test_the_cli_finds_the_application_in_the_current_folder_as_serve_does(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`blade-runtime mcp myapp:make_runtime` run beside myapp.py, as the README shows."""
+    from blade_runtime.mcp import load_runtime
+
+    (tmp_path / "blade_mcp_app_here.py").write_text(
+        "from blade_runtime import Runtime\n\n\ndef make_runtime(store=None):\n"
+        "    return Runtime(store=store)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "blade_mcp_app_here", raising=False)
+    made = load_runtime("blade_mcp_app_here:make_runtime", f"sqlite:///{tmp_path / 'a.db'}")
+    assert isinstance(made, Runtime) and made.store.durable
+    made.store.close()  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="has no nothing"):
+        load_runtime("blade_mcp_app_here:nothing", None)
+
+
 def test_pending_flow_in_process_keeps_the_typed_view(runtime: Runtime) -> None:
     async def main() -> Any:
         async with Client(mcp_server(runtime, principal=ANN)) as client:

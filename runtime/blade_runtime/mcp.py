@@ -899,15 +899,14 @@ _PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticate
 
 def load_runtime(target: str, store_url: str | None) -> Runtime:
     """``MODULE:ATTRIBUTE``: a Runtime, or a function returning one (called with ``store=`` the
-    opened ``store_url`` when given)."""
-    import importlib
+    opened ``store_url`` when given); found as ``serve`` finds it (the current folder is
+    importable)."""
+    from blade_runtime.serve import ServeError, load
 
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"{target!r}: expected MODULE:RUNTIME")
-    found: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        found = getattr(found, part)
+    try:
+        found: Any = load(target, "MODULE:RUNTIME")
+    except ServeError as error:
+        raise ValueError(str(error)) from None
     if isinstance(found, Runtime):
         if store_url is not None:
             raise ValueError(f"{target} is a Runtime with its own store; --store needs a factory")
