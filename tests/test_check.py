@@ -70,6 +70,24 @@ def test_unchanged_and_annotation_only_edits_are_compatible(project: Path) -> No
     assert cli("check", str(project / "specs")).returncode == 0
 
 
+@pytest.mark.parametrize(
+    "new_type, example",
+    [("string", '{"found": "x"}'), (["boolean", "null"], '{"found": null}')],
+)
+def test_a_type_change_is_shown_with_a_value_of_the_type_not_its_name(
+    project: Path, new_type: Any, example: str
+) -> None:
+    """The example of a TYPE_ or NULL_ finding is a value of a type, never the type's name
+    as a string (it read `e.g. {"ok": "boolean"}`)."""
+
+    def retype(data: dict[str, Any]) -> None:
+        data["outputSchema"]["properties"]["found"]["type"] = new_type
+
+    edit(project, "crm/lookup-customer.v1.json", retype)
+    line = cli("check", str(project / "specs")).stdout.strip()
+    assert f"e.g. {example}" in line and '"boolean"}' not in line, line
+
+
 def test_a_breaking_change_names_everything_and_the_fix(project: Path) -> None:
     def narrow(data: dict[str, Any]) -> None:
         data["inputSchema"]["properties"]["environment"]["enum"] = ["staging"]

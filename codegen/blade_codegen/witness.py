@@ -79,8 +79,11 @@ def _candidates(change: Change, old: Any, new: Any, semantic: bool) -> list[Any]
         parent = change.instance_path[:-1]
         return [_minimal(_at(old, parent), old)]
     values: list[Any] = []
+    types = change.rule.startswith(("TYPE", "NULL"))  # sides name types: try values of them
     for side in (change.old, change.new):
-        if isinstance(side, list):
+        if types and isinstance(side, list) and all(isinstance(t, str) for t in side):
+            values.extend(_minimal({"type": t}, {}) for t in side)
+        elif isinstance(side, list):
             values.extend(side)
         elif isinstance(side, dict):
             if "exclusive" in side and len(side) == 1:
@@ -92,6 +95,8 @@ def _candidates(change: Change, old: Any, new: Any, semantic: bool) -> list[Any]
         elif isinstance(side, int | float):
             values.extend(_around(side))
             values.extend(_sized(int(side), _at(old, change.instance_path), old))
+        elif isinstance(side, str) and types:
+            values.append(_minimal({"type": side}, {}))  # a value of the type, not its name
         elif isinstance(side, str):
             values.append(side)
             if side in _FORMATS:
