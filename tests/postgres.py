@@ -77,6 +77,14 @@ class Cluster:
             command, cwd=self.folder, capture_output=True, text=True, timeout=120, check=False
         )
 
+    def restart(self) -> None:
+        """Restart the server (as an upgrade or a failover does): every session ends."""
+        data, log = str(self.folder / "data"), str(self.folder / "log")
+        # the log file, as at the start: a server writing to our pipe would hold it open
+        done = self._run(self.pg_ctl, "-D", data, "-l", log, "-m", "fast", "-w", "restart")
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl restart failed: {(done.stderr or done.stdout).strip()}")
+
     def stop(self) -> None:
         self._run(self.pg_ctl, "-D", str(self.folder / "data"), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -357,6 +357,59 @@ def test_the_surviving_host_recovers_the_dead_host_s_calls(cluster: Cluster) -> 
     store.close()
 
 
+def test_a_postgresql_restart_does_not_make_live_runtimes_look_dead(
+    worker_package: Path, tmp_path: Path
+) -> None:
+    """A restart ends every session, the live runtimes' lock sessions too: a free lock then
+    proves nothing. Another host's sweep after it takes none of a live runtime's calls (it
+    took both, running the idempotent one twice and settling the other INTERRUPTED while it
+    ran), and the live runtime's next renewal attaches it again (its lock is held)."""
+    from postgres import start_cluster, temporary_database
+
+    server = start_cluster()
+    entries = tmp_path / "entries"
+
+    async def scenario(url: str) -> tuple[list[Any], list[Any], bool | None]:
+        stores = open_store(url), open_store(url)
+        live = Runtime(store=stores[0], lease_s=3.0, host="host-a")
+        other = Runtime(store=stores[1], lease_s=3.0, host="host-b")
+        for runtime in (live, other):
+            Tools(entries).register(runtime)
+        running = [
+            asyncio.create_task(live.call(name, {"n": 1, "sleep_ms": 3500}, call_id=f"c-{name}"))
+            for name in ("sync", "charge")
+        ]
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(server.restart)
+        await asyncio.sleep(1.5)  # a renewal (every lease/3 s) meanwhile: it attaches again
+        swept = []
+        for _ in range(20):  # each pooled connection the restart cut fails once
+            try:
+                swept = await other.recover()
+                break
+            except StoreError:
+                await asyncio.sleep(0.1)
+        alive = stores[1].alive(live.owner)
+        results = await asyncio.gather(*running)
+        await live.close()
+        await other.close()
+        for store in stores:
+            store.close()
+        return swept, results, alive
+
+    try:
+        with temporary_database(server.url, "restarted") as url:
+            swept, results, alive = run(scenario(url))
+    finally:
+        server.stop()
+    assert swept == [] and alive is True
+    assert [r.status for r in results] == ["success", "success"]
+    assert sorted(line.split()[0] for line in entries.read_text().splitlines()) == [
+        "c-charge",
+        "c-sync",
+    ]  # each entered once
+
+
 # -- 4. a submit racing a recovery sweep -------------------------------------------------------
 
 

@@ -32,7 +32,10 @@ change, what follows from it and its event commit together or not at all.
 - **Liveness across hosts.** ``attach(owner)`` holds a session advisory lock keyed by a hash of
   the owner on a connection of its own and records the owner; ``alive(owner)`` tries that lock
   from another session: free means the owner's session ended (its process died, on any host,
-  or it detached). An owner that never attached is unknown (None: its lease decides).
+  or it detached). An owner that never attached is unknown (None: its lease decides), and so
+  is one attached before the server last started: a restart (or a failover) ends every
+  session, the live ones' too, so a free lock proves nothing until the owner attaches again,
+  which its next lease renewal does.
 - **Clocks.** ``lease_until`` and ``expires_at`` are epoch seconds from ``store.clock()`` of the
   process that writes or compares them, as in the other stores: the runtime computes
   ``expires_at`` with the same clock, and a claim compares leases with the claimer's clock, so
@@ -657,6 +660,7 @@ class PostgresStore:
         return sorted(claimed, key=lambda c: c.call.started_at)  # oldest first, as picked
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
+        self._still_attached(owner)
         with self._db() as db:
             rows = db.execute(
                 "UPDATE blade_calls SET lease_until = %s WHERE owner = %s AND state = 'running' "
@@ -689,13 +693,35 @@ class PostgresStore:
         # A transaction-level try in an autocommit statement: released as the statement ends.
         with self._db() as db:
             row = db.execute(
-                "SELECT EXISTS (SELECT 1 FROM blade_runtimes WHERE owner = %s), "
-                "pg_try_advisory_xact_lock(%s)",
-                (owner, owner_key(owner)),
+                "SELECT attached_at::timestamptz < pg_postmaster_start_time(), "
+                "pg_try_advisory_xact_lock(%s) FROM blade_runtimes WHERE owner = %s",
+                (owner_key(owner), owner),
             ).fetchone()
-        if row is None or not row[0]:
+        if row is None:
             return None
-        return not row[1]
+        before_restart, free = row
+        if not free:
+            return True
+        return None if before_restart else False
+
+    def _still_attached(self, owner: str) -> None:
+        """Attach ``owner`` again if its lock's session ended under it (the server restarted,
+        or cut the connection): until then other runtimes cannot tell it from a dead one."""
+        with self._attached_lock:
+            connection = self._attached.get(owner)
+        if connection is None:
+            return
+        try:
+            connection.execute("SELECT 1")
+            return
+        except psycopg.Error:
+            pass
+        with self._attached_lock:
+            if self._attached.get(owner) is connection:
+                del self._attached[owner]
+        connection.close()
+        log.warning("%s: the session of runtime %s ended; attaching it again", self.url, owner)
+        self.attach(owner)
 
     def attach(self, owner: str) -> None:
         with self._attached_lock:
