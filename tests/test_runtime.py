@@ -696,3 +696,33 @@ def test_arguments_as_json_text_are_parsed_strictly(deploy: Any) -> None:
     for text in ('{"service": NaN}', "{not json", "[1, 2]", '"text"'):
         refused = error_of(run(runtime.call("deploy_service", text)), ErrorCode.INVALID_INPUT)
         assert "JSON" in refused.message
+
+
+@pytest.mark.parametrize("field", ["call_id", "run_id"])
+@pytest.mark.parametrize(
+    "value", ["a\x00b", "a\ud800b", "x" * 201, "", "two\nlines"], ids=lambda v: repr(v)[:12]
+)
+def test_an_id_no_store_could_hold_is_invalid_input_on_every_store(
+    deploy: Any, tmp_path: Any, field: str, value: str
+) -> None:
+    """Ids are 1 to 200 printable characters: what PostgreSQL's text and index, UTF-8 and a
+    SQLite file all hold alike (a NUL, a lone surrogate or a 3,000-character id failed on one
+    store and not another, as a raw driver error or a STORE_UNAVAILABLE to retry forever)."""
+    from blade_runtime.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "ids.db")
+    runtime = Runtime(store=store)
+
+    async def impl(ctx: Any) -> Any:
+        return deployed(deploy)
+
+    runtime.register(deploy.SPEC, impl)
+    try:
+        ids = {"call_id": "c-1", "run_id": "r-1", field: value}
+        error = error_of(run(runtime.call("deploy_service", GOOD, **ids)), ErrorCode.INVALID_INPUT)
+        assert "1 to 200 printable characters" in error.message
+        assert store.calls() == []
+        unknown = run(runtime.submit("act_\udc80", {"approved": True}))
+        error_of(unknown, ErrorCode.UNKNOWN_ACTION)
+    finally:
+        store.close()

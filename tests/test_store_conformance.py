@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import signal
 import sqlite3
 import threading
@@ -233,6 +234,53 @@ def test_an_identifier_with_a_nul_is_kept_or_refused_whole(backend: Backend, sto
         store.begin(call, ev(call, "started"))
         assert store.call(call.call_id) == call
         assert [c.call_id for c in store.calls(tenant="acme\0")] == [call.call_id]
+
+
+def test_a_lookup_by_an_id_no_store_could_hold_finds_nothing(store: Store) -> None:
+    """Ids from outside (a submit's action id, a client's call id) may hold a lone surrogate,
+    or a NUL PostgreSQL's text cannot hold: such a lookup finds nothing on every store, as on
+    MemoryStore, instead of raising the driver's encoding error."""
+    call = a_call(uid("kept"))
+    store.begin(call, ev(call, "started"))
+    for hostile in ("act_\udc80", "call_\ud800x", "a\udfff\ud800"):
+        assert store.call(hostile) is None and store.action(hostile) is None
+    if not isinstance(store, SQLiteStore):  # SQLite holds a NUL (the test above)
+        assert store.call("x\0y") is None and store.action("x\0y") is None
+
+
+def test_a_value_too_large_to_index_is_a_store_error_not_an_outage(
+    backend: Backend, store: Store
+) -> None:
+    """PostgreSQL indexes at most 2,704 bytes an entry: a longer call id is refused as the
+    value it is (StoreError), never as the server being unavailable (retrying cannot help)."""
+    call = a_call(secrets.token_urlsafe(3000))  # 4,000 characters that do not compress
+    if backend.kind == "postgres":
+        with pytest.raises(StoreError) as refused:
+            store.begin(call, ev(call, "started"))
+        assert not isinstance(refused.value, StoreUnavailable)
+        assert "index" in str(refused.value)
+    else:
+        store.begin(call, ev(call, "started"))
+        assert store.call(call.call_id) == call
+
+
+def test_a_sqlite_file_locked_past_the_busy_timeout_is_unavailable(tmp_path: Path) -> None:
+    """Another process holding the write lock past busy_timeout: StoreUnavailable naming the
+    store, as PostgreSQL's outages are, not sqlite3's own exception."""
+    path = tmp_path / "locked.db"
+    store = SQLiteStore(path, busy_timeout_ms=50)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    call = a_call(uid("locked"))
+    try:
+        with pytest.raises(StoreUnavailable, match=r"locked\.db: database is locked"):
+            store.begin(call, ev(call, "started"))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    store.begin(call, ev(call, "started"))  # the lock released: the store works
+    assert store.call(call.call_id) == call
+    store.close()
 
 
 # -- ownership ------------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ from blade_runtime.store import (
     StoreUnavailable,
     UnknownAction,
     clock,
+    encodable,
     now,
 )
 from blade_runtime.store import dump_json as _dump
@@ -456,6 +457,8 @@ class PostgresStore:
                 yield connection
         except psycopg.errors.TransactionRollback:
             raise
+        except psycopg.errors.ProgramLimitExceeded as error:  # a value too large to index
+            raise StoreError(f"{self.url}: {_one_line(error, self._secrets)}") from None
         except psycopg.OperationalError as error:
             raise self._unavailable(error) from None
         except psycopg.DataError as error:  # a value PostgreSQL cannot hold (text with NUL)
@@ -796,6 +799,8 @@ class PostgresStore:
         return [DataRecord(r[0], r[1], r[2], _load(r[3]), r[4], int(r[5])) for r in rows]
 
     def call(self, call_id: str) -> CallRecord | None:
+        if "\x00" in call_id or not encodable(call_id):  # text PostgreSQL cannot hold
+            return None
         with self._db() as db:
             row = db.execute(
                 f"SELECT {_CALL_COLUMNS} FROM blade_calls WHERE call_id = %s", (call_id,)
@@ -827,6 +832,8 @@ class PostgresStore:
         return [_call(row) for row in rows]
 
     def action(self, action_id: str) -> ActionRecord | None:
+        if "\x00" in action_id or not encodable(action_id):
+            return None
         with self._db() as db:
             return self._one_action(db, action_id)
 

@@ -66,6 +66,7 @@ from blade_runtime.store import (
     StoreUnavailable,
     UnknownAction,
     clock,
+    encodable,
     now,
 )
 from blade_runtime.store import dump_json as _dump
@@ -244,7 +245,10 @@ class _Transaction:
         self._store = store
 
     def __enter__(self) -> sqlite3.Connection:
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:  # locked past busy_timeout, a disk gone
+            raise StoreUnavailable(f"{self._store.url}: {error}") from None
         return self._db
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
@@ -861,6 +865,8 @@ class SQLiteStore:
         return [DataRecord(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
 
     def call(self, call_id: str) -> CallRecord | None:
+        if not encodable(call_id):
+            return None
         row = (
             self._connection()
             .execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,))
@@ -892,6 +898,8 @@ class SQLiteStore:
         return [_call(row) for row in rows]
 
     def action(self, action_id: str) -> ActionRecord | None:
+        if not encodable(action_id):
+            return None
         return self._one_action(self._connection(), action_id)
 
     def actions(

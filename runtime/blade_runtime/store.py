@@ -90,6 +90,18 @@ def load_json(text: str | None) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
+def encodable(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form (no lone surrogate): a durable store's lookup by an id
+    without one finds nothing, as MemoryStore's does, instead of raising the driver's error."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def now() -> str:
     """A timestamp for records and events (ISO 8601, UTC)."""
     return datetime.now(UTC).isoformat()
