@@ -1550,3 +1550,43 @@ def test_a_lone_surrogate_round_trips_through_every_store(store: Store) -> None:
         stored = store.call("c-sur")
         assert stored is not None and stored.input == {"q": "a\ud800b"}
         assert [e.payload for e in store.events("r")] == [{"note": "\udfff"}]
+
+
+def test_a_runtime_whose_lock_session_ended_attaches_again_even_after_a_failed_try(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server ends an attached owner's lock session (pg_terminate_backend here; a restart
+    does it to all): the owner's next renewal attaches it again, and one that fails to (the
+    server still down) leaves it to be tried at the next, not forgotten for good."""
+    import psycopg
+
+    from blade_runtime.postgres import PostgresStore, owner_key
+
+    store, other = PostgresStore(postgres_url), PostgresStore(postgres_url)
+    owner = "host-a:1:cut"
+    store.attach(owner)
+    assert other.alive(owner) is True
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND objid = (%s::bigint & 4294967295)::oid",
+            (owner_key(owner),),
+        )
+    assert other.alive(owner) is False  # the session is gone: it reads as dead until...
+    failing = {"left": 1}
+    connect = store._connect
+
+    def flaky() -> Any:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise psycopg.OperationalError("the server is still starting")
+        return connect()
+
+    monkeypatch.setattr(store, "_connect", flaky)
+    with pytest.raises(StoreUnavailable):
+        store.renew(owner, 5.0)  # the first try fails
+    assert store.renew(owner, 5.0) == set()  # the next attaches it again
+    assert other.alive(owner) is True
+    store.detach(owner)
+    store.close()
+    other.close()

@@ -405,6 +405,7 @@ class PostgresStore:
         self._schemas = _Schemas()
         self._closed = False
         self._attached: dict[str, psycopg.Connection[TupleRow]] = {}
+        self._lost: set[str] = set()  # attached owners whose lock session ended
         self._attached_lock = threading.Lock()
         # Events: the LISTEN thread counts notifications; each task remembers the count it saw.
         self._generation = 0
@@ -712,19 +713,24 @@ class PostgresStore:
         or cut the connection): until then other runtimes cannot tell it from a dead one."""
         with self._attached_lock:
             connection = self._attached.get(owner)
-        if connection is None:
-            return
-        try:
-            connection.execute("SELECT 1")
-            return
-        except psycopg.Error:
-            pass
-        with self._attached_lock:
-            if self._attached.get(owner) is connection:
-                del self._attached[owner]
-        connection.close()
-        log.warning("%s: the session of runtime %s ended; attaching it again", self.url, owner)
+            lost = owner in self._lost
+        if connection is not None:
+            try:
+                connection.execute("SELECT 1")
+                return
+            except psycopg.Error:
+                pass
+            with self._attached_lock:
+                if self._attached.get(owner) is connection:
+                    del self._attached[owner]
+                    self._lost.add(owner)  # until attached again: a failed try is retried
+            connection.close()
+            log.warning("%s: the session of runtime %s ended; attaching it again", self.url, owner)
+        elif not lost:
+            return  # never attached here
         self.attach(owner)
+        with self._attached_lock:
+            self._lost.discard(owner)
 
     def attach(self, owner: str) -> None:
         with self._attached_lock:
@@ -741,10 +747,12 @@ class PostgresStore:
                 ).fetchone()
                 if not row or not row[0]:
                     raise StoreError(f"owner {owner!r} is attached by another running process")
+                # the server's clock, as alive() compares it with the server's start
                 connection.execute(
-                    "INSERT INTO blade_runtimes (owner, attached_at) VALUES (%s, %s) "
+                    "INSERT INTO blade_runtimes (owner, attached_at) "
+                    "VALUES (%s, clock_timestamp()::text) "
                     "ON CONFLICT (owner) DO UPDATE SET attached_at = excluded.attached_at",
-                    (owner, now()),
+                    (owner,),
                 )
             except BaseException:
                 connection.close()
@@ -754,6 +762,7 @@ class PostgresStore:
     def detach(self, owner: str) -> None:
         with self._attached_lock:
             connection = self._attached.pop(owner, None)
+            self._lost.discard(owner)
         if connection is None:
             return
         try:
