@@ -433,3 +433,30 @@ def test_pydantic_ai_resume_refuses_another_principals_action(
     assert action.state == "pending" and not effects.exists()
     done = run(anns.resume(requests.output, {"t1": {"approved": True, "approver": "ann"}}))
     assert done.calls == {"t1": {"status": "sent", "by": "ann"}}
+
+
+def test_pydantic_ai_resume_by_a_toolset_whose_calls_take_their_principal_from_context(
+    runtime: Runtime, effects: Path
+) -> None:
+    """A toolset with ``context=`` has no fixed principal: ``resume`` is told who answers
+    (it refused every resume, its own caller's too, judging by the absent fixed one)."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ToolCallPart
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset, ResumeRefused
+    from blade_runtime.caller import CallContext
+
+    model, _ = _scripted([ToolCallPart("transfer", SEND, tool_call_id="t1")])
+    toolset = BladeToolset(runtime, context=lambda ctx: CallContext(principal=ctx.deps))
+    agent = Agent(
+        model, toolsets=[toolset], output_type=[str, DeferredToolRequests], deps_type=Principal
+    )
+    requests = run(agent.run("send", deps=ANN)).output
+    assert isinstance(requests, DeferredToolRequests)
+    answer = {"t1": {"approved": True, "approver": "ann"}}
+    with pytest.raises(TypeError, match="principal="):
+        run(toolset.resume(requests, answer))
+    with pytest.raises(ResumeRefused):
+        run(toolset.resume(requests, answer, principal=Principal("bob", "globex")))
+    done = run(toolset.resume(requests, answer, principal=ANN))
+    assert done.calls == {"t1": {"status": "sent", "by": "ann"}}

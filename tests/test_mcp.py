@@ -553,6 +553,41 @@ def test_a_client_cancelling_a_tool_call_over_stateless_http_cancels_the_call(
     assert all(c.state != "running" for c in runtime.store.calls())  # nothing left running
 
 
+def test_an_authenticate_that_reads_the_body_still_gets_it_on_the_fast_path(
+    runtime: Runtime,
+) -> None:
+    """The fast path's watch for a closed request reads the server's own receive, never the
+    replayed body an application's authenticate may read (it took the body, and such an
+    authenticate then waited for the client to go away)."""
+    import anyio
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    bodies: list[bytes] = []
+
+    async def authenticate(req: Any) -> Principal | None:
+        await anyio.sleep(0.01)  # a lookup first (the watch then reads before it)
+        bodies.append(await req.http.body())  # e.g. a signature over the body
+        return ANN
+
+    app = mcp_asgi_app(runtime, authenticate=authenticate)
+    inner = getattr(app, "app", app)
+
+    async def main() -> Any:
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            inner.router.lifespan_context(inner),
+            httpx.AsyncClient(transport=transport) as http,
+            Client(streamable_http_client("http://127.0.0.1:8000/mcp", http_client=http)) as c,
+        ):
+            with anyio.fail_after(10):
+                return await c.call_tool("find", {"customer_id": 4})
+
+    result = run(main())
+    assert result.structured_content == {"id": 4, "name": "customer 4"}
+    assert any(b'"tools/call"' in body for body in bodies)
+
+
 def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     import httpx
     from mcp.client.streamable_http import streamable_http_client

@@ -101,7 +101,8 @@ def test_a_store_of_a_newer_schema_is_refused_on_the_command_line(
         ("postgresql://a:secret@h1:1,h2:2/db", "postgresql://a:***@h1:1,h2:2/db"),
         ("postgresql://a:secret@h:port/db", "postgresql://a:***@h:port/db"),
         ("postgresql://a:secret@[::1/db", "postgresql://a:***@[::1/db"),
-        ("postgresql://a:p@ss@h/db", "postgresql://a:***@h/db"),
+        ("postgresql://a:p@ss@h/db", "postgresql://a:***@ss@h/db"),  # libpq: password "p"
+        ("postgresql://ann:se?cr#et@h/db?x=1", "postgresql://ann:***@h/db?x=1"),
         ("sqlite:///a.db", "sqlite:///a.db"),
         ("memory:", "memory:"),
     ],
@@ -130,6 +131,22 @@ def test_no_password_survives_masking_in_either_spelling(password: str, form: st
     shown = masked(url)
     assert quoted not in shown and password not in shown.replace("***", "")
     assert password in secrets_of(url) and quoted in secrets_of(url)
+
+
+@given(
+    password=st.text(
+        st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="@/"), min_size=6
+    )
+)
+def test_a_password_written_raw_in_the_user_info_is_masked_as_libpq_reads_it(
+    password: str,
+) -> None:
+    """libpq takes the user info up to the first @ before any /: a raw password may hold ?, #,
+    : or & there (it once ended at ? or #, and such a password was shown whole)."""
+    url = f"postgresql://ops:{password}@db.internal:5432/blade?sslmode=require"
+    shown = masked(url)
+    assert shown == "postgresql://ops:***@db.internal:5432/blade?sslmode=require"
+    assert secrets_of(url)[0] == password or password in secrets_of(url)
 
 
 def test_url_forms() -> None:

@@ -653,7 +653,7 @@ class FastPath:
         if body is None:
             await self.app(scope, replayed, send)
             return
-        answered = await self._answer(scope, replayed, body)
+        answered = await self._answer(scope, replayed, body, receive)
         if answered is None:
             await self.app(scope, replayed, send)
         else:
@@ -680,8 +680,10 @@ class FastPath:
                 return False
         return version in _MODERN and method == b"tools/call"
 
-    async def _answer(self, scope: Any, receive: Any, body: bytes) -> Any:
-        """The response to send, or None: the SDK's app answers."""
+    async def _answer(self, scope: Any, receive: Any, body: bytes, wire: Any) -> Any:
+        """The response to send, or None: the SDK's app answers. ``receive`` replays the body
+        (for the application's authenticate); ``wire`` is the server's own, read only for the
+        client's disconnect."""
         from mcp.server.runner import modern_error_data
         from mcp.server.streamable_http import check_accept_headers
         from mcp.shared.inbound import (
@@ -726,7 +728,7 @@ class FastPath:
                 self.tools.handle(
                     McpRequest(version, verdict.client_capabilities, request), params
                 ),
-                receive,
+                wire,
             )
             if result is None:  # the client went away (a cancelled request): the call is too
                 return Response(status_code=499)
@@ -755,7 +757,7 @@ async def _unless_gone(work: Awaitable[T], receive: Any) -> T | None:
 
     async def disconnected() -> None:
         while (await receive())["type"] != "http.disconnect":
-            pass  # the body, replayed once
+            pass  # a server that sends more of the (already read) body
 
     watcher = asyncio.ensure_future(disconnected())
     try:

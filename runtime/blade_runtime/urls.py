@@ -24,48 +24,53 @@ SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
 
 # libpq's parameters that hold a secret, as a URL's query may carry them (``?password=...``).
 _SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
-# A URL's parts, for any text (not urlsplit, which refuses some that drivers quote back whole:
-# an unclosed IPv6 bracket, a port that is not a number).
-_PARTS = re.compile(
-    r"(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<netloc>[^/?#]*))?"
-    r"(?P<path>[^?#]*)(?:\?(?P<query>[^#]*))?(?P<fragment>#.*)?",
-    re.S,
-)
+_SCHEME_SLASHES = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _parts(url: str) -> tuple[str, str | None, str, str | None, str]:
+    """``url`` as (up to its user info, the user info or None, then up to its query, the
+    query or None, the fragment), read as libpq reads it: the user info runs to the first
+    ``@`` before any ``/`` (a password may hold ``?``, ``#`` or ``:``). Any text splits, even
+    one urlsplit refuses and a driver's message quotes whole (an unclosed IPv6 bracket)."""
+    scheme = _SCHEME_SLASHES.match(url)
+    head, user = url, None
+    rest = ""
+    if scheme is not None:
+        start = scheme.end()
+        stop = next((i for i in range(start, len(url)) if url[i] in "@/"), len(url))
+        if stop < len(url) and url[stop] == "@":
+            head, user, rest = url[:start], url[start:stop], url[stop:]
+        else:
+            head, rest = url[:start], url[start:]
+    else:
+        head, rest = "", url
+    rest, hashed, fragment = rest.partition("#")
+    before, asked, query = rest.partition("?")
+    return head, user, before, query if asked else None, hashed + fragment
 
 
 def masked(url: str) -> str:
     """``url`` with every password replaced by ``***`` (the user info's, and a ``password`` or
     ``sslpassword`` query parameter's): safe for logs and messages, whatever its form (several
     hosts, a port that is not a number, a text that is not quite a URL)."""
-    parts = _PARTS.fullmatch(url)
-    assert parts is not None  # every group is optional
-    scheme, netloc, path, query, fragment = parts.group(
-        "scheme", "netloc", "path", "query", "fragment"
-    )
-    user, at, hosts = (netloc or "").rpartition("@")
-    if at and ":" in user:
-        netloc = f"{user.partition(':')[0]}:***@{hosts}"
+    head, user, before, query, fragment = _parts(url)
+    if user is not None and ":" in user:
+        user = f"{user.partition(':')[0]}:***"
     if query:
         query = "&".join(
             f"{piece.partition('=')[0]}=***" if _is_secret(piece) else piece
             for piece in query.split("&")
         )
-    return "".join(
-        (scheme or "", netloc or "", path, "" if query is None else f"?{query}", fragment or "")
-    )
+    shown_query = "" if query is None else f"?{query}"
+    return f"{head}{'' if user is None else user}{before}{shown_query}{fragment}"
 
 
 def secrets_of(url: str) -> list[str]:
     """The passwords ``url`` carries, as written and decoded (what a driver's message might
     repeat), longest first."""
-    parts = _PARTS.fullmatch(url)
-    assert parts is not None
-    found = []
-    user, at, _ = (parts.group("netloc") or "").rpartition("@")
-    if at and ":" in user:
-        found.append(user.partition(":")[2])
-    query = parts.group("query") or ""
-    found += [piece.partition("=")[2] for piece in query.split("&") if _is_secret(piece)]
+    _, user, _, query, _ = _parts(url)
+    found = [user.partition(":")[2]] if user is not None and ":" in user else []
+    found += [piece.partition("=")[2] for piece in (query or "").split("&") if _is_secret(piece)]
     every = {text for value in found for text in (value, unquote(value)) if text}
     return sorted(every, key=lambda text: (-len(text), text))
 

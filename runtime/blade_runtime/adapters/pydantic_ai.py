@@ -167,13 +167,21 @@ class BladeToolset(AbstractToolset[Any]):
         return result.content
 
     async def resume(
-        self, requests: DeferredToolRequests, answers: Mapping[str, JsonValue]
+        self,
+        requests: DeferredToolRequests,
+        answers: Mapping[str, JsonValue],
+        *,
+        principal: Principal | None = None,
     ) -> DeferredToolResults:
         """Resume the deferred calls answered in ``answers`` (by tool call id) through
         ``runtime.submit``; every answer is validated against its action's stored schema first,
         and one refused answer refuses them all (``ResumeRefused``), before anything is submitted
         or Pydantic AI sees a value. A call this runtime did not defer, or another principal's,
-        is refused too."""
+        is refused too. ``principal``: who answers (default: the toolset's ``principal``; a
+        toolset whose calls take theirs from ``context=`` must say who answers here)."""
+        who = self.principal if principal is None else principal
+        if who is None and self.context is not None:
+            raise TypeError("resume(principal=...): this toolset's calls take it from context=")
         targets: dict[str, str] = {}
         refused: dict[str, str] = {}
         for call_id, answer in answers.items():
@@ -184,7 +192,7 @@ class BladeToolset(AbstractToolset[Any]):
             )
             call = None if action is None else self.runtime.store.call(action.call_id)
             if action is None or not may_act_on(
-                self.principal, action.tenant, None if call is None else call.context
+                who, action.tenant, None if call is None else call.context
             ):  # metadata comes back from the client's message history: never a credential
                 refused[call_id] = "no pending action of this runtime for this tool call"
                 continue
