@@ -146,7 +146,7 @@ def test_a_password_written_raw_in_the_user_info_is_masked_as_libpq_reads_it(
     url = f"postgresql://ops:{password}@db.internal:5432/blade?sslmode=require"
     shown = masked(url)
     assert shown == "postgresql://ops:***@db.internal:5432/blade?sslmode=require"
-    assert secrets_of(url)[0] == password or password in secrets_of(url)
+    assert password in secrets_of(url)
 
 
 def test_url_forms() -> None:

@@ -162,10 +162,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _port(text: str) -> int:
-    """A TCP port number (a usage error otherwise, not the server's traceback)."""
-    if not (text.isascii() and text.isdigit() and int(text) <= 65535):
+    from blade_runtime.serve import port_number
+
+    port = port_number(text)
+    if port is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
-    return int(text)
+    return port
 
 
 def _plain(doc: str | None) -> str:

@@ -940,6 +940,7 @@ def run_cli(
 
     import anyio
 
+    from blade_runtime.serve import port_number
     from blade_runtime.store import StoreError
 
     who = None
@@ -958,9 +959,8 @@ def run_cli(
         anyio.run(lambda: serve_stdio(runtime, principal=who, inbox_url=inbox_url))
         return 0
     host, _, port = http.rpartition(":")
-    if host not in ("127.0.0.1", "localhost", "::1") or not (
-        port.isascii() and port.isdigit() and int(port) <= 65535
-    ):
+    number = port_number(port)
+    if host not in ("127.0.0.1", "localhost", "::1") or number is None:
         print(
             f"error: --http {http}: a loopback HOST:PORT (elsewhere, serve mcp_asgi_app with "
             "authenticate= from your own ASGI server)",
@@ -972,5 +972,5 @@ def run_cli(
     app = mcp_asgi_app(
         runtime, principal=who, anonymous=who is None, inbox_url=inbox_url, host=host
     )
-    uvicorn.run(app, host=host, port=int(port), log_level="warning")
+    uvicorn.run(app, host=host, port=number, log_level="warning")
     return 0

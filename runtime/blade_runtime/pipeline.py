@@ -91,7 +91,7 @@ from blade_runtime.results import (
     skipped_content,
 )
 from blade_runtime.spec import JsonObject, ToolSpec
-from blade_runtime.store import DuplicateCall, LeaseLost, StoreError
+from blade_runtime.store import DuplicateCall, LeaseLost, StoreError, storable_id
 from blade_runtime.validation import describe
 
 _HOOK_CODES = frozenset({ErrorCode.HOOK_ABORTED, ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT})
@@ -130,7 +130,7 @@ class CallPipeline(RuntimeCore):
         parsed = arguments if type(arguments) is dict else parse_arguments(arguments)
         if isinstance(parsed, str):
             return error_result(call, ErrorCode.INVALID_INPUT, parsed)
-        if not (_storable(run_id) and (call_id is None or _storable(call_id))):
+        if not (storable_id(run_id) and (call_id is None or storable_id(call_id))):
             return error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
         if call.call_id in self._running:
             raise ValueError(f"call id {call.call_id!r} is already running")
@@ -872,12 +872,6 @@ _ID_RULE = (
     "A call id and a run id are 1 to 200 printable characters (no NUL, no line break, no "
     "lone surrogate): every store must hold and index them alike."
 )
-
-
-def _storable(identifier: str) -> bool:
-    """An id every store holds and indexes alike: PostgreSQL's text has no NUL, UTF-8 no lone
-    surrogate, a btree index entry at most 2,704 bytes."""
-    return 0 < len(identifier) <= 200 and identifier.isprintable()
 
 
 def _valid(registration: Registration[Any], arguments: JsonObject) -> bool | str:

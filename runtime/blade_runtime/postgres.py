@@ -405,7 +405,6 @@ class PostgresStore:
         self._schemas = _Schemas()
         self._closed = False
         self._attached: dict[str, psycopg.Connection[TupleRow]] = {}
-        self._lost: set[str] = set()  # attached owners whose lock session ended
         self._attached_lock = threading.Lock()
         # Events: the LISTEN thread counts notifications; each task remembers the count it saw.
         self._generation = 0
@@ -710,59 +709,58 @@ class PostgresStore:
 
     def _still_attached(self, owner: str) -> None:
         """Attach ``owner`` again if its lock's session ended under it (the server restarted,
-        or cut the connection): until then other runtimes cannot tell it from a dead one."""
+        or cut the connection): until then other runtimes cannot tell it from a dead one. The
+        dead connection stays recorded until a new session holds the lock, so a failed try is
+        made again at the next renewal."""
         with self._attached_lock:
             connection = self._attached.get(owner)
-            lost = owner in self._lost
-        if connection is not None:
-            try:
-                connection.execute("SELECT 1")
-                return
-            except psycopg.Error:
-                pass
-            with self._attached_lock:
-                if self._attached.get(owner) is connection:
-                    del self._attached[owner]
-                    self._lost.add(owner)  # until attached again: a failed try is retried
-            connection.close()
-            log.warning("%s: the session of runtime %s ended; attaching it again", self.url, owner)
-        elif not lost:
+        if connection is None:
             return  # never attached here
-        self.attach(owner)
+        try:
+            connection.execute("SELECT 1")
+            return
+        except psycopg.Error:
+            pass
+        log.warning("%s: the session of runtime %s ended; attaching it again", self.url, owner)
         with self._attached_lock:
-            self._lost.discard(owner)
+            if self._attached.get(owner) is not connection:
+                return  # detached, or attached again by another thread, meanwhile
+            self._attached[owner] = self._locked_session(owner)
+        connection.close()
 
     def attach(self, owner: str) -> None:
         with self._attached_lock:
-            if owner in self._attached:
-                return
-            try:
-                connection = self._connect()
-            except psycopg.Error as error:
-                raise self._unavailable(error) from None
-            try:
-                # The lock first, then the record: a recorded owner whose lock is free is gone.
-                row = connection.execute(
-                    "SELECT pg_try_advisory_lock(%s)", (owner_key(owner),)
-                ).fetchone()
-                if not row or not row[0]:
-                    raise StoreError(f"owner {owner!r} is attached by another running process")
-                # the server's clock, as alive() compares it with the server's start
-                connection.execute(
-                    "INSERT INTO blade_runtimes (owner, attached_at) "
-                    "VALUES (%s, clock_timestamp()::text) "
-                    "ON CONFLICT (owner) DO UPDATE SET attached_at = excluded.attached_at",
-                    (owner,),
-                )
-            except BaseException:
-                connection.close()
-                raise
-            self._attached[owner] = connection
+            if owner not in self._attached:
+                self._attached[owner] = self._locked_session(owner)
+
+    def _locked_session(self, owner: str) -> psycopg.Connection[TupleRow]:
+        """A connection of its own holding ``owner``'s lock, the owner recorded."""
+        try:
+            connection = self._connect()
+        except psycopg.Error as error:
+            raise self._unavailable(error) from None
+        try:
+            # The lock first, then the record: a recorded owner whose lock is free is gone.
+            row = connection.execute(
+                "SELECT pg_try_advisory_lock(%s)", (owner_key(owner),)
+            ).fetchone()
+            if not row or not row[0]:
+                raise StoreError(f"owner {owner!r} is attached by another running process")
+            # the server's clock, as alive() compares it with the server's start
+            connection.execute(
+                "INSERT INTO blade_runtimes (owner, attached_at) "
+                "VALUES (%s, clock_timestamp()::text) "
+                "ON CONFLICT (owner) DO UPDATE SET attached_at = excluded.attached_at",
+                (owner,),
+            )
+        except BaseException:
+            connection.close()
+            raise
+        return connection
 
     def detach(self, owner: str) -> None:
         with self._attached_lock:
             connection = self._attached.pop(owner, None)
-            self._lost.discard(owner)
         if connection is None:
             return
         try:

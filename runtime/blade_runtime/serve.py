@@ -36,6 +36,12 @@ class ServeError(Exception):
     """A usage error of ``serve``: one line, exit 2."""
 
 
+def port_number(text: str) -> int | None:
+    """``text`` as a TCP port (0 to 65535), or None: the commands' usage error, not a traceback
+    from the server (serve's --port, mcp's --http HOST:PORT)."""
+    return int(text) if text.isascii() and text.isdigit() and int(text) <= 65535 else None
+
+
 def load(target: str, what: str) -> Any:
     """``module:attribute`` (the current folder is importable, as with ``python -m``)."""
     module_name, _, attribute = target.partition(":")

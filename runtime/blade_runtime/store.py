@@ -90,6 +90,12 @@ def load_json(text: str | None) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
+def storable_id(identifier: str) -> bool:
+    """An id every store holds and indexes alike (1 to 200 printable characters): PostgreSQL's
+    text has no NUL, UTF-8 no lone surrogate, a btree index entry at most 2,704 bytes."""
+    return 0 < len(identifier) <= 200 and identifier.isprintable()
+
+
 def encodable(text: str) -> bool:
     """Whether ``text`` has a UTF-8 form (no lone surrogate): a durable store's lookup by an id
     without one finds nothing, as MemoryStore's does, instead of raising the driver's error."""

@@ -33,17 +33,11 @@ def _parts(url: str) -> tuple[str, str | None, str, str | None, str]:
     ``@`` before any ``/`` (a password may hold ``?``, ``#`` or ``:``). Any text splits, even
     one urlsplit refuses and a driver's message quotes whole (an unclosed IPv6 bracket)."""
     scheme = _SCHEME_SLASHES.match(url)
-    head, user = url, None
-    rest = ""
-    if scheme is not None:
-        start = scheme.end()
-        stop = next((i for i in range(start, len(url)) if url[i] in "@/"), len(url))
-        if stop < len(url) and url[stop] == "@":
-            head, user, rest = url[:start], url[start:stop], url[stop:]
-        else:
-            head, rest = url[:start], url[start:]
-    else:
-        head, rest = "", url
+    start = 0 if scheme is None else scheme.end()
+    stop = next((i for i in range(start, len(url)) if url[i] in "@/"), len(url))
+    head, user, rest = url[:start], None, url[start:]
+    if scheme is not None and url[stop : stop + 1] == "@":
+        user, rest = url[start:stop], url[stop:]
     rest, hashed, fragment = rest.partition("#")
     before, asked, query = rest.partition("?")
     return head, user, before, query if asked else None, hashed + fragment

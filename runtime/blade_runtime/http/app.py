@@ -35,7 +35,15 @@ from blade_runtime.http.openapi import openapi_document
 from blade_runtime.registry import Registration
 from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
 from blade_runtime.runtime import Runtime
-from blade_runtime.store import ActionRecord, ActionState, CallRecord, Event, StoreUnavailable
+from blade_runtime.store import (
+    ActionRecord,
+    ActionState,
+    CallRecord,
+    Event,
+    StoreUnavailable,
+    encodable,
+    storable_id,
+)
 
 log = logging.getLogger("blade_runtime.http")
 
@@ -498,11 +506,7 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 def _lone_surrogate(value: JsonValue) -> bool:
     """Whether a parsed body holds text no UTF-8 store or response can carry (json.loads
     pairs escaped surrogates that belong together; this finds the ones left alone)."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return True
-    return False
+    return not encodable(json.dumps(value, ensure_ascii=False))
 
 
 def _refuse_nul(request: Request) -> None:
@@ -574,7 +578,7 @@ def create_app(
     async def call(request: Request, principal: Principal) -> Response:
         name = request.path_params["name"]
         call_id = request.headers.get("idempotency-key") or request.query_params.get("call_id")
-        if call_id is not None and not (0 < len(call_id) <= 200 and call_id.isprintable()):
+        if call_id is not None and not storable_id(call_id):
             raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
         run_id = run_of(request)
         arguments = await api.body(request)
