@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -234,17 +235,23 @@ def read_lock(path: Path) -> Baseline:
     return Baseline(released, waivers, str(path))
 
 
+@cache
+def _lock_validator() -> Any:
+    """``LOCK_SCHEMA`` compiled once (``build --watch`` reads the lock on every rebuild)."""
+    import jsonschema_rs
+
+    return jsonschema_rs.validator_for(LOCK_SCHEMA)
+
+
 def _check_lock(path: Path, text: str, data: Any) -> None:
     """Raise BaselineError naming the first place (in document order) where ``data`` is not a
     lock: ``path:line:col: pointer: message (fix)``."""
-    import jsonschema_rs
-
     from blade_codegen.load import SourceFile
 
     version = data.get("lockVersion", LOCK_VERSION) if isinstance(data, dict) else LOCK_VERSION
     if version != LOCK_VERSION:  # a newer tool's lock: its shape is not ours to judge
         raise BaselineError(f"{path}: lockVersion {version!r} is not {LOCK_VERSION}")
-    errors = list(jsonschema_rs.validator_for(LOCK_SCHEMA).iter_errors(data))
+    errors = list(_lock_validator().iter_errors(data))
     if not errors:
         return
     source = SourceFile(path.parent, str(path), text, data, "")
@@ -271,9 +278,15 @@ def lock_text(baseline: Baseline) -> str:
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def git_ref_allowed(ref: str) -> bool:
+    """Whether ``ref`` may be handed to git: one starting with "-" would reach it as an option
+    (``--output=FILE`` writes a file)."""
+    return bool(ref) and not ref.startswith("-")
+
+
 def git_baseline(specs: Path, ref: str) -> Baseline:
     """The specs as they were at ``ref``, each as its only released version."""
-    if not ref or ref.startswith("-"):  # git would read it as an option
+    if not git_ref_allowed(ref):
         raise BaselineError(f"git:{ref}: not a git revision")
     try:
         top = _git(specs, "rev-parse", "--show-toplevel").strip()

@@ -373,14 +373,13 @@ def check(specs_dir: Path | None, against: str, lock_file: Path | None, format_:
     What a tool accepts (input, resume payloads) must keep accepting old values; what it emits
     (output, data records, suspend payloads) must not produce values old clients reject.
     """
-    from blade_codegen.check import BaselineError, git_baseline, read_lock
+    from blade_codegen.check import BaselineError, git_baseline, git_ref_allowed, read_lock
     from blade_codegen.check import check as run_check
     from blade_codegen.resolve import resolve_specs
 
     specs = _specs_dir(specs_dir, need_specs=True)
     ref = against.removeprefix("git:")
-    # A ref starting with "-" would reach git as an option (--output=FILE writes a file).
-    if against != "lock" and (ref == against or not ref or ref.startswith("-")):
+    if against != "lock" and (ref == against or not git_ref_allowed(ref)):
         raise click.UsageError(f"--against {against!r}: use lock or git:REF")
     try:
         resolved = resolve_specs(specs)
@@ -575,18 +574,17 @@ def import_(
     folder cannot be written.
     """
     from blade_codegen.importer import (
-        NAMESPACE_RULE,
         ImportRefused,
         check_imported,
         import_tools,
+        namespace_problem,
         read_tools,
         write_imported,
     )
 
-    if not NAMESPACE_RULE.fullmatch(namespace):
-        raise click.UsageError(
-            f"--namespace {namespace!r}: use lowercase words and dots, e.g. acme.crm"
-        )
+    wrong = namespace_problem(namespace)
+    if wrong is not None:
+        raise click.UsageError(wrong)
     defaults = _settings()
     specs = out or defaults.specs
     kind = cast("Literal['mcp', 'openai', 'anthropic']", source)

@@ -258,6 +258,13 @@ def _tool(record: Any, source: Source) -> tuple[str, str, Any, Any, dict[str, An
     )
 
 
+def namespace_problem(namespace: str) -> str | None:
+    """Why ``namespace`` cannot prefix spec ids, or None."""
+    if NAMESPACE_RULE.fullmatch(namespace):
+        return None
+    return f"--namespace {namespace!r}: use lowercase words and dots, e.g. acme.crm"
+
+
 def import_tools(
     tools: Iterable[Tool],
     source: Source,
@@ -269,10 +276,9 @@ def import_tools(
 ) -> list[Imported]:
     """The spec files for ``tools``; ImportRefused lists every tool that cannot be imported
     (after the ``problems`` reading the file found)."""
-    if not NAMESPACE_RULE.fullmatch(namespace):
-        raise ImportRefused(
-            [f"--namespace {namespace!r}: use lowercase words and dots, e.g. acme.crm"]
-        )
+    wrong = namespace_problem(namespace)
+    if wrong is not None:
+        raise ImportRefused([wrong])
     found = list(problems)
     files: dict[str, Imported] = {}
     for tool in tools:

@@ -263,7 +263,8 @@ def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any)
         source.problem((*at, *where), message, hint)
         for where, message, hint in schema_errors(schema)
     ]
-    for path, sub in subschemas(schema, at):
+    walked = list(subschemas(schema, at))  # one walk for every check below
+    for path, sub in walked:
         for keyword, hint in UNSUPPORTED_KEYWORDS.items():
             if keyword in sub and not (keyword == "$id" and path == () and source.is_shared):
                 problems.append(
@@ -274,11 +275,13 @@ def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any)
             problems.extend(_check_ref(tree, source, (*path, "$ref"), ref, at))
         if "pattern" in sub or "patternProperties" in sub:  # rare: most nodes skip the call
             problems.extend(_check_patterns(source, path, sub))
-    problems.extend(_check_ref_cycles(source, at, schema))
+    problems.extend(_check_ref_cycles(source, at, schema, walked))
     return problems
 
 
-def _check_ref_cycles(source: SourceFile, at: Segments, schema: Any) -> list[Problem]:
+def _check_ref_cycles(
+    source: SourceFile, at: Segments, schema: Any, walked: list[tuple[Segments, Any]]
+) -> list[Problem]:
     """No chain of local ``$ref`` keywords leads back to where it started.
 
     A ``$ref`` applies its target to the same value, whatever keywords sit beside it, so such a
@@ -286,10 +289,10 @@ def _check_ref_cycles(source: SourceFile, at: Segments, schema: Any) -> list[Pro
     the models recurse forever. Recursion through ``properties`` or ``items`` moves into the
     value and is fine. A cycle across shared files is refused as a file cycle, so one document
     (a slot, or a shared file) holds every cycle; each is reported once, at its first member.
+    ``walked``: ``subschemas(schema, at)``, as the caller walked it.
     """
-    walked = list(subschemas(schema, at))
     starts = [(path, sub) for path, sub in walked if isinstance(sub.get("$ref"), str)]
-    if not starts:  # most schemas: no second walk
+    if not starts:  # most schemas: nothing to follow
         return []
     nodes = {id(sub): path for path, sub in walked}
     reported: set[int] = set()
