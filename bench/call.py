@@ -45,9 +45,9 @@ import jsonschema  # type: ignore[import-untyped]
 import jsonschema_rs
 
 from blade_codegen.build import build
-from blade_runtime.capabilities import shared
-from blade_runtime.observers import Lifecycle
-from blade_runtime.permissions import ALLOW, Allow, PermissionRequest
+from blade_runtime.core.capabilities import shared
+from blade_runtime.core.observers import Lifecycle
+from blade_runtime.core.permissions import ALLOW, Allow, PermissionRequest
 from blade_runtime.runtime import Runtime
 
 WORKLOAD = Path(__file__).resolve().parent / "workload"

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from blade_codegen.build import build
-from blade_runtime.validation import SchemaValidator
+from blade_runtime.core.validation import SchemaValidator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

@@ -101,7 +101,7 @@ def build_package(out: Path) -> None:
 
 def make_runtime(store_url: str) -> Any:
     from blade_runtime import Runtime
-    from blade_runtime.urls import open_store
+    from blade_runtime.stores.urls import open_store
 
     echo = __import__(f"{PACKAGE}.bench.echo_v1", fromlist=["x"])
     wait = __import__(f"{PACKAGE}.bench.wait_v1", fromlist=["x"])
@@ -125,8 +125,8 @@ def serve(port: int, store_url: str) -> None:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    from blade_runtime.caller import Principal
-    from blade_runtime.http import create_app
+    from blade_runtime.core.caller import Principal
+    from blade_runtime.serving.http import create_app
 
     principal = Principal("bench", "bench")
 
@@ -251,7 +251,7 @@ def measure_calls(pkg: Path, seconds: float, rounds: int) -> dict[str, Any]:
 def worker(store_url: str, count: int, gap_s: float) -> None:
     """The worker process: calls that suspend and are cancelled, one every ``gap_s``."""
 
-    from blade_runtime.caller import CallContext, Principal
+    from blade_runtime.core.caller import CallContext, Principal
 
     context = CallContext(principal=Principal("bench", "bench"))  # the stream's tenant
 

@@ -117,7 +117,7 @@ async def direct(module: Any, runtime: Any, valid: dict[str, Any], calls: int) -
     from agents.tool_context import ToolContext
     from mcp.server.mcpserver import MCPServer
 
-    from blade_runtime.results import ToolSuccess
+    from blade_runtime.core.results import ToolSuccess
 
     text = json.dumps(valid)
     result = await runtime.call("schedule", valid)
@@ -240,7 +240,7 @@ def app_of(which: str, spec: str) -> Any:
     """The ASGI app a server process serves: ours, or the SDK's MCPServer with the same tool."""
     module = importlib.import_module(spec)
     if which == "ours":
-        from blade_runtime.mcp import mcp_asgi_app
+        from blade_runtime.serving.mcp import mcp_asgi_app
 
         return mcp_asgi_app(runtime_of(module), anonymous=True)
     from mcp.server.mcpserver import MCPServer
@@ -425,7 +425,7 @@ def main() -> int:
             f"\nMCP streamable HTTP, 4 keep-alive connections, stateless JSON responses "
             f"(best of {args.http_rounds} x {args.http_seconds:g} s, alternated)"
         )
-        print(f"  ours (blade_runtime.mcp)    {rates['ours']:8.0f} calls/s")
+        print(f"  ours (blade_runtime.serving.mcp)    {rates['ours']:8.0f} calls/s")
         print(f"  SDK MCPServer, same tool    {rates['sdk']:8.0f} calls/s")
         print(f"  ratio {rates['ours'] / rates['sdk']:.2f}x (target >= 2x)")
     return 0

@@ -58,17 +58,17 @@ from typing import Any, NamedTuple
 
 from blade_codegen.build import build
 from blade_runtime import ResumeEntry, Runtime
-from blade_runtime.memory import MemoryStore
-from blade_runtime.permissions import Ask
-from blade_runtime.sqlite import (
+from blade_runtime.core.permissions import Ask
+from blade_runtime.core.store import Store
+from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.sqlite import (
     _BACKSTOP_PAGES,
     CHECKPOINT_EVERY,
     SQLiteStore,
     _Checkpointer,
     _Once,
 )
-from blade_runtime.store import Store
-from blade_runtime.urls import open_store
+from blade_runtime.stores.urls import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "blade_pending_bench"

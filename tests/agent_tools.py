@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from blade_runtime import ResumeEntry
-from blade_runtime.caller import Principal
+from blade_runtime.core.caller import Principal
+from blade_runtime.core.store import Store
 from blade_runtime.runtime import Runtime
-from blade_runtime.store import Store
 
 T = TypeVar("T")
 
@@ -254,7 +254,7 @@ def resume_graph_worker(
     from langchain_core.messages import AIMessage
     from langgraph.types import Command
 
-    from blade_runtime.sqlite import SQLiteStore
+    from blade_runtime.stores.sqlite import SQLiteStore
 
     os.environ["BLADE_EFFECTS"] = effects
     store = SQLiteStore(db)

@@ -31,9 +31,9 @@ from typing import Any
 PRELOAD = [
     "blade_runtime",
     "blade_runtime.runtime",
-    "blade_runtime.urls",
-    "blade_runtime.sqlite",
-    "blade_runtime.postgres",
+    "blade_runtime.stores.urls",
+    "blade_runtime.stores.sqlite",
+    "blade_runtime.stores.postgres",
     "process_worker",
     "store_workers",
 ]

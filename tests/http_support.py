@@ -15,9 +15,9 @@ from typing import Any
 from starlette.requests import Request
 
 from blade_runtime import ResumeEntry
-from blade_runtime.caller import Principal
+from blade_runtime.core.caller import Principal
+from blade_runtime.core.store import Store
 from blade_runtime.runtime import Runtime
-from blade_runtime.store import Store
 
 TOKENS = {
     "token-alice": Principal("alice", "acme"),

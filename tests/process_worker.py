@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from blade_runtime import ResumeEntry, Runtime
-from blade_runtime.results import ToolError, ToolResult
-from blade_runtime.urls import open_store
+from blade_runtime.core.results import ToolError, ToolResult
+from blade_runtime.stores.urls import open_store
 
 SIDE_EFFECTS = {"charge": "non_idempotent", "sync": "idempotent", "fetch": "pure"}
 EXPIRING = "remind"  # idempotent, its approval declared with expiresAfterMs

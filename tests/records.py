@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from blade_runtime.spec import JsonObject
-from blade_runtime.store import (
+from blade_runtime.core.spec import JsonObject
+from blade_runtime.core.store import (
     ActionRecord,
     CallRecord,
     CallState,

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from blade_runtime.store import (
+from blade_runtime.core.store import (
     ActionAlreadyResolved,
     Event,
     Resolution,
     now,
 )
-from blade_runtime.urls import open_store
+from blade_runtime.stores.urls import open_store
 
 
 def resolve_all(

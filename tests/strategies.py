@@ -349,7 +349,7 @@ def _draw_valid(
 def round_trip(adapter: Any, value: Any) -> str | None:
     """How a generated model treats a schema-valid ``value``: None if it accepts it (as the
     runtime parses JSON) and dumps it back unchanged, else "rejected: ..." or "changed: ..."."""
-    from blade_runtime.jsonvalue import model_of
+    from blade_runtime.core.jsonvalue import model_of
 
     try:
         model = model_of(adapter.validate_python, value)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from blade_runtime.caller import Principal
+from blade_runtime.core.caller import Principal
 from blade_runtime.runtime import Runtime
 
 TESTS = Path(__file__).resolve().parent
@@ -323,7 +323,7 @@ def test_two_processes_resuming_one_interrupt_run_the_side_effect_once(
 
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from blade_runtime.sqlite import SQLiteStore
+    from blade_runtime.stores.sqlite import SQLiteStore
 
     db, effects = tmp_path / "blade.db", tmp_path / "effects"
     store = SQLiteStore(db)
@@ -367,8 +367,8 @@ def test_pydantic_ai_tools_are_the_callers_own(runtime: Runtime) -> None:
     from pydantic_ai.models.test import TestModel
 
     from blade_runtime.adapters.pydantic_ai import BladeToolset
-    from blade_runtime.caller import CallContext
-    from blade_runtime.context import CallInfo
+    from blade_runtime.core.caller import CallContext
+    from blade_runtime.core.context import CallInfo
 
     def acme_only(call: CallInfo) -> bool:
         return call.context is not None and call.context.tenant == "acme"
@@ -444,7 +444,7 @@ def test_pydantic_ai_resume_by_a_toolset_whose_calls_take_their_principal_from_c
     from pydantic_ai.messages import ToolCallPart
 
     from blade_runtime.adapters.pydantic_ai import BladeToolset, ResumeRefused
-    from blade_runtime.caller import CallContext
+    from blade_runtime.core.caller import CallContext
 
     model, _ = _scripted([ToolCallPart("transfer", SEND, tool_call_id="t1")])
     toolset = BladeToolset(runtime, context=lambda ctx: CallContext(principal=ctx.deps))

@@ -16,9 +16,9 @@ from blade_codegen.build import build
 from blade_codegen.problems import SpecError
 from blade_codegen.resolve import resolve_specs
 from blade_runtime import Runtime
-from blade_runtime.capabilities import CapabilityUse, shared
-from blade_runtime.registry import RegistrationError
-from blade_runtime.results import ErrorCode, ToolError, ToolSuccess
+from blade_runtime.core.capabilities import CapabilityUse, shared
+from blade_runtime.core.registry import RegistrationError
+from blade_runtime.core.results import ErrorCode, ToolError, ToolSuccess
 
 CONFIG = {"type": "object", "properties": {"image": {"type": "string"}}, "required": ["image"]}
 SANDBOXED = {

@@ -93,7 +93,7 @@ def test_example_specs_validate_against_the_printed_meta_schema() -> None:
 
 def test_blade_runtime_version_and_plain_help(capsys: pytest.CaptureFixture[str]) -> None:
     from blade_runtime import __version__ as runtime_version
-    from blade_runtime.cli import main as runtime_main
+    from blade_runtime.serving.cli import main as runtime_main
 
     with pytest.raises(SystemExit) as version:
         runtime_main(["--version"])

@@ -1,7 +1,7 @@
 """The runtime's validation against the official JSON-Schema-Test-Suite, draft 2020-12.
 
 Every required test (the suite's ``optional/`` folder is not required) runs through
-``blade_runtime.validation.SchemaValidator``; the suite's remote documents are served from its
+``blade_runtime.core.validation.SchemaValidator``; the suite's remote documents are served from its
 ``remotes/`` folder by a retriever, nothing is fetched. There are no exceptions: all 384 cases
 pass (including the custom-vocabulary one, once its metaschema can be retrieved).
 """
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import CORPUS
 
-from blade_runtime.validation import SchemaValidator
+from blade_runtime.core.validation import SchemaValidator
 
 # The required draft 2020-12 tests and the remote documents they use, copied (MIT, see its
 # LICENSE) from the official suite, so that every checkout runs them.

@@ -25,11 +25,11 @@ from blade_codegen.check import Baseline, check, released_from
 from blade_codegen.problems import SpecError
 from blade_codegen.resolve import resolve_specs
 from blade_runtime import Runtime, ToolError
-from blade_runtime.memory import MemoryStore
-from blade_runtime.results import ErrorCode, ToolPending
-from blade_runtime.sqlite import SQLiteStore
-from blade_runtime.store import Store
-from blade_runtime.urls import open_store
+from blade_runtime.core.results import ErrorCode, ToolPending
+from blade_runtime.core.store import Store
+from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.sqlite import SQLiteStore
+from blade_runtime.stores.urls import open_store
 
 FLAT = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 

@@ -12,11 +12,11 @@ from conftest import _import_package, add_spec, spec
 
 from blade_codegen.build import build
 from blade_runtime import CallContext, Principal, Runtime
-from blade_runtime.content import Image, ResourceLink, Text, to_anthropic, to_mcp
-from blade_runtime.hooks import HookInput, HookOutput
-from blade_runtime.registry import RegistrationError
-from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolSuccess
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.core.content import Image, ResourceLink, Text, to_anthropic, to_mcp
+from blade_runtime.core.hooks import HookInput, HookOutput
+from blade_runtime.core.registry import RegistrationError
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
+from blade_runtime.stores.sqlite import SQLiteStore
 
 GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
@@ -304,7 +304,7 @@ def test_a_child_that_could_suspend_is_refused_at_registration(family: Any) -> N
 
 def test_a_child_asking_for_permission_never_leaves_an_orphan_request(family: Any) -> None:
     parent_v1, child_v1, _ = family
-    from blade_runtime.permissions import Ask
+    from blade_runtime.core.permissions import Ask
 
     async def parent(ctx: Any) -> Any:
         try:

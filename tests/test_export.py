@@ -14,7 +14,7 @@ from conftest import EXAMPLE_SPECS, add_spec, run_cli, spec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blade_runtime.export import NAME_RULES, ExportedTool, export_tools, wire_names
+from blade_runtime.core.export import NAME_RULES, ExportedTool, export_tools, wire_names
 from blade_runtime.runtime import Runtime
 
 BIN = Path(sys.executable).parent
@@ -145,6 +145,6 @@ def test_every_format_is_plain_json(format_: str) -> None:
 
 def test_the_command_offers_exactly_the_runtimes_formats() -> None:
     from blade_codegen import cli
-    from blade_runtime.export import EXPORT_FORMATS
+    from blade_runtime.core.export import EXPORT_FORMATS
 
     assert cli.EXPORT_FORMATS == EXPORT_FORMATS

@@ -24,14 +24,14 @@ from http_support import (
     snapshot,
 )
 
-from blade_runtime.caller import CallContext
-from blade_runtime.http import STATUS, HttpError, create_app
-from blade_runtime.memory import MemoryStore
-from blade_runtime.results import ErrorCode
+from blade_runtime.core.caller import CallContext
+from blade_runtime.core.results import ErrorCode
+from blade_runtime.core.store import Store
 from blade_runtime.runtime import Runtime
-from blade_runtime.sqlite import SQLiteStore
-from blade_runtime.store import Store
-from blade_runtime.urls import open_store
+from blade_runtime.serving.http import STATUS, HttpError, create_app
+from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.sqlite import SQLiteStore
+from blade_runtime.stores.urls import open_store
 
 MODES = ["asgi", "uvicorn"]
 
@@ -805,7 +805,7 @@ def test_serve_runs_the_api_and_recovery_and_stops_cleanly_on_sigterm(
 
 
 def test_serve_refuses_what_it_cannot_serve_safely(tmp_path: Path) -> None:
-    from blade_runtime.cli import main
+    from blade_runtime.serving.cli import main
 
     db = tmp_path / "s.db"
     SQLiteStore(db).close()
@@ -874,8 +874,8 @@ def test_a_calls_data_by_channel_and_an_unrecorded_call_read_back(
 
 WORKER = """
 import asyncio, sys
-from blade_runtime.caller import CallContext
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.core.caller import CallContext
+from blade_runtime.stores.sqlite import SQLiteStore
 from http_support import REFUND, TOKENS, runtime_of
 
 async def main():

@@ -11,10 +11,10 @@ import pytest
 from http_support import REFUND, Tools, authenticate, runtime_of, serving
 
 from blade_runtime.client import CallError, CallPending, CallSuccess
-from blade_runtime.http import HttpTransport, RemoteRefused, create_app
-from blade_runtime.memory import MemoryStore
 from blade_runtime.runtime import Runtime
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.serving.http import HttpTransport, RemoteRefused, create_app
+from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.sqlite import SQLiteStore
 
 
 def with_deploy(runtime: Runtime) -> Runtime:

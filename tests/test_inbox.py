@@ -16,8 +16,8 @@ from conftest import EXAMPLE_SPECS, _import_package, add_spec
 from http_support import ALICE, BOB, REFUND, TOKENS, authenticate, runtime_of, serving
 
 from blade_runtime import ResumeEntry
-from blade_runtime.http import create_app
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.serving.http import create_app
+from blade_runtime.stores.sqlite import SQLiteStore
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [

@@ -1,4 +1,5 @@
-"""The MCP server (blade_runtime.mcp) through the SDK's own client: in memory, stdio, HTTP."""
+"""The MCP server (blade_runtime.serving.mcp) through the SDK's own client: in memory, stdio and
+HTTP."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
-from blade_runtime.caller import OPERATOR, CallContext, Principal
-from blade_runtime.mcp import RESUME_KEY, flat_form_schema, mcp_asgi_app, mcp_server
-from blade_runtime.results import ToolSuccess
+from blade_runtime.core.caller import OPERATOR, CallContext, Principal
+from blade_runtime.core.results import ToolSuccess
 from blade_runtime.runtime import Runtime
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.serving.mcp import RESUME_KEY, flat_form_schema, mcp_asgi_app, mcp_server
+from blade_runtime.stores.sqlite import SQLiteStore
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
@@ -432,7 +433,7 @@ def test_the_cli_finds_the_application_in_the_current_folder_as_serve_does(
     built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`blade-runtime mcp myapp:make_runtime` run beside myapp.py, as the README shows."""
-    from blade_runtime.mcp import load_runtime
+    from blade_runtime.serving.mcp import load_runtime
 
     (tmp_path / "blade_mcp_app_here.py").write_text(
         "from blade_runtime import Runtime\n\n\ndef make_runtime(store=None):\n"
@@ -592,7 +593,7 @@ def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     import httpx
     from mcp.client.streamable_http import streamable_http_client
 
-    from blade_runtime.mcp import FastPath
+    from blade_runtime.serving.mcp import FastPath
 
     async def exchange(fast: bool) -> list[dict[str, Any]]:
         app = mcp_asgi_app(runtime, principal=ANN, fast_path=fast)
@@ -647,7 +648,7 @@ def test_projections_are_what_the_model_reads_and_the_output_stays_structured(
 ) -> None:
     from blade_agent_specs.crm import find_v1
 
-    from blade_runtime.content import ResourceLink, Text
+    from blade_runtime.core.content import ResourceLink, Text
 
     runtime.register(
         find_v1.SPEC, agent_tools.find, name="find_line", project=lambda out: f"{out.name}."
@@ -681,7 +682,7 @@ def test_mounted_at_mcp_in_the_http_app_behind_its_authentication(runtime: Runti
     from mcp.client.streamable_http import streamable_http_client
     from starlette.requests import Request
 
-    from blade_runtime.http import create_app
+    from blade_runtime.serving.http import create_app
 
     def authenticate(request: Request) -> Principal | None:
         return ANN if request.headers.get("authorization") == "Bearer ann" else None
@@ -722,7 +723,7 @@ def test_mounted_at_mcp_in_the_http_app_behind_its_authentication(runtime: Runti
 def test_tools_list_is_the_callers_own(runtime: Runtime) -> None:
     from blade_agent_specs.crm import find_v1
 
-    from blade_runtime.context import CallInfo
+    from blade_runtime.core.context import CallInfo
 
     def acme_only(call: CallInfo) -> bool:
         principal = None if call.context is None else call.context.principal

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from blade_runtime import ResumeEntry
-from blade_runtime.memory import MemoryStore
-from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+from blade_runtime.core.store import Event, StoreError
 from blade_runtime.runtime import Runtime
-from blade_runtime.sqlite import SCHEMA_VERSION, SQLiteStore
-from blade_runtime.store import Event, StoreError
+from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.sqlite import SCHEMA_VERSION, SQLiteStore
 
 REFUND = {
     "payment_id": "pay_1",
@@ -363,7 +363,7 @@ RACER = """
 import asyncio, sys
 sys.path.insert(0, {out!r})
 from blade_runtime import Runtime
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.stores.sqlite import SQLiteStore
 from blade_specs.browser import check_page_v1
 runtime = Runtime(store=SQLiteStore({db!r}))
 runtime.register_client(check_page_v1.SPEC)
@@ -411,7 +411,7 @@ CRASHER = """
 import asyncio, sys, pathlib
 sys.path.insert(0, {out!r})
 from blade_runtime import Runtime
-from blade_runtime.sqlite import SQLiteStore
+from blade_runtime.stores.sqlite import SQLiteStore
 from blade_specs.crm import lookup_customer_v1 as lookup
 from blade_specs.payments import refund_payment_v1 as refund
 

@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from blade_runtime import CallContext, Principal, Runtime
-from blade_runtime.hooks import HookInput, HookOutput
-from blade_runtime.memory import MemoryStore
-from blade_runtime.observers import Lifecycle
-from blade_runtime.permissions import (
+from blade_runtime.core.hooks import HookInput, HookOutput
+from blade_runtime.core.observers import Lifecycle
+from blade_runtime.core.permissions import (
     ADMISSION,
     Allow,
     Ask,
@@ -25,10 +24,11 @@ from blade_runtime.permissions import (
     PermissionRequest,
     by_kind,
 )
-from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolSuccess
-from blade_runtime.sqlite import SQLiteStore
-from blade_runtime.store import Store
-from blade_runtime.urls import open_store
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
+from blade_runtime.core.store import Store
+from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.sqlite import SQLiteStore
+from blade_runtime.stores.urls import open_store
 
 GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
 ALICE = Principal("alice", "acme", frozenset({"support"}), {"team": "payments"})
@@ -110,7 +110,7 @@ def test_ask_then_approve_across_a_process_restart(deploy: Any, tmp_path: Path) 
         [
             sys.executable,
             "-m",
-            "blade_runtime.cli",
+            "blade_runtime.serving.cli",
             "pending",
             "submit",
             action.action_id,
@@ -328,7 +328,7 @@ def test_the_callers_context_reaches_the_provider_and_survives_recovery(
     action = SQLiteStore(tmp_path / "ctx.db").action(waiting.action.action_id)
     assert action is not None and action.tenant == "acme"
     resolution_owner = runtime()  # another process: it submits, a third one recovers
-    from blade_runtime import actions
+    from blade_runtime.core import actions
 
     record = resolution_owner.store.action(waiting.action.action_id)
     assert record is not None

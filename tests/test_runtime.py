@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from blade_runtime import ToolFailed
-from blade_runtime.results import ErrorCode, ToolError, ToolResult, ToolSkipped, ToolSuccess
+from blade_runtime.core.results import ErrorCode, ToolError, ToolResult, ToolSkipped, ToolSuccess
 from blade_runtime.runtime import PermissionRequest, RegistrationError, Runtime
 
 GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
@@ -197,7 +197,7 @@ def test_arguments_no_json_text_could_carry_are_invalid_input_not_an_exception(
 ) -> None:
     """A dict from Python may hold what no JSON text does (a lone surrogate the validator cannot
     take) or nest deeper than it goes: INVALID_INPUT saying so, never a raised ValueError."""
-    from blade_runtime.sqlite import SQLiteStore
+    from blade_runtime.stores.sqlite import SQLiteStore
 
     ran: list[Any] = []
 
@@ -500,7 +500,7 @@ def hooked(deploy: Any, impl: Impl | None = None, **options: Any) -> tuple[Runti
 def test_pre_hooks_all_run_on_the_original_input_and_merge_until_the_first_abort(
     deploy: Any,
 ) -> None:
-    from blade_runtime.hooks import HookOutput
+    from blade_runtime.core.hooks import HookOutput
 
     runtime, executed = hooked(deploy)
     seen: list[tuple[str, Any]] = []
@@ -530,7 +530,7 @@ def test_pre_hooks_all_run_on_the_original_input_and_merge_until_the_first_abort
 
 
 def test_a_skip_is_a_success_carrying_the_reason(deploy: Any) -> None:
-    from blade_runtime.hooks import HookOutput
+    from blade_runtime.core.hooks import HookOutput
 
     runtime, executed = hooked(deploy)
 
@@ -545,7 +545,7 @@ def test_a_skip_is_a_success_carrying_the_reason(deploy: Any) -> None:
 
 
 def test_a_modified_input_is_validated_before_anything_runs(deploy: Any) -> None:
-    from blade_runtime.hooks import HookOutput
+    from blade_runtime.core.hooks import HookOutput
 
     runtime, executed = hooked(deploy)
 
@@ -559,7 +559,7 @@ def test_a_modified_input_is_validated_before_anything_runs(deploy: Any) -> None
 
 
 def test_permission_sees_the_input_that_executes(deploy: Any) -> None:
-    from blade_runtime.hooks import HookOutput
+    from blade_runtime.core.hooks import HookOutput
 
     asked: list[PermissionRequest] = []
 
@@ -602,7 +602,7 @@ def test_hook_failures_and_timeouts(deploy: Any, caplog: pytest.LogCaptureFixtur
 
 
 def test_post_hooks_rewrite_what_the_model_reads_not_the_output(deploy: Any) -> None:
-    from blade_runtime.hooks import HookOutput
+    from blade_runtime.core.hooks import HookOutput
 
     runtime, _ = hooked(deploy)
     seen: list[Any] = []
@@ -647,7 +647,7 @@ def test_failure_hooks_see_the_error_and_never_hide_it(deploy: Any) -> None:
 
 
 def test_hooks_can_be_limited_to_some_tools(deploy: Any) -> None:
-    from blade_runtime.hooks import HookOutput
+    from blade_runtime.core.hooks import HookOutput
 
     runtime, _ = hooked(deploy)
 
@@ -667,7 +667,7 @@ def test_results_serialize_to_json(deploy: Any) -> None:
 
 
 def test_the_memory_store_keeps_settled_calls_data_for_a_bounded_while(deploy: Any) -> None:
-    from blade_runtime.memory import MemoryStore
+    from blade_runtime.stores.memory import MemoryStore
 
     async def impl(ctx: Any) -> Any:
         await ctx.data.write(
@@ -708,7 +708,7 @@ def test_an_id_no_store_could_hold_is_invalid_input_on_every_store(
     """Ids are 1 to 200 printable characters: what PostgreSQL's text and index, UTF-8 and a
     SQLite file all hold alike (a NUL, a lone surrogate or a 3,000-character id failed on one
     store and not another, as a raw driver error or a STORE_UNAVAILABLE to retry forever)."""
-    from blade_runtime.sqlite import SQLiteStore
+    from blade_runtime.stores.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp_path / "ids.db")
     runtime = Runtime(store=store)

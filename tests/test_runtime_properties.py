@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import conform, instances, oracle, round_trip, valid_instances
 
-from blade_runtime.results import ErrorCode, ToolError, ToolSuccess
+from blade_runtime.core.results import ErrorCode, ToolError, ToolSuccess
 from blade_runtime.runtime import Runtime
 
 # Derandomized: the same examples on every run, so CI cannot fail on a draw nobody reproduced

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from strategies import round_trip
 
 from blade_codegen.build import build
-from blade_runtime.validation import SchemaValidator
+from blade_runtime.core.validation import SchemaValidator
 
 # Where a model cannot be faithful, and why. Each entry must still fail (the test says so when
 # one starts to pass, so the list stays true).

@@ -29,8 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from records import a_call, an_action, begun, ev, resumable, submitted, suspended, uid
 
-from blade_runtime.sqlite import CHECKPOINT_EVERY, SQLiteStore
-from blade_runtime.store import (
+from blade_runtime.core.store import (
     ActionAlreadyResolved,
     CallRecord,
     DataRecord,
@@ -46,7 +45,8 @@ from blade_runtime.store import (
     load_json,
     now,
 )
-from blade_runtime.urls import open_store
+from blade_runtime.stores.sqlite import CHECKPOINT_EVERY, SQLiteStore
+from blade_runtime.stores.urls import open_store
 
 KINDS = ("memory", "sqlite", "postgres")
 DURABLE = ("sqlite", "postgres")
@@ -800,7 +800,7 @@ def test_postgres_notifies_only_while_a_store_listens(postgres_url: str) -> None
     (killed, not closed) is dropped when the next store begins to listen."""
     import psycopg
 
-    from blade_runtime.postgres import _LISTENER_CLASS
+    from blade_runtime.stores.postgres import _LISTENER_CLASS
 
     def notified(action: Callable[[], object]) -> int:
         with psycopg.connect(postgres_url, autocommit=True) as raw:
@@ -849,7 +849,7 @@ def test_postgres_a_database_of_the_first_release_is_migrated_with_its_events(
     listens (the new listeners table is granted to the roles that may append events)."""
     import psycopg
 
-    from blade_runtime.postgres import MIGRATIONS, SCHEMA_VERSION
+    from blade_runtime.stores.postgres import MIGRATIONS, SCHEMA_VERSION
 
     with psycopg.connect(postgres_url, autocommit=True) as db, db.transaction():
         db.execute("CREATE TABLE blade_schema_version (version integer NOT NULL)")
@@ -997,7 +997,7 @@ def test_postgres_survives_its_connections_being_cut(
 def test_postgres_processes_opening_a_new_database_migrate_it_once(postgres_url: str) -> None:
     import psycopg
 
-    from blade_runtime.postgres import SCHEMA_VERSION
+    from blade_runtime.stores.postgres import SCHEMA_VERSION
 
     opened: list[Store] = []
     errors: list[BaseException] = []
@@ -1160,17 +1160,17 @@ def test_sqlite_a_fork_waits_for_a_checkpoint_under_way(
 ) -> None:
     """A process forked while a checkpoint runs would inherit SQLite's mutexes held by the
     checkpointer thread and hang on its first database: os.fork waits for the checkpoint."""
-    import blade_runtime.sqlite
+    import blade_runtime.stores.sqlite
 
     inside, gate = threading.Event(), threading.Event()
-    checkpoint = blade_runtime.sqlite._Checkpointer._checkpoint
+    checkpoint = blade_runtime.stores.sqlite._Checkpointer._checkpoint
 
     def held(self: Any, db: sqlite3.Connection) -> None:
         inside.set()
         gate.wait(10)
         checkpoint(self, db)
 
-    monkeypatch.setattr(blade_runtime.sqlite._Checkpointer, "_checkpoint", held)
+    monkeypatch.setattr(blade_runtime.stores.sqlite._Checkpointer, "_checkpoint", held)
     store = SQLiteStore(tmp_path / "store.db")
     forked_at: list[float] = []
 
@@ -1201,9 +1201,9 @@ def test_sqlite_a_checkpointer_that_could_not_open_the_file_is_replaced(
 ) -> None:
     """A checkpointer thread that cannot open the file ends; the store starts another at its
     next request, and says so once however often it fails."""
-    import blade_runtime.sqlite
+    import blade_runtime.stores.sqlite
 
-    opened = blade_runtime.sqlite._Checkpointer._open
+    opened = blade_runtime.stores.sqlite._Checkpointer._open
     tries: list[int] = []
 
     def twice_elsewhere(self: Any) -> sqlite3.Connection | None:
@@ -1213,7 +1213,7 @@ def test_sqlite_a_checkpointer_that_could_not_open_the_file_is_replaced(
             self._path = tmp_path / "missing.db"
         return opened(self)
 
-    monkeypatch.setattr(blade_runtime.sqlite._Checkpointer, "_open", twice_elsewhere)
+    monkeypatch.setattr(blade_runtime.stores.sqlite._Checkpointer, "_open", twice_elsewhere)
     path = tmp_path / "retried.db"
     store = SQLiteStore(path)
     try:
@@ -1238,12 +1238,12 @@ def test_sqlite_a_commit_stands_when_no_checkpoint_thread_can_start(
     """The commit that would start the checkpointer is committed and reported so, even when
     the thread cannot start (SQLite's own checkpoint is left as the backstop), and the next
     request tries again."""
-    import blade_runtime.sqlite
+    import blade_runtime.stores.sqlite
 
     def no_thread(self: Any) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(blade_runtime.sqlite._Checkpointer, "start", no_thread)
+    monkeypatch.setattr(blade_runtime.stores.sqlite._Checkpointer, "start", no_thread)
     path = tmp_path / "threadless.db"
     store = SQLiteStore(path)
     try:
@@ -1560,7 +1560,7 @@ def test_a_runtime_whose_lock_session_ended_attaches_again_even_after_a_failed_t
     server still down) leaves it to be tried at the next, not forgotten for good."""
     import psycopg
 
-    from blade_runtime.postgres import PostgresStore, owner_key
+    from blade_runtime.stores.postgres import PostgresStore, owner_key
 
     store, other = PostgresStore(postgres_url), PostgresStore(postgres_url)
     owner = "host-a:1:cut"

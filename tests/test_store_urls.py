@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blade_runtime.cli import EXIT_STORE, main
-from blade_runtime.store import StoreUnavailable
-from blade_runtime.urls import masked, open_store, secrets_of, sqlite_path
+from blade_runtime.core.store import StoreUnavailable
+from blade_runtime.serving.cli import EXIT_STORE, main
+from blade_runtime.stores.urls import masked, open_store, secrets_of, sqlite_path
 
 
 def closed_port() -> int:

@@ -30,12 +30,13 @@ import process_worker
 import pytest
 from process_worker import SPECS, Tools
 
-from blade_runtime import actions, cli
-from blade_runtime.memory import MemoryStore
-from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+from blade_runtime.core import actions
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+from blade_runtime.core.store import Store, StoreError
 from blade_runtime.runtime import Runtime
-from blade_runtime.store import Store, StoreError
-from blade_runtime.urls import open_store
+from blade_runtime.serving import cli
+from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.urls import open_store
 
 DURABLE = ("sqlite", "postgres")
 BIN = Path(sys.executable).parent
@@ -674,7 +675,7 @@ def redacted_calls(store: Store, entries: Path) -> tuple[list[Any], list[Any]]:
     """Calls whose outputs hold SECRET, under a post hook that redacts it (and one that aborts
     the results of ``sync``): plain, through the typed client, resumed, typed and resumed,
     aborted. Returns the five results and the events a subscription received."""
-    from blade_runtime.hooks import HookInput, HookOutput
+    from blade_runtime.core.hooks import HookInput, HookOutput
 
     Client = importlib.import_module(f"{process_worker.PACKAGE}.client").Client
     charge_v1 = importlib.import_module(f"{process_worker.PACKAGE}.work.charge_v1")

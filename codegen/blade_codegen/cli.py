@@ -22,7 +22,7 @@ from blade_codegen import __version__
 
 if TYPE_CHECKING:
     from blade_codegen.check import Finding
-    from blade_runtime.export import ExportFormat
+    from blade_runtime.core.export import ExportFormat
 from blade_codegen.config import ConfigError, Settings, settings
 from blade_codegen.problems import SpecError
 
@@ -32,7 +32,7 @@ EXIT_INVALID = 3
 EXIT_WRITE = 4
 EXIT_BREAKING = 5
 LOCK_HELP = "The lock file.  [default: blade.lock.json beside SPECS_DIR]"
-# blade_runtime.export.EXPORT_FORMATS, spelled out: importing blade_runtime (pydantic, asyncio)
+# blade_runtime.core.export.EXPORT_FORMATS, spelled out: importing blade_runtime (pydantic, asyncio)
 # would add 0.1 s to every command's start-up. A test holds the two lists equal.
 EXPORT_FORMATS = ("blade", "openai", "anthropic", "mcp")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import cast
 
 from blade_codegen.resolve import ResolvedSpec, resolve_specs
-from blade_runtime.export import ExportedTool, ExportFormat, ToolExport, export_tools
-from blade_runtime.spec import ExecutionMode, SideEffect, ToolKind
+from blade_runtime.core.export import ExportedTool, ExportFormat, ToolExport, export_tools
+from blade_runtime.core.spec import ExecutionMode, SideEffect, ToolKind
 
 
 def exported(spec: ResolvedSpec) -> ExportedTool:

@@ -4,8 +4,10 @@ Generated code imports only this package, pydantic and the standard library, so 
 users install neither the code generator nor its dependencies.
 """
 
-from blade_runtime.caller import CallContext, Principal
-from blade_runtime.context import (
+from typing import TYPE_CHECKING, Any
+
+from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.context import (
     ActionRef,
     CallInfo,
     CancellationSignal,
@@ -17,12 +19,17 @@ from blade_runtime.context import (
     SuspensionEpisode,
     ToolFailed,
 )
-from blade_runtime.events import ActionOrigin, PendingAction
-from blade_runtime.execution import ChildToolError
-from blade_runtime.export import ExportedTool, ExportFormat, ToolExport, WireNames, export_tools
-from blade_runtime.hooks import HookEvent, HookInput, HookOutput
-from blade_runtime.memory import MemoryStore
-from blade_runtime.results import (
+from blade_runtime.core.events import ActionOrigin, PendingAction
+from blade_runtime.core.execution import ChildToolError
+from blade_runtime.core.export import (
+    ExportedTool,
+    ExportFormat,
+    ToolExport,
+    WireNames,
+    export_tools,
+)
+from blade_runtime.core.hooks import HookEvent, HookInput, HookOutput
+from blade_runtime.core.results import (
     ErrorCode,
     ToolError,
     ToolPending,
@@ -30,14 +37,7 @@ from blade_runtime.results import (
     ToolSkipped,
     ToolSuccess,
 )
-from blade_runtime.runtime import (
-    FallbackCall,
-    PermissionRequest,
-    Registration,
-    RegistrationError,
-    Runtime,
-)
-from blade_runtime.spec import (
+from blade_runtime.core.spec import (
     BackendToolSpec,
     CapabilitySpec,
     ClientToolSpec,
@@ -50,11 +50,40 @@ from blade_runtime.spec import (
     ToolSpec,
     load_schemas,
 )
-from blade_runtime.sqlite import SQLiteStore
-from blade_runtime.store import Store, StoreError, StoreUnavailable
-from blade_runtime.urls import open_store
+from blade_runtime.core.store import Store, StoreError, StoreUnavailable
+from blade_runtime.runtime import (
+    FallbackCall,
+    PermissionRequest,
+    Registration,
+    RegistrationError,
+    Runtime,
+)
+from blade_runtime.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from blade_runtime.stores.sqlite import SQLiteStore
+    from blade_runtime.stores.urls import open_store
 
 __version__ = "0.1.0"
+
+# The durable stores are imported when first named, so that importing a generated package (which
+# imports this one) opens no database driver and registers no fork hook.
+_LAZY = {
+    "SQLiteStore": "blade_runtime.stores.sqlite",
+    "open_store": "blade_runtime.stores.urls",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'blade_runtime' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ActionOrigin",

@@ -1,6 +1,6 @@
 """The runtime: the public ``Runtime``, a registry of implementations over the layers below.
 
-See ``blade_runtime.core`` for the layers: the call pipeline (``pipeline``), pending actions
+See ``blade_runtime.core.shared`` for the layers: the call pipeline (``pipeline``), pending actions
 (``pending``) and recovery (``recovery``, with leases in ``leases``); this module adds the
 registry, hooks, exports, subscriptions, cancellation and ``close``.
 """
@@ -14,20 +14,18 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, JsonValue
 
-from blade_runtime.caller import CallContext
-from blade_runtime.cancel_scope import GRACE_S
-from blade_runtime.capabilities import Binding, services_of
-from blade_runtime.content import Projected, projected
-from blade_runtime.context import CallInfo
-from blade_runtime.core import DEFAULT_TIMEOUT_MS, ErrorMapper, FallbackCall, FallbackHandler, log
-from blade_runtime.events import Subscription
-from blade_runtime.export import ExportFormat, ToolExport, export_tools
-from blade_runtime.hooks import Hook, HookCallback, HookEvent, HookEventName
-from blade_runtime.jsonvalue import model_of
-from blade_runtime.memory import MemoryStore
-from blade_runtime.permissions import PermissionRequest, Policy
-from blade_runtime.recovery import Recovery
-from blade_runtime.registry import (
+from blade_runtime.core.caller import CallContext
+from blade_runtime.core.cancel_scope import GRACE_S
+from blade_runtime.core.capabilities import Binding, services_of
+from blade_runtime.core.content import Projected, projected
+from blade_runtime.core.context import CallInfo
+from blade_runtime.core.events import Subscription
+from blade_runtime.core.export import ExportFormat, ToolExport, export_tools
+from blade_runtime.core.hooks import Hook, HookCallback, HookEvent, HookEventName
+from blade_runtime.core.jsonvalue import model_of
+from blade_runtime.core.permissions import PermissionRequest, Policy
+from blade_runtime.core.recovery import Recovery
+from blade_runtime.core.registry import (
     NAME,
     ContextProvider,
     Registration,
@@ -35,10 +33,18 @@ from blade_runtime.registry import (
     compiled,
     registration,
 )
-from blade_runtime.results import ErrorCode, ToolError
-from blade_runtime.spec import BackendToolSpec, CapabilitySpec, ClientToolSpec
-from blade_runtime.store import DEFAULT_LEASE_S, Store
-from blade_runtime.validation import describe
+from blade_runtime.core.results import ErrorCode, ToolError
+from blade_runtime.core.shared import (
+    DEFAULT_TIMEOUT_MS,
+    ErrorMapper,
+    FallbackCall,
+    FallbackHandler,
+    log,
+)
+from blade_runtime.core.spec import BackendToolSpec, CapabilitySpec, ClientToolSpec
+from blade_runtime.core.store import DEFAULT_LEASE_S, Store
+from blade_runtime.core.validation import describe
+from blade_runtime.stores.memory import MemoryStore
 
 IdT = TypeVar("IdT", bound=str)
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -87,9 +93,9 @@ class Runtime(Recovery):
         (another worker may take the call over after it; renewed every third of it).
         ``host``: this machine's name in the runtime's owner id (default: the host name).
         ``capabilities``: the bindings of the services tools declare (see
-        ``blade_runtime.capabilities``); a tool whose capability is unbound is refused.
+        ``blade_runtime.core.capabilities``); a tool whose capability is unbound is refused.
         ``permission``: the policy deciding each new call on its final input (allow, deny or
-        ask: see ``blade_runtime.permissions``; ``permissions.by_kind()`` asks for every
+        ask: see ``blade_runtime.core.permissions``; ``permissions.by_kind()`` asks for every
         ``write`` and ``execute`` tool)."""
         self._init_core(MemoryStore() if store is None else store, lease_s, host)
         self._allowed: frozenset[str] | None = None
@@ -398,7 +404,7 @@ class Runtime(Recovery):
         return cancelled
 
     def observe(self, observer: object) -> None:
-        """Add a durable lifecycle observer (see ``blade_runtime.observers``): its methods run,
+        """Add a durable lifecycle observer (see ``blade_runtime.core.observers``): its methods run,
         in order of registration, at each boundary of every call and complete before it."""
         self._observers.add(observer)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from blade_runtime.caller import CallContext
-from blade_runtime.registry import Registration
+from blade_runtime.core.caller import CallContext
+from blade_runtime.core.registry import Registration
 from blade_runtime.runtime import Runtime
 
 

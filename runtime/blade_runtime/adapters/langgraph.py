@@ -36,10 +36,10 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.adapters.functions import exported_functions
-from blade_runtime.caller import CallContext, Principal, may_act_on
-from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.core.caller import CallContext, Principal, may_act_on
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.core.store import ActionRecord, CallRecord
 from blade_runtime.runtime import Runtime
-from blade_runtime.store import ActionRecord, CallRecord
 
 __all__ = ["BladeTool", "resume_model", "structured_tools"]
 

@@ -39,10 +39,10 @@ from agents.tool import FunctionToolResult
 from agents.tool_context import ToolContext
 from pydantic import JsonValue
 
-from blade_runtime import actions
 from blade_runtime.adapters.functions import exported_functions
-from blade_runtime.caller import CallContext, Principal
-from blade_runtime.results import ToolPending
+from blade_runtime.core import actions
+from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.results import ToolPending
 from blade_runtime.runtime import Runtime
 
 __all__ = [

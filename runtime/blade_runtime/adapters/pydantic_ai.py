@@ -39,10 +39,10 @@ from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from blade_runtime import actions
 from blade_runtime.adapters.functions import exported_functions
-from blade_runtime.caller import CallContext, Principal, may_act_on
-from blade_runtime.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.core import actions
+from blade_runtime.core.caller import CallContext, Principal, may_act_on
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.runtime import Runtime
 
 __all__ = ["BladeToolset", "ResumeRefused", "pending_metadata"]

@@ -1,0 +1,373 @@
+"""Typed client DTOs, and the typed client over a ``Runtime`` in process or over HTTP.
+
+A generated spec package builds on these: per tool a result type
+(``CallSuccess[Output] | CallSkipped | CallError | CallPending[Action]``), per suspend point and
+per client tool a pending-action class (``input`` is the typed payload, ``submit`` takes only the
+typed resume payload), per tool with data channels a data view, one discriminated union of the
+package's pending actions, and a ``Client`` with one typed method per tool.
+
+DTOs are pydantic models with a literal tag (``status`` for results, ``kind`` for actions), so a
+UI in another process parses the very JSON the client produces (``model_dump(mode="json")``).
+
+A client talks to its runtime through a ``Transport``: ``Client(runtime)`` in process, or
+``Client(HttpTransport(base_url, token=...))`` (``blade_runtime.client.http``) against a served one,
+with the same typed calls, results, pending actions and submit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+)
+
+from blade_runtime.core.events import PendingAction
+from blade_runtime.core.permissions import POINTS as PERMISSION_POINTS
+from blade_runtime.core.permissions import PermissionAnswer, PermissionPrompt
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+
+if TYPE_CHECKING:
+    from blade_runtime.runtime import Runtime
+
+T = TypeVar("T")
+OutputT = TypeVar("OutputT")
+ActionT = TypeVar("ActionT")
+InputT = TypeVar("InputT")
+
+
+class Parser(Generic[T]):
+    """Parses JSON-shaped data into ``T`` (a class or a union alias), building its pydantic
+    adapter on first use so that importing a tool module stays cheap."""
+
+    def __init__(self, form: Any) -> None:
+        self._form = form
+        self._adapter: TypeAdapter[T] | None = None
+
+    def parse(self, data: Any) -> T:
+        if self._adapter is None:
+            self._adapter = TypeAdapter(self._form)
+        return self._adapter.validate_python(data)
+
+
+_DTO = ConfigDict(frozen=True)
+# Serializes a typed payload (a model, or a list or alias of models) as the runtime's JSON values:
+# unset fields stay out, numbers stay exact (python mode), aliases are the JSON names.
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+class _Call(BaseModel):
+    """What every result DTO holds; each subclass adds its literal ``status`` tag."""
+
+    model_config = _DTO
+    call_id: str
+    run_id: str
+
+
+class CallSuccess(_Call, Generic[OutputT]):
+    """The tool returned ``output``, valid against its output schema."""
+
+    status: Literal["success"] = "success"
+    output: OutputT
+    content: JsonValue = None
+    """What the model read: the output as JSON, its projection, or a post hook's rewrite."""
+
+
+class CallSkipped(_Call):
+    """A ``pre_tool_use`` hook skipped the call; ``reason`` says why."""
+
+    status: Literal["skipped"] = "skipped"
+    reason: str
+
+
+class CallError(_Call):
+    """The call produced no output: a stable ``code`` and a sentence for the model."""
+
+    status: Literal["error"] = "error"
+    code: ErrorCode
+    message: str
+
+
+class CallPending(_Call, Generic[ActionT]):
+    """The call waits on ``action`` (a suspension, or a client tool's output)."""
+
+    status: Literal["pending"] = "pending"
+    action: ActionT
+
+
+class PendingActionBase(BaseModel, Generic[InputT]):
+    """What every pending-action DTO holds. Generated subclasses fix ``kind`` to a literal
+    (``<spec id>#<point>``, or the spec id of a client tool), type ``input`` and add a ``submit``
+    that accepts only the typed resume payload (or the client tool's typed output).
+
+    An action from a client is bound to it; one parsed elsewhere is bound with
+    ``client.action(data)`` before it can be submitted."""
+
+    model_config = _DTO
+    kind: str
+    action_id: str
+    name: str  # <registration name>.<point>, or the registration name of a client tool
+    spec_id: str
+    point: str | None
+    call_id: str
+    run_id: str
+    suspended_at: str
+    input: InputT
+    _client: ToolClient | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # The same action, whichever client (if any) it is bound to.
+        if not isinstance(other, PendingActionBase):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # its input is a mutable model
+
+    def _bound(self) -> ToolClient:
+        if self._client is None:
+            raise RuntimeError(
+                f"pending action {self.action_id!r} is not bound to a client; "
+                "get it from client.pending() or client.action(data)"
+            )
+        return self._client
+
+    async def cancel(self, reason: str = "cancelled") -> CallError:
+        """Settle the call as CANCELLED (or say who resolved the action first)."""
+        client = self._bound()
+        return client._settled(await client.transport.cancel(self.action_id, reason, self._ids()))
+
+    async def fail(self, error: str) -> CallError:
+        """Settle the call as TOOL_FAILED with ``error`` as the model's sentence."""
+        client = self._bound()
+        return client._settled(await client.transport.fail(self.action_id, error, self._ids()))
+
+    async def _submit(self, payload: Any, result: Parser[T]) -> T:
+        client = self._bound()
+        # Whatever the payload holds is sent as it is: the resume schema decides, not a warning.
+        value = _JSON.dump_python(payload, by_alias=True, exclude_unset=True, warnings=False)
+        submitted = await client.transport.submit(self.action_id, value, self._ids())
+        return client._converted(submitted, result)
+
+    def _ids(self) -> dict[str, str]:
+        return {"call_id": self.call_id, "run_id": self.run_id}
+
+
+AnyResult: TypeAlias = CallSuccess[Any] | CallSkipped | CallError | CallPending[Any]
+
+
+class PermissionRequestAction(PendingActionBase[PermissionPrompt]):
+    """A permission request of any backend tool (``kind``: ``<spec id>#@permission``, before the
+    call runs, or ``#@permission-step``, from ``ctx.request_permission``): ``input`` shows the
+    tool, its contract and the input that would run; answer with ``approve`` or ``deny``."""
+
+    kind: Annotated[str, Field(pattern=r"#@permission(-step)?$")]
+
+    async def approve(self, input: BaseModel | Mapping[str, Any] | None = None) -> AnyResult:
+        """Let the call run (with ``input`` instead, validated against the tool's input schema,
+        when given; only before the call runs)."""
+        answer: dict[str, Any] = {"decision": "approve"}
+        if input is not None:
+            answer["input"] = input
+        return await self._submit(answer, _ANY_RESULT)
+
+    async def deny(self, message: str) -> AnyResult:
+        """Refuse: the call settles as PERMISSION_DENIED with ``message`` for the model (or, for
+        a request from inside the tool, the tool resumes with the denial)."""
+        return await self._submit({"decision": "deny", "message": message}, _ANY_RESULT)
+
+    async def submit(self, answer: PermissionAnswer) -> AnyResult:
+        return await self._submit(answer, _ANY_RESULT)
+
+
+def action_kind(spec_id: str, point: str | None) -> str:
+    """The ``kind`` tag of a pending action: stable across registrations and processes."""
+    return spec_id if point is None else f"{spec_id}#{point}"
+
+
+Data: TypeAlias = dict[str, Any]
+"""A result or action DTO's fields, before the typed parse."""
+
+
+class Transport:
+    """Where a typed client's requests go. Results come back as DTO fields (``status`` and
+    the ids, then ``output``, ``code`` and ``message``, ``action`` or ``reason``)."""
+
+    async def call(self, spec_id: str, arguments: Any, *, call_id: str | None, run_id: str) -> Data:
+        raise NotImplementedError
+
+    async def submit(self, action_id: str, payload: Any, ids: dict[str, str]) -> Data:
+        raise NotImplementedError
+
+    async def cancel(self, action_id: str, reason: str, ids: dict[str, str]) -> Data:
+        raise NotImplementedError
+
+    async def fail(self, action_id: str, error: str, ids: dict[str, str]) -> Data:
+        raise NotImplementedError
+
+    def pending(self, run_id: str | None) -> list[Data]:
+        raise NotImplementedError
+
+    def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
+        raise NotImplementedError
+
+
+class RuntimeTransport(Transport):
+    """A ``Runtime`` in this process: typed outputs are handed over as they are."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def call(self, spec_id: str, arguments: Any, *, call_id: str | None, run_id: str) -> Data:
+        registration = self.runtime.registration_of(spec_id)
+        if registration is None:
+            return {
+                "status": "error",
+                "call_id": call_id or "",
+                "run_id": run_id,
+                "code": ErrorCode.TOOL_HANDLER_NOT_FOUND,
+                "message": f"This runtime has no registration of {spec_id}.",
+            }
+        called = await self.runtime.call(
+            registration.name, arguments, call_id=call_id, run_id=run_id
+        )
+        return result_data(called)
+
+    async def submit(self, action_id: str, payload: Any, ids: dict[str, str]) -> Data:
+        return result_data(await self.runtime.submit(action_id, payload))
+
+    async def cancel(self, action_id: str, reason: str, ids: dict[str, str]) -> Data:
+        return result_data(self.runtime.cancel(action_id, reason))
+
+    async def fail(self, action_id: str, error: str, ids: dict[str, str]) -> Data:
+        return result_data(self.runtime.fail(action_id, error))
+
+    def pending(self, run_id: str | None) -> list[Data]:
+        return [
+            _action_data(PendingAction.of(record, record.payload))
+            for record in self.runtime.store.actions(run_id=run_id)
+        ]
+
+    def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
+        channels: dict[str, list[dict[str, JsonValue]]] = {}
+        for record in self.runtime.store.data(call_id):
+            item = {"id": record.item_id, "value": record.value, "updated_at": record.updated_at}
+            channels.setdefault(record.channel, []).append(item)
+        return channels
+
+
+def result_data(called: ToolResult[Any]) -> Data:
+    """A runtime result as the fields of its result DTO."""
+    ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
+    if isinstance(called, ToolSuccess):
+        # A post hook's rewrite is all a typed view may hold: what it withheld reaches nobody.
+        output = called.content if called.rewritten else called.output
+        return {"status": "success", **ids, "output": output, "content": called.content}
+    if isinstance(called, ToolError):
+        return {"status": "error", **ids, "code": called.code, "message": called.message}
+    if isinstance(called, ToolPending):
+        return {"status": "pending", **ids, "action": _action_data(called.action)}
+    return {"status": "skipped", **ids, "reason": called.reason}
+
+
+class ToolClient:
+    """The base of a generated ``Client``: typed calls over a ``Runtime`` in this process, or
+    over any ``Transport`` (``blade_runtime.serving.http.HttpTransport`` for a served runtime).
+
+    Tools are found by spec id among the runtime's registrations, so the client works whatever
+    name a tool was registered under."""
+
+    def __init__(self, runtime: Runtime | Transport) -> None:
+        self.transport = runtime if isinstance(runtime, Transport) else RuntimeTransport(runtime)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The in-process runtime (a client over HTTP has none)."""
+        if not isinstance(self.transport, RuntimeTransport):
+            raise AttributeError("this client talks to its runtime through a transport")
+        return self.transport.runtime
+
+    async def _call(
+        self,
+        spec_id: str,
+        input: BaseModel,
+        result: Parser[T],
+        *,
+        call_id: str | None,
+        run_id: str,
+    ) -> T:
+        arguments = input.model_dump(by_alias=True, exclude_unset=True)
+        called = await self.transport.call(spec_id, arguments, call_id=call_id, run_id=run_id)
+        return self._converted(called, result)
+
+    def _converted(self, data: Data, result: Parser[T]) -> T:
+        """A result's fields as the tool's typed result DTO, its pending action bound here."""
+        try:
+            parsed = result.parse(data)
+        except ValidationError:
+            if data.get("status") != "success":
+                raise
+            # A post hook rewrote the output into a shape its type cannot hold.
+            message = "The tool's output was rewritten into a shape its typed result cannot hold."
+            refused = {**data, "status": "error", "code": ErrorCode.INVALID_OUTPUT}
+            parsed = result.parse({**refused, "message": message})
+        if isinstance(parsed, CallPending) and isinstance(parsed.action, PendingActionBase):
+            parsed.action._client = self
+        return parsed
+
+    def _settled(self, settled: Data) -> CallError:
+        assert settled["status"] == "error", "cancel and fail settle as errors"
+        return CallError.model_validate(settled)
+
+    def _pending(self, actions: Parser[T], kinds: Iterable[str], run_id: str | None) -> list[T]:
+        known = frozenset(kinds)
+        return [
+            self._action(actions, data)
+            for data in self.transport.pending(run_id)
+            if data["kind"] in known
+        ]
+
+    def permission_requests(self, *, run_id: str | None = None) -> list[PermissionRequestAction]:
+        """The pending permission requests (of one run, or all), typed and bound to this
+        client."""
+        return [
+            self._action(_PERMISSION_ACTIONS, data)
+            for data in self.transport.pending(run_id)
+            if data["point"] in PERMISSION_POINTS
+        ]
+
+    def _action(self, actions: Parser[T], data: Any) -> T:
+        action = actions.parse(data)
+        if isinstance(action, PendingActionBase):
+            action._client = self
+        return action
+
+    def _data(self, call_id: str, view: Parser[T]) -> T:
+        return view.parse(self.transport.data(call_id))
+
+
+def _action_data(view: PendingAction[Any]) -> dict[str, Any]:
+    origin = view.origin
+    return {
+        "kind": action_kind(origin.spec_id, origin.point),
+        "action_id": view.action_id,
+        "name": view.name,
+        "spec_id": origin.spec_id,
+        "point": origin.point,
+        "call_id": origin.call_id,
+        "run_id": origin.run_id,
+        "suspended_at": origin.suspended_at,
+        "input": view.payload,
+    }
+
+
+_ANY_RESULT: Parser[AnyResult] = Parser(
+    CallSuccess[Any] | CallSkipped | CallError | CallPending[Any]
+)
+_PERMISSION_ACTIONS = Parser[PermissionRequestAction](PermissionRequestAction)

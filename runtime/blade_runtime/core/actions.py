@@ -1,0 +1,140 @@
+"""What resolving a pending action writes, shared by the runtime and the operators' CLI.
+
+Each function returns the ``Resolution`` (the compare-and-set of the action and what it does to
+the call) and the event that goes with it, so that both paths write exactly the same records.
+A submission is validated before any of this, against the schema stored with the action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pydantic import JsonValue
+
+from blade_runtime.core.permissions import ADMISSION, DEFAULT_DENIAL
+from blade_runtime.core.registry import compiled
+from blade_runtime.core.results import ErrorCode
+from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, Event, Resolution, now
+from blade_runtime.core.validation import describe
+
+
+def invalid_submission(action: ActionRecord, value: JsonValue) -> str | None:
+    """Why ``value`` cannot resolve ``action`` (every failing path), or None."""
+    validator = compiled(action.submit_schema)
+    if validator.is_valid(value):
+        return None
+    return f"Invalid submission for {action.action_id}: {describe(validator.violations(value))}."
+
+
+def success_json(content: JsonValue) -> JsonValue:
+    return {"status": "success", "content": content}
+
+
+def error_json(code: ErrorCode, message: str) -> JsonValue:
+    return {"status": "error", "code": code.value, "message": message}
+
+
+def completion(action: ActionRecord, value: JsonValue) -> tuple[Resolution, Event]:
+    """A client tool's output arrived: the call settles with it."""
+    result = success_json(value)
+    at = now()
+    resolution = Resolution("submitted", at, resume=value, call_state="settled", call_result=result)
+    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+
+
+def resumption(
+    action: ActionRecord, value: JsonValue, owner: str | None, lease_s: float = DEFAULT_LEASE_S
+) -> tuple[Resolution, Event]:
+    """A suspension's resume payload arrived. With an ``owner`` (a runtime about to re-enter the
+    implementation) the call is claimed for it, running under a lease of ``lease_s``; without
+    one it waits, resumable, for some runtime's recovery to claim it."""
+    at = now()
+    entry: JsonValue = {"action_id": action.action_id, "point": action.point, "resume": value}
+    resolution = Resolution(
+        "submitted",
+        at,
+        resume=value,
+        call_state="running" if owner else "resumable",
+        call_entry=entry,
+        call_owner=owner,
+        lease_s=lease_s,
+    )
+    payload: JsonValue = {"action_id": action.action_id, "point": action.point}
+    return resolution, Event(action.run_id, action.call_id, "resumed", payload, at)
+
+
+def answer(
+    action: ActionRecord, value: JsonValue, owner: str | None, lease_s: float = DEFAULT_LEASE_S
+) -> tuple[Resolution, Event]:
+    """A (validated) submission of a suspension or a permission request: what it resolves to.
+
+    A permission request made before the call ran: approved, the call resumes its first entry
+    (with the edited input, when the answer has one: stored with the decision); denied, the
+    call settles as PERMISSION_DENIED. Anything else: ``resumption``."""
+    if action.point != ADMISSION or not isinstance(value, dict):
+        return resumption(action, value, owner, lease_s)
+    if value.get("decision") == "deny":
+        message = str(value.get("message") or DEFAULT_DENIAL)
+        result = error_json(ErrorCode.PERMISSION_DENIED, message)
+        return _settling(action, "submitted", message, result)
+    resolution, event = resumption(action, value, owner, lease_s)
+    edited = value.get("input")
+    if isinstance(edited, dict):
+        resolution = replace(resolution, call_input=edited)
+    return resolution, event
+
+
+def cancellation(action: ActionRecord, reason: str) -> tuple[Resolution, Event, str]:
+    """The call settles as CANCELLED; returns the model's sentence too."""
+    message = f"The tool call was cancelled: {reason}."
+    return (
+        *_settling(action, "cancelled", reason, error_json(ErrorCode.CANCELLED, message)),
+        message,
+    )
+
+
+def failure(action: ActionRecord, message: str) -> tuple[Resolution, Event, str]:
+    """The call settles as TOOL_FAILED with ``message`` for the model."""
+    return (
+        *_settling(action, "failed", message, error_json(ErrorCode.TOOL_FAILED, message)),
+        message,
+    )
+
+
+def _settling(
+    action: ActionRecord, state: str, reason: str, result: JsonValue
+) -> tuple[Resolution, Event]:
+    at = now()
+    resolution = Resolution(
+        "submitted" if state == "submitted" else "cancelled" if state == "cancelled" else "failed",
+        at,
+        reason=reason,
+        call_state="settled",
+        call_result=result,
+    )
+    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+
+
+def expiry(action: ActionRecord) -> tuple[Resolution, Event]:
+    """The action's deadline passed before anyone resolved it: its call settles as TIMEOUT."""
+    message = "Nobody answered the pending action before its deadline, so the tool call timed out."
+    result = error_json(ErrorCode.TIMEOUT, message)
+    at = now()
+    resolution = Resolution(
+        "expired",
+        at,
+        reason="its deadline passed",
+        call_state="settled",
+        call_result=result,
+        only_if_expired=True,
+    )
+    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+
+
+def already_resolved(action: ActionRecord) -> str:
+    if action.state == "expired":
+        return (
+            f"The action {action.action_id} expired at {action.resolved_at}: its deadline "
+            "passed before it was resolved, and its call settled as TIMEOUT."
+        )
+    return f"The action {action.action_id} was already {action.state} at {action.resolved_at}."

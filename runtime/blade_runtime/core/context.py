@@ -1,0 +1,169 @@
+"""The execution context an implementation receives, as typing building blocks.
+
+Generated modules declare, per tool, a Protocol that extends :class:`Execution` with typed
+``data`` writes, ``suspend`` points and resume entries. The runtime's concrete context satisfies
+those protocols structurally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
+
+from pydantic import JsonValue
+
+from blade_runtime.core.caller import CallContext
+
+if TYPE_CHECKING:
+    from blade_runtime.core.permissions import PermissionAnswer
+
+InputT = TypeVar("InputT", covariant=True)
+ContextT = TypeVar("ContextT", covariant=True)
+PointT = TypeVar("PointT", bound=str, covariant=True)
+PayloadT = TypeVar("PayloadT", covariant=True)
+ValueT = TypeVar("ValueT", covariant=True)
+
+
+class ToolFailed(BaseException):
+    """Raised by ``ctx.fail(sentence)``: a deliberate, model-visible failure.
+
+    A BaseException, not an Exception, so an implementation's ``except Exception`` does not swallow
+    it by accident.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Suspended(BaseException):
+    """Raised by ``ctx.suspend(point, payload)``: this execution ends and waits for a resume."""
+
+    def __init__(self, point: str, payload: JsonValue) -> None:
+        super().__init__(point)
+        self.point = point
+        self.payload = payload
+
+
+@dataclass(slots=True)
+class CallInfo:
+    """Identity of one tool call inside one agent run, and who it is for."""
+
+    call_id: str
+    run_id: str
+    name: str
+    spec_id: str
+    context: CallContext | None = None
+    parent: str | None = None  # the call id of the parent, for a child tool's call
+
+
+class CancellationSignal:
+    """Set when the call is cancelled or times out; implementations check it or await it."""
+
+    __slots__ = ("_cancelled", "_event", "_reason")
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self._reason: str | None = None
+        self._event: asyncio.Event | None = None  # made on the first wait: most calls never wait
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def reason(self) -> str | None:
+        return self._reason
+
+    def cancel(self, reason: str) -> None:
+        if not self._cancelled:
+            self._cancelled = True
+            self._reason = reason
+            if self._event is not None:
+                self._event.set()
+
+    async def wait(self) -> None:
+        if self._cancelled:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
+        await self._event.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRef:
+    """Reference to the pending action whose submission re-entered the tool."""
+
+    action_id: str
+    call_id: str
+    run_id: str
+    point: str
+
+
+@dataclass(frozen=True, slots=True)
+class InitialEntry:
+    """The first execution of a call."""
+
+
+@dataclass(frozen=True)
+class ResumeEntry(Generic[PointT, PayloadT]):
+    """Re-entry after the pending action at ``point`` was submitted with ``payload``."""
+
+    point: PointT
+    payload: PayloadT
+    action: ActionRef
+
+
+@dataclass(frozen=True, slots=True)
+class SuspensionEpisode:
+    """One durable suspension of the current call; the payloads are the stored JSON."""
+
+    action_id: str
+    point: str
+    payload: JsonValue
+    suspended_at: str
+    state: str
+    resume: JsonValue = None
+    resolved_at: str | None = None
+
+
+@dataclass(frozen=True)
+class DataItem(Generic[ValueT]):
+    """One ToolData record as stored: same ``id`` means the same item, updated in place."""
+
+    id: str
+    value: ValueT
+    updated_at: str
+
+
+class Execution(Protocol[InputT, ContextT]):
+    """What every implementation's ``ctx`` offers. Generated protocols add the typed parts."""
+
+    @property
+    def input(self) -> InputT: ...
+
+    @property
+    def context(self) -> ContextT: ...
+
+    @property
+    def call(self) -> CallInfo: ...
+
+    @property
+    def signal(self) -> CancellationSignal: ...
+
+    @property
+    def suspend_history(self) -> Sequence[SuspensionEpisode]: ...
+
+    def fail(self, message: str) -> NoReturn: ...
+
+    def request_permission(self, prompt: str, details: JsonValue = None) -> NoReturn:
+        """Wait on a durable permission request before a sensitive step (see ``permission``)."""
+
+    @property
+    def permission(self) -> PermissionAnswer | None:
+        """The answer to ``request_permission`` when this entry resumes from one."""
+
+    def display(self, content: JsonValue) -> None:
+        """Set UI-facing content for the result; the model never reads it."""

@@ -1,0 +1,276 @@
+"""The ``ctx`` an implementation receives, and its ToolData writer.
+
+``ToolContext`` satisfies every generated Execution protocol structurally: the typed input (built
+on first access), server context, call identity, cancellation signal, entry (initial or resume),
+suspension history, ToolData channels, ``fail``, ``suspend`` and ``display``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from blade_runtime.core.cancel_scope import CancelScope
+from blade_runtime.core.context import (
+    CallInfo,
+    CancellationSignal,
+    DataItem,
+    InitialEntry,
+    ResumeEntry,
+    Suspended,
+    SuspensionEpisode,
+    ToolFailed,
+)
+from blade_runtime.core.jsonvalue import NotJson, checked, lossless, model_of
+from blade_runtime.core.permissions import STEP, PermissionAnswer, step_payload
+from blade_runtime.core.registry import Point, Typed
+from blade_runtime.core.spec import JsonObject, ToolSpec
+from blade_runtime.core.store import DataRecord, Event, Store, now
+from blade_runtime.core.validation import describe
+
+INITIAL = InitialEntry()
+
+
+class DataRejected(ValueError):
+    """A ToolData record that is not lossless JSON or that its channel schema rejects."""
+
+
+class SuspendRejected(ValueError):
+    """A suspend payload that is not lossless JSON or that its point's schema rejects."""
+
+
+class InputModelMismatch(Exception):
+    """The generated input model rejected input its JSON Schema accepted: a toolchain bug."""
+
+
+class CallData:
+    """``ctx.data``: the call's ToolData, validated per channel, written through the store.
+
+    Durable items are stored with the call (one transaction with their event); transient ones
+    only reach live subscribers. The same id updates an item in place, keeping its position.
+    """
+
+    __slots__ = ("_call", "_channels", "_counter", "_publish", "_store", "wrote")
+
+    def __init__(
+        self,
+        call: CallInfo,
+        channels: Mapping[str, Typed],
+        store: Store,
+        publish: Callable[[Event], None],
+    ) -> None:
+        self._call = call
+        self._channels = channels
+        self._store = store
+        self._publish = publish
+        self._counter = itertools.count(1)
+        self.wrote = False
+
+    async def write(
+        self, channel: str, value: Any, *, id: str | None = None, transient: bool = False
+    ) -> None:
+        typed = self._channel(channel)
+        try:
+            record = lossless(typed.adapter, value)
+        except NotJson as error:
+            raise DataRejected(f"ToolData channel {channel!r}: {error}") from None
+        if not typed.validator.is_valid(record):
+            problems = describe(typed.validator.violations(record))
+            raise DataRejected(f"ToolData channel {channel!r} rejected a record: {problems}")
+        item_id = id if id is not None else f"{channel}-{self._call.call_id}-{next(self._counter)}"
+        at = now()
+        payload: JsonValue = {
+            "channel": channel,
+            "id": item_id,
+            "value": record,
+            "transient": transient,
+        }
+        event = Event(self._call.run_id, self._call.call_id, "data", payload, at)
+        if not transient:
+            self.wrote = True
+            self._store.write_data(
+                DataRecord(self._call.call_id, channel, item_id, record, at), event
+            )
+        self._publish(event)
+
+    async def list(self, channel: str) -> Sequence[DataItem[Any]]:
+        typed = self._channel(channel)
+        return [
+            DataItem(
+                item.item_id, model_of(typed.adapter.validate_python, item.value), item.updated_at
+            )
+            for item in self._store.data(self._call.call_id, channel)
+        ]
+
+    def _channel(self, channel: str) -> Typed:
+        try:
+            return self._channels[channel]
+        except KeyError:
+            known = ", ".join(sorted(self._channels)) or "none"
+            raise DataRejected(f"no ToolData channel {channel!r} (channels: {known})") from None
+
+
+class ChildToolError(Exception):
+    """A child tool's call ended without an output: its stable ``code`` and ``message``.
+
+    Raised by ``ctx.tools.call``; a tool that does not catch it fails as TOOL_ERROR (or as its
+    runtime's ``error_mapper`` says)."""
+
+    def __init__(self, spec_id: str, code: str, message: str) -> None:
+        super().__init__(f"{spec_id}: {code}: {message}")
+        self.spec_id = spec_id
+        self.code = code
+        self.message = message
+
+
+ChildCaller = Callable[[ToolSpec[Any, Any, Any], Any, CallInfo], Awaitable[Any]]
+
+
+class ChildTools:
+    """``ctx.tools``: calls of the child tools the spec declares, and of no other tool.
+
+    Each child call is a full call of its registration (hooks, validation, timeout), in the same
+    run, with a call id under the parent's; cancelling the parent cancels it."""
+
+    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled")
+
+    def __init__(
+        self,
+        caller: ChildCaller,
+        call: CallInfo,
+        allowed: tuple[str, ...],
+        disabled: frozenset[str] = frozenset(),
+    ) -> None:
+        self._caller = caller
+        self._call = call
+        self._allowed = allowed
+        self._disabled = disabled  # decided when the parent started, for its whole length
+        self._count = itertools.count(1)
+
+    async def call(self, tool: ToolSpec[Any, Any, Any], input: Any, /) -> Any:
+        if tool.id not in self._allowed:
+            declared = ", ".join(self._allowed) or "none"
+            raise ChildToolError(
+                tool.id,
+                "TOOL_NOT_ALLOWED",
+                f"not a declared child of {self._call.spec_id} " f"(children: {declared})",
+            )
+        if tool.id in self._disabled:
+            raise ChildToolError(tool.id, "TOOL_NOT_ALLOWED", "not enabled for this call")
+        child = CallInfo(
+            f"{self._call.call_id}/{tool.name}/{next(self._count)}",
+            self._call.run_id,
+            tool.name,
+            tool.id,
+            self._call.context,
+            self._call.call_id,
+        )
+        return await self._caller(tool, input, child)
+
+
+class ChildHookFailed(BaseException):
+    """A child call's hook or observer failed: fatal to the parent, even if it catches it (a
+    BaseException, so that ``except Exception`` does not; the runtime fails the parent anyway)."""
+
+    def __init__(self, spec_id: str, code: str, message: str) -> None:
+        super().__init__(f"{spec_id}: {code}: {message}")
+        self.code = code
+
+
+class ToolContext:
+    """The ``ctx`` an implementation receives.
+
+    ``input`` is built from the validated arguments on first access: the typed model costs about
+    as much as the rest of a call, and a tool that never reads it should not pay for it.
+    """
+
+    # Class-level defaults rather than slots: most calls set five attributes, not eleven.
+    context: Any = None
+    capabilities: Any = None
+    data: CallData | None = None
+    tools: ChildTools | None = None
+    entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL
+    _input: BaseModel | None = None
+    _display: JsonValue = None
+    _history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = ()
+
+    def __init__(
+        self,
+        build_input: Callable[[JsonObject], Any],
+        arguments: JsonObject,
+        call: CallInfo,
+        scope: CancelScope,
+        points: Mapping[str, Point],
+    ) -> None:
+        self._build_input = build_input
+        self._arguments = arguments
+        self.call = call
+        self._scope = scope
+        self._points = points
+
+    @property
+    def signal(self) -> CancellationSignal:
+        return self._scope.signal
+
+    @property
+    def suspend_history(self) -> Sequence[SuspensionEpisode]:
+        """The call's suspension episodes, read from the store on first access."""
+        if callable(self._history):
+            self._history = self._history()
+        return self._history
+
+    @property
+    def input(self) -> Any:
+        if self._input is None:
+            try:
+                self._input = model_of(self._build_input, self._arguments)
+            except ValidationError as error:
+                raise InputModelMismatch(
+                    f"{self.call.spec_id}: the generated input model rejected input its JSON "
+                    f"Schema accepts (rebuild with the current blade-codegen): {error}"
+                ) from None
+        return self._input
+
+    def fail(self, message: str) -> NoReturn:
+        raise ToolFailed(message)
+
+    def display(self, content: JsonValue) -> None:
+        self._display = content
+
+    def request_permission(self, prompt: str, details: JsonValue = None) -> NoReturn:
+        """Ask a human before one sensitive step: this execution ends and waits on a durable
+        permission request; the tool is entered again with ``ctx.permission`` the answer."""
+        try:
+            shown = checked(details)
+        except NotJson as error:
+            raise SuspendRejected(
+                f"request_permission: the details are not JSON: {error}"
+            ) from None
+        raise Suspended(STEP, step_payload(self.call, prompt, shown))
+
+    @property
+    def permission(self) -> PermissionAnswer | None:
+        """The answer to ``request_permission`` when this entry resumes from one, else None."""
+        entry = self.entry
+        if isinstance(entry, ResumeEntry) and entry.point == STEP:
+            answer: PermissionAnswer = entry.payload
+            return answer
+        return None
+
+    def suspend(self, point: str, payload: Any) -> NoReturn:
+        """End this execution and wait at ``point``; the payload is validated first."""
+        found = self._points.get(point)
+        if found is None:
+            known = ", ".join(sorted(self._points)) or "none"
+            raise SuspendRejected(f"no suspend point {point!r} (points: {known})")
+        try:
+            record = lossless(found.suspend.adapter, payload)
+        except NotJson as error:
+            raise SuspendRejected(f"suspend point {point!r}: {error}") from None
+        if not found.suspend.validator.is_valid(record):
+            problems = describe(found.suspend.validator.violations(record))
+            raise SuspendRejected(f"suspend point {point!r} rejected the payload: {problems}")
+        raise Suspended(point, record)

@@ -1,0 +1,290 @@
+"""Pending actions: submit, cancel and fail them; re-enter the implementation; expire them.
+
+``submit`` validates the payload against the schema stored with the action before anything
+else (an invalid payload leaves it pending), then resolves it with a compare-and-set that also
+claims the call for this runtime (owner and lease, in the same transaction as its event): of
+many concurrent submits, and of a submit racing a recovery sweep, exactly one wins, and only the
+winner re-enters the implementation. An action past its deadline settles once as TIMEOUT, by
+whichever runtime (or submit) sees it first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, JsonValue
+
+from blade_runtime.core import actions
+from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.calls import CallPipeline
+from blade_runtime.core.cancel_scope import Abandoned, CancelScope
+from blade_runtime.core.context import (
+    ActionRef,
+    CallInfo,
+    CancellationSignal,
+    InitialEntry,
+    ResumeEntry,
+    SuspensionEpisode,
+)
+from blade_runtime.core.events import PendingAction
+from blade_runtime.core.execution import INITIAL
+from blade_runtime.core.jsonvalue import NotJson, model_of
+from blade_runtime.core.permissions import ADMISSION, POINTS, STEP, STEP_POINT, PermissionPrompt
+from blade_runtime.core.registry import Registration
+from blade_runtime.core.results import ErrorCode, ToolResult, ToolSuccess
+from blade_runtime.core.shared import error_result, nobody, submitted_json
+from blade_runtime.core.spec import JsonObject
+from blade_runtime.core.store import (
+    ActionAlreadyResolved,
+    ActionRecord,
+    Event,
+    Resolution,
+    Resolved,
+    UnknownAction,
+    clock,
+)
+
+
+class PendingActions(CallPipeline):
+    """What happens to a call after it left a pending action."""
+
+    async def submit(
+        self, action_id: str, payload: JsonValue | BaseModel | str | bytes
+    ) -> ToolResult[Any]:
+        """Resolve a pending action with ``payload``: validated against the action's schema
+        before anything else (an invalid payload leaves it pending). Exactly one of many
+        concurrent submits wins; the others get ACTION_ALREADY_RESOLVED. A suspension re-enters
+        its implementation with a typed resume entry; a client tool's call completes."""
+        action = self.store.action(action_id)
+        if action is None:
+            return error_result(
+                nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}."
+            )
+        call = _call_of(action)
+        if action.state != "pending":
+            return error_result(
+                call, ErrorCode.ACTION_ALREADY_RESOLVED, actions.already_resolved(action)
+            )
+        if action.expires_at is not None and action.expires_at <= clock():
+            expired = self.expire(action)
+            return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, expired)
+        try:
+            value = submitted_json(payload)
+        except NotJson as error:
+            return error_result(call, ErrorCode.INVALID_SUBMISSION, str(error))
+        invalid = actions.invalid_submission(action, value)
+        if invalid is not None:
+            return error_result(call, ErrorCode.INVALID_SUBMISSION, invalid)
+        registration = self._registrations.get(action.name)
+        if action.point is None:
+            return await self._complete_client(registration, call, action, value)
+        known = registration is not None and (
+            action.point in POINTS or action.point in registration.points
+        )
+        if registration is None or not known:
+            return error_result(
+                call,
+                ErrorCode.TOOL_HANDLER_NOT_FOUND,
+                f"This runtime cannot resume {action.name}.{action.point}; it stays pending.",
+            )
+        if action.point in POINTS:
+            refused = await self._answering(registration, call, action, value)
+            if refused is not None:
+                return refused
+        resolution, event = actions.answer(action, value, self.owner, self.lease_s)
+        won = self._resolve(action, resolution, event)
+        if isinstance(won, str):
+            return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, won)
+        if resolution.call_state == "settled":  # a denied permission request
+            return error_result(call, ErrorCode.PERMISSION_DENIED, str(resolution.reason))
+        call.context = CallContext.from_json(won.call_context)
+        if action.point == ADMISSION:  # approved: the first entry runs now, with the final input
+            return await self._run(registration, call, won.call_input)
+        return await self._resume(registration, call, action, value, won.call_input)
+
+    async def _answering(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        action: ActionRecord,
+        value: JsonValue,
+    ) -> ToolResult[Any] | None:
+        """A human's answer to a permission request, before it is accepted: the
+        ``permission_request`` hooks and the ``permission_resolved`` observers see it."""
+        assert isinstance(value, dict)
+        decision = "allow" if value.get("decision") == "approve" else "deny"
+        reason = value.get("message")
+        arguments = action.payload.get("input") if isinstance(action.payload, dict) else None
+        final = value.get("input") if isinstance(value.get("input"), dict) else arguments
+        inputs: JsonObject = final if isinstance(final, dict) else {}
+        text = reason if isinstance(reason, str) else None
+        refused = await self._permission_hooks(call, inputs, None, decision, text)
+        if refused is None and self._observers.permission_resolved:
+            try:
+                await self._observing(
+                    "permission_resolved",
+                    self._observers.permission_resolved,
+                    registration,
+                    call,
+                    inputs,
+                    decision,
+                    text,
+                    action.action_id,
+                )
+            except Exception as error:
+                refused = self._observer_failed("permission_resolved", call, error)
+        return refused
+
+    def _resolve(
+        self, action: ActionRecord, resolution: Resolution, event: Event
+    ) -> Resolved | str:
+        """Compare-and-set the action (with its call and event), or why it lost."""
+        try:
+            resolved: Resolved = self._emit(self.store.resolve, action.action_id, resolution, event)
+        except ActionAlreadyResolved as lost:
+            return actions.already_resolved(lost.action)
+        except UnknownAction:
+            return f"No pending action {action.action_id!r}."
+        return resolved
+
+    async def _resume(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        action: ActionRecord,
+        value: JsonValue,
+        arguments: JsonObject,
+    ) -> ToolResult[Any]:
+        assert action.point is not None
+        point = STEP_POINT if action.point == STEP else registration.points[action.point]
+        entry = ResumeEntry(
+            action.point,
+            model_of(point.resume.adapter.validate_python, value),
+            ActionRef(action.action_id, call.call_id, call.run_id, action.point),
+        )
+        return await self._run(registration, call, arguments, entry, lambda: self._history(call))
+
+    async def _run(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
+        history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
+    ) -> ToolResult[Any]:
+        """One claimed entry of an admitted call (a resume, or a replay), under its own cancel
+        scope; it is recorded as running already (by its claim)."""
+        scope = CancelScope(call, self._running, registration)
+        try:
+            result = await self._enter(
+                registration, call, arguments, scope, entry, history, claimed=True
+            )
+        except (asyncio.CancelledError, Abandoned) as stopped:
+            result = self._stopped(call, scope, stopped)
+        finally:
+            scope.close()
+        return await self._conclude(registration, call, arguments, scope, result)
+
+    async def _complete_client(
+        self,
+        registration: Registration[Any] | None,
+        call: CallInfo,
+        action: ActionRecord,
+        value: JsonValue,
+    ) -> ToolResult[Any]:
+        lost = self._resolve(action, *actions.completion(action, value))
+        if isinstance(lost, str):
+            return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
+        typed = (
+            value
+            if registration is None
+            else model_of(registration.output_adapter.validate_python, value)
+        )
+        result = ToolSuccess(call, typed, value)
+        arguments = action.payload if isinstance(action.payload, dict) else {}
+        return await self._finish(registration, call, arguments, CancellationSignal(), result)
+
+    def cancel(self, action_id: str, reason: str = "cancelled") -> ToolResult[Any]:
+        """Settle the action's call as CANCELLED (exactly once, like submit)."""
+        return self._settle_by_id(action_id, cancelled=True, reason=reason)
+
+    def fail(self, action_id: str, error: str | BaseException) -> ToolResult[Any]:
+        """Settle the action's call as TOOL_FAILED with ``error`` as the model's sentence."""
+        return self._settle_by_id(action_id, cancelled=False, reason=str(error))
+
+    def expire(self, action: ActionRecord) -> str:
+        """Settle an action past its deadline as TIMEOUT (once, whoever asks first); returns
+        the sentence a later submit gets."""
+        resolution, event = actions.expiry(action)
+        outcome = self._resolve(action, resolution, event)
+        return outcome if isinstance(outcome, str) else actions.already_resolved(outcome.action)
+
+    def _settle_by_id(self, action_id: str, *, cancelled: bool, reason: str) -> ToolResult[Any]:
+        action = self.store.action(action_id)
+        if action is None:
+            return error_result(
+                nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}."
+            )
+        return self._settle_action(action, cancelled=cancelled, reason=reason)
+
+    def _settle_action(
+        self, action: ActionRecord, *, cancelled: bool, reason: str
+    ) -> ToolResult[Any]:
+        call = _call_of(action)
+        settle = actions.cancellation if cancelled else actions.failure
+        resolution, event, message = settle(action, reason)
+        lost = self._resolve(action, resolution, event)
+        if isinstance(lost, str):
+            return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
+        code = ErrorCode.CANCELLED if cancelled else ErrorCode.TOOL_FAILED
+        return error_result(call, code, message)
+
+    def pending(
+        self,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        principal: Principal | None = None,
+    ) -> list[PendingAction[Any]]:
+        """Pending actions (all, of a run, or of a registration name), with typed inputs where
+        this runtime knows the tool. ``principal``: only those of its tenant (an operator's:
+        all)."""
+        tenant = None if principal is None or principal.operator else principal.tenant
+        found = self.store.actions(run_id=run_id, name=name, tenant=tenant)
+        return [self._view(a) for a in found]
+
+    def _view(self, action: ActionRecord) -> PendingAction[Any]:
+        registration = self._registrations.get(action.name)
+        typed: Any = action.payload
+        if action.point in POINTS:
+            typed = model_of(PermissionPrompt.model_validate, action.payload)
+        elif registration is not None:
+            if action.point is None:
+                typed = model_of(registration.build_input, action.payload)
+            elif action.point in registration.points:
+                typed = model_of(
+                    registration.points[action.point].suspend.adapter.validate_python,
+                    action.payload,
+                )
+        return PendingAction.of(action, typed)
+
+    def _history(self, call: CallInfo) -> tuple[SuspensionEpisode, ...]:
+        return tuple(
+            SuspensionEpisode(
+                a.action_id,
+                a.point or "",
+                a.payload,
+                a.suspended_at,
+                a.state,
+                a.resume,
+                a.resolved_at,
+            )
+            for a in self.store.actions(state=None, call_id=call.call_id)
+            if a.point is not None
+        )
+
+
+def _call_of(action: ActionRecord) -> CallInfo:
+    return CallInfo(action.call_id, action.run_id, action.name, action.spec_id)

@@ -1,0 +1,198 @@
+"""Registrations: a name bound to a spec, with everything a call needs compiled once.
+
+Each schema is compiled into one validator shared by every registration that uses the same
+schema; each generated type gets one pydantic ``TypeAdapter`` for serialization and parsing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeAlias, TypeVar
+
+from pydantic import TypeAdapter
+
+from blade_runtime.core.caller import CallContext
+from blade_runtime.core.context import CallInfo
+from blade_runtime.core.export import ExportedTool
+from blade_runtime.core.spec import JsonObject, ToolSpec
+from blade_runtime.core.validation import SchemaValidator
+
+log = logging.getLogger("blade_runtime")
+
+OutputT = TypeVar("OutputT")
+ContextT = TypeVar("ContextT")
+
+ContextProvider: TypeAlias = Callable[[CallInfo], ContextT | Awaitable[ContextT]]
+"""Builds a tool's server context for one call (sync or async)."""
+
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # the spec format's rule for names
+
+
+class RegistrationError(ValueError):
+    """A registration the runtime refuses; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """One schema slot: its compiled validator and its generated type's adapter."""
+
+    schema: JsonObject
+    validator: SchemaValidator
+    adapter: TypeAdapter[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """A suspend point: what the tool shows while waiting, and what resumes it."""
+
+    name: str
+    suspend: Typed
+    resume: Typed
+    expires_after_s: float | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Registration(Generic[OutputT]):
+    """One name bound to one spec: a backend implementation, or a client-executed tool."""
+
+    name: str
+    spec: ToolSpec[Any, Any, OutputT]
+    implementation: Callable[[Any], Awaitable[OutputT]] | None
+    context: ContextProvider[Any] | None
+    timeout_ms: int
+    input: Typed
+    output: Typed | None
+    output_adapter: TypeAdapter[Any]
+    data: Mapping[str, Typed]
+    points: Mapping[str, Point]
+    timeout_s: float = field(init=False)
+    # Flattened from input and output: read on every call.
+    input_validator: SchemaValidator = field(init=False)
+    build_input: Callable[[Any], Any] = field(init=False)
+    """The typed input from valid arguments (``ctx.input``): the core validator itself, without
+    ``model_validate``'s Python wrapper."""
+    output_validator: SchemaValidator | None = field(init=False)
+    children: tuple[str, ...] = field(init=False)  # ids ctx.tools may call (backend specs)
+    detached: set[asyncio.Task[None]] = field(default_factory=set)
+    """Implementations abandoned after ignoring cancellation and still running."""
+    project: Callable[[Any], Any] | None = None
+    """What the model reads of the typed output (``blade_runtime.core.content``)."""
+    enabled: Callable[[CallInfo], bool] | None = None
+    """Whether the tool is there for a call (its run, the caller's context); None: always."""
+    describe: Callable[[CallContext | None], str] | None = None
+    """The description the model reads for a caller's context; None: the spec's."""
+    permission: Any = None
+    """This registration's own permission policy (else the runtime's)."""
+    bindings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    """The capabilities its implementation gets: name -> (binding, its configuration)."""
+    services: Any = None
+    """``ctx.capabilities`` made once, when every binding is shared (else made per call)."""
+
+    @property
+    def checked(self) -> bool:
+        """Whether a call must look at the registration before it starts (not the fast path)."""
+        return bool(self.detached) or self.enabled is not None
+
+    def __post_init__(self) -> None:
+        self.timeout_s = self.timeout_ms / 1000
+        self.input_validator = self.input.validator
+        self.build_input = self.input.adapter.validator.validate_python
+        self.output_validator = None if self.output is None else self.output.validator
+        self.children = getattr(self.spec, "children", ())
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Refuse calls until the abandoned implementation running in ``task`` exits."""
+        self.detached.add(task)
+        task.add_done_callback(self._exited)
+
+    def _exited(self, task: asyncio.Task[None]) -> None:
+        self.detached.discard(task)
+        error = None if task.cancelled() else task.exception()
+        log.warning(
+            "%s: an abandoned implementation exited%s; the registration accepts calls again",
+            self.name,
+            f" raising {type(error).__name__}: {error}" if error else "",
+        )
+
+    def exported(self, context: CallContext | None = None) -> ExportedTool:
+        spec = self.spec
+        return ExportedTool(
+            name=self.name,
+            id=spec.id,
+            description=spec.description if self.describe is None else self.describe(context),
+            input_schema=spec.input_schema,
+            output_schema=spec.output_schema,
+            kind=spec.kind,
+            side_effect=spec.side_effect,
+            execution=spec.execution,
+            timeout_ms=self.timeout_ms,
+        )
+
+
+def registration(
+    spec: ToolSpec[Any, Any, Any],
+    name: str,
+    implementation: Callable[[Any], Awaitable[Any]] | None,
+    context: ContextProvider[Any] | None,
+    timeout_ms: int,
+) -> Registration[Any]:
+    """Compile what a call of ``spec`` needs (validators and adapters), once."""
+    points: dict[str, Point] = {}
+    for point in getattr(spec, "suspend", {}).values():
+        points[point.name] = Point(
+            point.name,
+            typed(point.suspend_schema, point.suspend_type),
+            typed(point.resume_schema, point.resume_type),
+            None if point.expires_after_ms is None else point.expires_after_ms / 1000,
+        )
+    output = None if spec.output_schema is None else typed(spec.output_schema, spec.output_type)
+    return Registration(
+        name=name,
+        spec=spec,
+        implementation=implementation,
+        context=context,
+        timeout_ms=timeout_ms,
+        input=typed(spec.input_schema, spec.input_type),
+        output=output,
+        output_adapter=adapter(Any if spec.output_type is None else spec.output_type),
+        data={c.name: typed(c.schema, c.type) for c in spec.data.values()},
+        points=points,
+    )
+
+
+def typed(schema: JsonObject, annotation: Any) -> Typed:
+    return Typed(schema, compiled(schema), adapter(annotation))
+
+
+_VALIDATORS: dict[str, SchemaValidator] = {}
+_BY_OBJECT: dict[int, tuple[Any, SchemaValidator]] = {}
+_ADAPTERS: dict[int, tuple[Any, TypeAdapter[Any]]] = {}
+
+
+def compiled(schema: JsonObject) -> SchemaValidator:
+    """One compiled validator per distinct schema, shared by every registration that uses it.
+
+    The same schema object (a spec's, or a store's cached one) is found without serializing it.
+    """
+    seen = _BY_OBJECT.get(id(schema))
+    if seen is not None and seen[0] is schema:
+        return seen[1]
+    key = json.dumps(schema, sort_keys=True)
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        validator = _VALIDATORS[key] = SchemaValidator(schema)
+    _BY_OBJECT[id(schema)] = (schema, validator)  # the schema is kept: its id stays its own
+    return validator
+
+
+def adapter(annotation: Any) -> TypeAdapter[Any]:
+    """One TypeAdapter per generated type (building one costs milliseconds)."""
+    found = _ADAPTERS.get(id(annotation))
+    if found is None or found[0] is not annotation:  # the annotation is kept: its id stays its
+        found = _ADAPTERS[id(annotation)] = (annotation, TypeAdapter(annotation))
+    return found[1]

@@ -1,0 +1,825 @@
+"""The ASGI app: the runtime's calls, pending actions and events over HTTP, per tenant.
+
+Every request is authenticated by the application's ``authenticate(request)`` (a Principal, or
+None: refused with 401) before anything is read or written. A principal sees only its tenant's
+calls, actions and event streams (another tenant's do not exist: 404); the ``operator`` role sees
+all. A call is keyed by its ``Idempotency-Key`` (its call id): a retry, or the same request sent
+twice at once, returns the first call's result and never runs the tool again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import ipaddress
+import json
+import logging
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Final, TypeAlias
+
+from pydantic import JsonValue
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.registry import Registration
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
+from blade_runtime.core.store import (
+    ActionRecord,
+    ActionState,
+    CallRecord,
+    Event,
+    StoreUnavailable,
+    encodable,
+    storable_id,
+)
+from blade_runtime.runtime import Runtime
+from blade_runtime.serving.http.errors import HttpError, one_line, status_of
+from blade_runtime.serving.http.openapi import openapi_document
+
+log = logging.getLogger("blade_runtime.serving.http")
+
+Authenticate: TypeAlias = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
+
+DEFAULT_MAX_BODY_BYTES: Final = 1 << 20
+IN_PROGRESS_WAIT_S: Final = 30.0  # how long a retry waits for a call running elsewhere
+KEEP_RESULTS: Final = 10_000  # recent results kept here for stores that do not record every call
+HEARTBEAT_S: Final = 15.0
+ANONYMOUS: Final = Principal("anonymous", "", frozenset({"operator"}))
+ACTION_STATES: Final = ("pending", "submitted", "cancelled", "failed", "expired")
+
+
+class Refused(Exception):
+    """A request answered with an error body ``{code, message}``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = one_line(message)
+
+
+def error_response(code: str, message: str) -> Response:
+    return json_response({"code": str(code), "message": one_line(message)}, status_of(code))
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        body = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate an implementation wrote: JSON escapes hold it
+        body = json.dumps(data, allow_nan=False, separators=(",", ":")).encode()
+    return Response(body, status, media_type="application/json")
+
+
+def loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What a call answered, kept to answer its retries the same way."""
+
+    tenant: str
+    name: str
+    arguments: JsonValue
+    status: int
+    body: JsonValue
+    run_id: str = ""
+
+    def record_json(
+        self, call_id: str, spec_id: str, data: dict[str, JsonValue]
+    ) -> dict[str, JsonValue]:
+        """The call as ``GET /v1/calls/{id}`` shows a stored one (for a call the store does
+        not record: it neither waited nor wrote data)."""
+        body = self.body if isinstance(self.body, dict) else {}
+        result: JsonValue
+        if body.get("status") in ("success", "skipped"):
+            result = {"status": "success", "content": body.get("content")}
+        else:
+            result = {"status": "error", "code": body.get("code"), "message": body.get("message")}
+        return {
+            "call_id": call_id,
+            "run_id": self.run_id,
+            "name": self.name,
+            "spec_id": spec_id,
+            "state": "settled",
+            "started_at": None,
+            "input": self.arguments,
+            "result": result,
+            "data": data,
+        }
+
+
+class Api:
+    """The routes' shared state: the runtime, the authentication, the idempotency table."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        authenticate: Authenticate,
+        allow_anonymous: bool,
+        max_body_bytes: int,
+    ) -> None:
+        self.runtime = runtime
+        self.authenticate_fn = authenticate
+        self.allow_anonymous = allow_anonymous
+        self.max_body_bytes = max_body_bytes
+        self._inflight: dict[str, tuple[str, str, JsonValue, asyncio.Future[_Outcome]]] = {}
+        self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
+        self._tenants: OrderedDict[str, tuple[str, str]] = OrderedDict()  # call -> (tenant, run)
+        self._openapi: tuple[int, bytes] | None = None
+        self._names: dict[str, Registration[Any]] | None = None
+        self.streams: set[Any] = set()  # open event subscriptions
+
+    def close_streams(self) -> None:
+        """End every open event stream (a server shutting down): clients reconnect elsewhere
+        with Last-Event-ID."""
+        for subscription in list(self.streams):
+            subscription.close()
+
+    # -- the request's principal and body ----------------------------------------------------
+
+    async def principal(self, request: Request) -> Principal:
+        try:
+            found = self.authenticate_fn(request)
+            if inspect.isawaitable(found):
+                found = await found
+        except Exception as error:  # the application's bug: say so without its message
+            log.error("authenticate raised %s", type(error).__name__)
+            raise Refused(HttpError.INTERNAL, "Authentication failed on the server.") from None
+        if isinstance(found, Principal):
+            return found
+        if not self.allow_anonymous:
+            raise Refused(HttpError.UNAUTHENTICATED, "Authentication required.")
+        server = request.scope.get("server")
+        client = request.client
+        # a proxy on this host makes remote callers look local: a forwarded request is refused
+        forwarded = any(h in request.headers for h in ("forwarded", "x-forwarded-for"))
+        local = server and loopback(server[0]) and client and loopback(client.host)
+        if forwarded or not local:
+            raise Refused(
+                HttpError.ANONYMOUS_REFUSED,
+                "Anonymous access is allowed only on a server bound to loopback.",
+            )
+        return ANONYMOUS
+
+    async def body(self, request: Request, *, optional: bool = False) -> JsonValue:
+        """The request's JSON body, within the size limit (read no further than it)."""
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            raise Refused(HttpError.BODY_TOO_LARGE, self._too_large())
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise Refused(HttpError.BODY_TOO_LARGE, self._too_large())
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        if not raw.strip():
+            if optional:
+                return None
+            raise Refused(HttpError.MALFORMED_REQUEST, "The request needs a JSON body.")
+        # JSON only, declared: a cross-site form or a type-less blob (no CORS preflight) cannot
+        # reach a route with a body, so cookie-based authentication is safe from CSRF here.
+        if kind != "application/json" and not kind.endswith("+json"):
+            raise Refused(
+                HttpError.UNSUPPORTED_MEDIA_TYPE,
+                f"The body must be application/json, not {kind or 'undeclared'}.",
+            )
+        try:
+            value: JsonValue = json.loads(raw, parse_constant=_no_constant)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise Refused(HttpError.MALFORMED_REQUEST, f"The body is not JSON: {error}.") from None
+        except RecursionError:
+            raise Refused(HttpError.MALFORMED_REQUEST, "The body is nested too deeply.") from None
+        if _SURROGATE_ESCAPE.search(raw) and _lone_surrogate(value):
+            raise Refused(
+                HttpError.MALFORMED_REQUEST,
+                "The body's text holds a lone surrogate (an unpaired \\ud800-\\udfff "
+                "escape): send valid Unicode.",
+            )
+        return value
+
+    def _too_large(self) -> str:
+        return f"The body is larger than {self.max_body_bytes} bytes."
+
+    # -- visibility --------------------------------------------------------------------------
+
+    @staticmethod
+    def tenant_filter(principal: Principal) -> str | None:
+        return None if principal.operator else principal.tenant
+
+    def visible_action(self, principal: Principal, action_id: str) -> ActionRecord:
+        record = self.runtime.store.action(action_id)
+        if record is None or not principal.may_see(record.tenant):
+            raise Refused(ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}.")
+        return record
+
+    def tenant_of(self, call_id: str) -> str | None:
+        """The tenant of a call: the store's word, else (a call the store keeps no record of)
+        this process's, which knew it before the call began. Never this process's over the
+        store's: a key another tenant sent here first, for a call refused before it began,
+        must not make that tenant the owner of the call the key names elsewhere."""
+        record = self.runtime.store.call(call_id)
+        if record is not None:
+            return record.tenant
+        known = self._tenants.get(call_id)
+        return None if known is None else known[0]
+
+    def sees_run(self, principal: Principal, run_id: str) -> bool:
+        if principal.operator:
+            return True
+        if any(t == principal.tenant and r == run_id for t, r in self._tenants.values()):
+            return True
+        return bool(self.runtime.store.calls(run_id=run_id, tenant=principal.tenant))
+
+    def _remember(self, call_id: str, tenant: str, run_id: str) -> None:
+        self._tenants[call_id] = (tenant, run_id)
+        if len(self._tenants) > KEEP_RESULTS:
+            self._tenants.popitem(last=False)
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        principal: Principal,
+        name: str,
+        arguments: JsonValue,
+        *,
+        call_id: str | None,
+        run_id: str,
+        thread_id: str | None,
+    ) -> _Outcome:
+        if call_id is None:
+            return await self._call(principal, name, arguments, None, run_id, thread_id)
+        inflight = self._inflight.get(call_id)
+        if inflight is not None:
+            self._same(principal, name, arguments, inflight[0], inflight[1], inflight[2])
+            try:
+                return await asyncio.shield(inflight[3])
+            except asyncio.CancelledError:
+                if not inflight[3].cancelled():
+                    raise  # this request was cancelled
+            # the first request was cancelled: this one answers from the store, or calls
+            return await self.call(
+                principal, name, arguments, call_id=call_id, run_id=run_id, thread_id=thread_id
+            )
+        earlier = self._earlier(principal, name, arguments, call_id)
+        if earlier is not None:
+            return await earlier
+        future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
+        self._inflight[call_id] = (principal.tenant, name, arguments, future)
+        try:
+            outcome = await self._call(principal, name, arguments, call_id, run_id, thread_id)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: a lone request leaves no unobserved exception
+            raise
+        finally:
+            del self._inflight[call_id]
+        future.set_result(outcome)
+        if outcome.body is not None and not (
+            isinstance(outcome.body, dict) and outcome.body.get("code") == ErrorCode.DUPLICATE_CALL
+        ):
+            self._outcomes[call_id] = outcome
+            if len(self._outcomes) > KEEP_RESULTS:
+                self._outcomes.popitem(last=False)
+        return outcome
+
+    @staticmethod
+    def _same(
+        principal: Principal,
+        name: str,
+        arguments: JsonValue,
+        tenant: str,
+        earlier_name: str,
+        earlier_arguments: JsonValue,
+    ) -> None:
+        if tenant != principal.tenant or earlier_name != name or earlier_arguments != arguments:
+            raise Refused(
+                HttpError.IDEMPOTENCY_CONFLICT,
+                "This idempotency key was used for another call; use a new key.",
+            )
+
+    def _earlier(
+        self, principal: Principal, name: str, arguments: JsonValue, call_id: str
+    ) -> Awaitable[_Outcome] | None:
+        """The answer to a retry of a call made before (here, or by another process)."""
+        kept = self._outcomes.get(call_id)
+        if kept is not None:
+            self._same(principal, name, arguments, kept.tenant, kept.name, kept.arguments)
+            if kept.status != 202:
+                return _ready(kept)
+        record = self.runtime.store.call(call_id)
+        if record is None:
+            # never run a call twice: a store that forgot it still has its first answer here
+            return None if kept is None else _ready(kept)
+        self._same(principal, name, arguments, record.tenant, record.name, dict(record.input))
+        return self._from_record(record, name, arguments)
+
+    async def _from_record(self, record: CallRecord, name: str, arguments: JsonValue) -> _Outcome:
+        """A stored call as its first request was answered (waiting while it runs elsewhere)."""
+        waited = 0.0
+        store = self.runtime.store
+        while record.state in ("running", "resumable"):
+            if waited >= IN_PROGRESS_WAIT_S:
+                raise Refused(
+                    HttpError.CALL_IN_PROGRESS,
+                    f"The call {record.call_id} is still running; retry later.",
+                )
+            await asyncio.sleep(0.02)
+            waited += 0.02
+            again = store.call(record.call_id)
+            if again is None:
+                break
+            record = again
+        status, body = self._stored_result(record)
+        return _Outcome(record.tenant, name, arguments, status, body, record.run_id)
+
+    def _stored_result(self, record: CallRecord) -> tuple[int, JsonValue]:
+        ids: dict[str, JsonValue] = {"call_id": record.call_id, "run_id": record.run_id}
+        if record.state in ("suspended", "pending"):
+            waiting = self.runtime.store.actions(call_id=record.call_id)
+            if waiting:
+                return 202, {"status": "pending", **ids, "action": self.action_json(waiting[0])}
+        result = record.result
+        if isinstance(result, dict) and result.get("status") == "error":
+            code = str(result.get("code"))
+            return status_of(code), {"code": code, "message": str(result.get("message"))}
+        content = result.get("content") if isinstance(result, dict) else None
+        output = result.get("output", content) if isinstance(result, dict) else None
+        return 200, {"status": "success", **ids, "output": output, "content": content}
+
+    async def _call(
+        self,
+        principal: Principal,
+        name: str,
+        arguments: JsonValue,
+        call_id: str | None,
+        run_id: str,
+        thread_id: str | None,
+    ) -> _Outcome:
+        if not isinstance(arguments, dict):
+            raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
+        context = CallContext(principal=principal, thread_id=thread_id)
+        # The call id is known before the call, and so is its tenant: the run's event stream
+        # can tell whose the call's first events are, even where the store keeps no record.
+        generated = call_id is None
+        call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
+        remembered = call_id not in self._tenants
+        if remembered:
+            self._remember(call_id, principal.tenant, run_id)
+        result = await self.runtime.call(
+            name, arguments, call_id=call_id, run_id=run_id, context=context
+        )
+        if isinstance(result, ToolError) and result.code == ErrorCode.DUPLICATE_CALL:
+            if remembered:
+                self._tenants.pop(call_id, None)  # another process's call: not ours to name
+            record = None if generated else self.runtime.store.call(call_id)
+            if record is not None and record.tenant == principal.tenant:
+                self._same(
+                    principal, name, arguments, record.tenant, record.name, dict(record.input)
+                )
+                return await self._from_record(record, name, arguments)
+        status, body = self.result_json(result)
+        return _Outcome(principal.tenant, name, arguments, status, body, run_id)
+
+    def result_json(self, result: ToolResult[Any]) -> tuple[int, JsonValue]:
+        """A runtime result as the API answers it: errors as ``{code, message}``."""
+        if isinstance(result, ToolError):
+            return status_of(result.code), {"code": result.code.value, "message": result.message}
+        ids: dict[str, JsonValue] = {"call_id": result.call.call_id, "run_id": result.call.run_id}
+        if isinstance(result, ToolPending):
+            record = self.runtime.store.action(result.action.action_id)
+            action: JsonValue = (
+                self.action_json(record)
+                if record is not None
+                else {"action_id": result.action.action_id, "name": result.action.name}
+            )
+            return 202, {"status": "pending", **ids, "action": action}
+        if isinstance(result, ToolSkipped):
+            return 200, {
+                "status": "skipped",
+                **ids,
+                "reason": result.reason,
+                "content": result.content,
+            }
+        output = result.content if result.output_json is None else result.output_json
+        return 200, {"status": "success", **ids, "output": output, "content": result.content}
+
+    # -- records as JSON ---------------------------------------------------------------------
+
+    def action_json(self, record: ActionRecord) -> dict[str, JsonValue]:
+        registration = self.registration(record.name)
+        return {
+            "kind": record.spec_id if record.point is None else f"{record.spec_id}#{record.point}",
+            "action_id": record.action_id,
+            "name": record.name if record.point is None else f"{record.name}.{record.point}",
+            "tool": record.name,
+            "spec_id": record.spec_id,
+            "point": record.point,
+            "call_id": record.call_id,
+            "run_id": record.run_id,
+            "suspended_at": record.suspended_at,
+            "input": record.payload,
+            "state": record.state,
+            "resolved_at": record.resolved_at,
+            "reason": record.reason,
+            "expires_at": record.expires_at,
+            "description": None if registration is None else registration.spec.description,
+            "submit_schema": dict(record.submit_schema),
+        }
+
+    def call_json(self, record: CallRecord, *, data: bool, channel: str | None = None) -> Any:
+        found: dict[str, Any] = {
+            "call_id": record.call_id,
+            "run_id": record.run_id,
+            "name": record.name,
+            "spec_id": record.spec_id,
+            "state": record.state,
+            "started_at": record.started_at,
+            "input": dict(record.input),
+            "result": record.result,
+        }
+        if data:
+            found["data"] = self.data_json(record.call_id, channel)
+        return found
+
+    def data_json(self, call_id: str, channel: str | None) -> dict[str, JsonValue]:
+        channels: dict[str, JsonValue] = {}
+        for item in self.runtime.store.data(call_id, channel):
+            items = channels.setdefault(item.channel, [])
+            assert isinstance(items, list)
+            items.append({"id": item.item_id, "value": item.value, "updated_at": item.updated_at})
+        return channels
+
+    def registration(self, name: str) -> Registration[Any] | None:
+        """The registration named ``name`` (the runtime has no public lookup by name yet)."""
+        registrations = list(self.runtime.registrations())
+        if self._names is None or len(self._names) != len(registrations):
+            self._names = {r.name: r for r in registrations}
+        return self._names.get(name)
+
+    def kept(self, call_id: str) -> _Outcome | None:
+        return self._outcomes.get(call_id)
+
+    def openapi(self) -> bytes:
+        registrations = list(self.runtime.registrations())
+        if self._openapi is None or self._openapi[0] != len(registrations):
+            document = openapi_document(registrations)
+            self._openapi = (len(registrations), json.dumps(document).encode())
+        return self._openapi[1]
+
+
+async def _ready(outcome: _Outcome) -> _Outcome:
+    return outcome
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+# A \ud800-\udfff escape: only a body with one can hold a lone surrogate (UTF-8 has none).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: JsonValue) -> bool:
+    """Whether a parsed body holds text no UTF-8 store or response can carry (json.loads
+    pairs escaped surrogates that belong together; this finds the ones left alone)."""
+    return not encodable(json.dumps(value, ensure_ascii=False))
+
+
+def _refuse_nul(request: Request) -> None:
+    """A NUL in the path or the query names nothing (and PostgreSQL's text cannot hold it)."""
+    values = (*request.path_params.values(), *request.query_params.values())
+    if any("\x00" in value for value in values if isinstance(value, str)):
+        raise Refused(HttpError.MALFORMED_REQUEST, "The path or query holds a NUL character.")
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    authenticate: Authenticate,
+    allow_anonymous: bool = False,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    inbox: bool = True,
+    mcp: bool = False,
+) -> Starlette:
+    """The runtime's HTTP API (routes under ``/v1``, the approval inbox at ``/inbox``; with
+    ``mcp=True``, ``blade-runtime[mcp]``'s streamable-HTTP MCP endpoint at ``/mcp``, behind the
+    same authentication).
+
+    ``authenticate(request)`` returns the request's Principal or None (401), sync or async; with
+    ``allow_anonymous=True`` a request it returns None for is an operator, but only on a server
+    bound to loopback, from loopback (local development). Bodies over ``max_body_bytes`` are 413.
+    """
+    if not callable(authenticate):
+        raise TypeError("create_app: authenticate must be a function of the request")
+    api = Api(runtime, authenticate, allow_anonymous, max_body_bytes)
+
+    def route(
+        handler: Callable[[Request, Principal], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                principal = await api.principal(request)
+                _refuse_nul(request)
+                return await handler(request, principal)
+            except Refused as refused:
+                return error_response(refused.code, refused.message)
+            except StoreUnavailable:
+                return error_response(ErrorCode.STORE_UNAVAILABLE, "The store is unavailable.")
+
+        return endpoint
+
+    def run_of(request: Request) -> str:
+        run_id = request.query_params.get("run_id", "default")
+        if not run_id:
+            raise Refused(HttpError.MALFORMED_REQUEST, "run_id must not be empty.")
+        return run_id
+
+    async def tools(request: Request, principal: Principal) -> Response:
+        return json_response(
+            {
+                "tools": [
+                    {
+                        "name": r.name,
+                        "spec_id": r.spec.id,
+                        "execution": r.spec.execution,
+                        "description": r.spec.description,
+                        "points": sorted(r.points),
+                    }
+                    for r in runtime.registrations()
+                    if runtime.is_allowed(r.name)
+                ]
+            }
+        )
+
+    async def call(request: Request, principal: Principal) -> Response:
+        name = request.path_params["name"]
+        call_id = request.headers.get("idempotency-key") or request.query_params.get("call_id")
+        if call_id is not None and not storable_id(call_id):
+            raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
+        run_id = run_of(request)
+        arguments = await api.body(request)
+        outcome = await api.call(
+            principal,
+            name,
+            arguments,
+            call_id=call_id,
+            run_id=run_id,
+            thread_id=request.query_params.get("thread_id"),
+        )
+        return json_response(outcome.body, outcome.status)
+
+    async def read_call(request: Request, principal: Principal) -> Response:
+        call_id = request.path_params["call_id"]
+        record = runtime.store.call(call_id)
+        if record is not None and not principal.may_see(record.tenant):
+            raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
+        if record is None:  # a store that forgot the call: its first answer, kept here
+            kept = api.kept(call_id)
+            if kept is None or not principal.may_see(kept.tenant):
+                raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
+            registration = api.registration(kept.name)
+            spec_id = "" if registration is None else registration.spec.id
+            data = api.data_json(call_id, request.query_params.get("channel"))
+            return json_response(kept.record_json(call_id, spec_id, data))
+        channel = request.query_params.get("channel")
+        return json_response(api.call_json(record, data=True, channel=channel))
+
+    async def run_calls(request: Request, principal: Principal) -> Response:
+        run_id = request.path_params["run_id"]
+        found = runtime.store.calls(run_id=run_id, tenant=api.tenant_filter(principal))
+        return json_response({"calls": [api.call_json(r, data=False) for r in found]})
+
+    async def list_actions(request: Request, principal: Principal) -> Response:
+        query = request.query_params
+        state_text = query.get("state", "pending")
+        if state_text not in (*ACTION_STATES, "any"):
+            raise Refused(
+                HttpError.MALFORMED_REQUEST,
+                f"state is one of {', '.join(ACTION_STATES)} or any, not {state_text!r}.",
+            )
+        state: ActionState | None = None if state_text == "any" else state_text  # type: ignore[assignment]
+        found = runtime.store.actions(
+            state=state,
+            run_id=query.get("run_id"),
+            name=query.get("tool"),
+            tenant=api.tenant_filter(principal),
+        )
+        return json_response({"actions": [api.action_json(a) for a in found]})
+
+    async def read_action(request: Request, principal: Principal) -> Response:
+        record = api.visible_action(principal, request.path_params["action_id"])
+        return json_response(api.action_json(record))
+
+    async def submit(request: Request, principal: Principal) -> Response:
+        record = api.visible_action(principal, request.path_params["action_id"])
+        expected = request.path_params.get("name")
+        if expected is not None and (
+            record.name != expected or record.point != request.path_params.get("point")
+        ):
+            raise Refused(ErrorCode.UNKNOWN_ACTION, f"No pending action {record.action_id!r}.")
+        payload = await api.body(request)
+        # runtime.submit reads a str as JSON text: a body that is a JSON string is that string
+        result = await runtime.submit(
+            record.action_id, json.dumps(payload) if isinstance(payload, str) else payload
+        )
+        status, body = api.result_json(result)
+        return json_response(body, status)
+
+    async def settle(request: Request, principal: Principal) -> Response:
+        record = api.visible_action(principal, request.path_params["action_id"])
+        body = await api.body(request, optional=True)
+        if body is not None and not isinstance(body, dict):
+            raise Refused(HttpError.MALFORMED_REQUEST, "The body is a JSON object.")
+        fields = body or {}
+        cancelling = request.url.path.endswith("/cancel")
+        key = "reason" if cancelling else "error"
+        text = fields.get(key, "cancelled" if cancelling else None)
+        if not isinstance(text, str) or not text.strip() or "\x00" in text:
+            raise Refused(HttpError.MALFORMED_REQUEST, f"{key} is a non-empty string without NUL.")
+        if cancelling:
+            result = runtime.cancel(record.action_id, text)
+        else:
+            result = runtime.fail(record.action_id, text)
+        if isinstance(result, ToolError) and result.code in (
+            ErrorCode.CANCELLED,
+            ErrorCode.TOOL_FAILED,
+        ):
+            return json_response(
+                {
+                    "status": "error",
+                    "call_id": result.call.call_id,
+                    "run_id": result.call.run_id,
+                    "code": result.code.value,
+                    "message": result.message,
+                }
+            )
+        status, answer = api.result_json(result)
+        return json_response(answer, status)
+
+    async def events(request: Request, principal: Principal) -> Response:
+        run_id = request.path_params["run_id"]
+        if not api.sees_run(principal, run_id):
+            raise Refused(HttpError.UNKNOWN_RUN, f"No run {run_id!r}.")
+        resume = request.headers.get("last-event-id") or request.query_params.get("after")
+        after: int | None = None
+        if resume is not None:
+            if not (resume.isascii() and resume.isdigit() and len(resume) <= 18):
+                raise Refused(HttpError.MALFORMED_REQUEST, "Last-Event-ID is a sequence number.")
+            after = int(resume)
+        subscription = runtime.subscribe(run_id, after=after)
+        return StreamingResponse(
+            _stream(api, principal, subscription),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def openapi(request: Request) -> Response:
+        return Response(api.openapi(), media_type="application/json")
+
+    routes = [
+        Route("/v1/openapi.json", openapi, methods=["GET"]),
+        Route("/v1/tools", route(tools), methods=["GET"]),
+        Route("/v1/tools/{name}/calls", route(call), methods=["POST"]),
+        Route(
+            "/v1/tools/{name}/points/{point}/submit/{action_id}",
+            route(submit),
+            methods=["POST"],
+        ),
+        Route("/v1/tools/{name}/output/submit/{action_id}", route(submit), methods=["POST"]),
+        Route("/v1/calls/{call_id}", route(read_call), methods=["GET"]),
+        Route("/v1/runs/{run_id}/calls", route(run_calls), methods=["GET"]),
+        Route("/v1/runs/{run_id}/events", route(events), methods=["GET"]),
+        Route("/v1/actions", route(list_actions), methods=["GET"]),
+        Route("/v1/actions/{action_id}", route(read_action), methods=["GET"]),
+        Route("/v1/actions/{action_id}/submit", route(submit), methods=["POST"]),
+        Route("/v1/actions/{action_id}/cancel", route(settle), methods=["POST"]),
+        Route("/v1/actions/{action_id}/fail", route(settle), methods=["POST"]),
+    ]
+    if inbox:
+        routes += _inbox_routes()
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        if error.status_code == 405:
+            return error_response(HttpError.METHOD_NOT_ALLOWED, "Method not allowed.")
+        if error.status_code == 404:
+            return error_response(HttpError.NOT_FOUND, f"No route {request.url.path}.")
+        return error_response(HttpError.INTERNAL, str(error.detail))
+
+    async def server_error(request: Request, error: Exception) -> Response:
+        log.error("%s %s failed: %s", request.method, request.url.path, type(error).__name__)
+        return error_response(HttpError.INTERNAL, "The server failed; see its log.")
+
+    lifespan = None
+    if mcp:
+        from blade_runtime.serving.mcp import McpMount
+
+        def refused(error: Exception) -> Response | None:
+            return error_response(error.code, error.message) if isinstance(error, Refused) else None
+
+        mount = McpMount(runtime, api.principal, refused, inbox_path="/inbox" if inbox else None)
+        routes.append(Route("/mcp", mount))
+        lifespan = mount.lifespan
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan,
+    )
+    app.state.api = api
+    return app
+
+
+async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIterator[str]:
+    """Server-Sent Events of one run: ``id`` is the event's sequence number (resume with
+    Last-Event-ID), ``event`` its kind; events of calls of other tenants are left out."""
+    api.streams.add(subscription)
+    tenants: dict[str, str] = {}
+    try:
+        yield "retry: 1000\n\n"
+        iterator = subscription.__aiter__()
+        while True:
+            try:
+                event: Event = await asyncio.wait_for(iterator.__anext__(), HEARTBEAT_S)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            except StopAsyncIteration:
+                return
+            if not principal.operator:
+                tenant = tenants.get(event.call_id)
+                if tenant is None:  # one lookup per call of the run (None: not yet known)
+                    tenant = api.tenant_of(event.call_id)
+                    if tenant is not None:
+                        tenants[event.call_id] = tenant
+                if tenant != principal.tenant:
+                    continue
+            data = json.dumps(
+                {
+                    "run_id": event.run_id,
+                    "call_id": event.call_id,
+                    "kind": event.kind,
+                    "payload": event.payload,
+                    "at": event.at,
+                    "seq": event.seq,
+                },
+                separators=(",", ":"),
+            )
+            head = f"id: {event.seq}\n" if event.seq else ""
+            yield f"{head}event: {event.kind}\ndata: {data}\n\n"
+    finally:
+        api.streams.discard(subscription)
+        subscription.close()
+
+
+_INBOX_FILES: Final = {
+    "/inbox": ("index.html", "text/html; charset=utf-8"),
+    "/inbox/inbox.js": ("inbox.js", "text/javascript; charset=utf-8"),
+    "/inbox/inbox.css": ("inbox.css", "text/css; charset=utf-8"),
+}
+_CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def _inbox_routes() -> list[Route]:
+    """The approval inbox: static files shipped in the package; its data comes from /v1 with
+    the page's credentials, so the page itself holds nothing to protect."""
+    folder = resources.files("blade_runtime.serving.http") / "inbox"
+    routes = []
+    for path, (file, media) in _INBOX_FILES.items():
+        content = (folder / file).read_bytes()
+
+        async def serve(request: Request, content: bytes = content, media: str = media) -> Response:
+            return Response(
+                content,
+                media_type=media,
+                headers={"Content-Security-Policy": _CSP, "Cache-Control": "no-cache"},
+            )
+
+        routes.append(Route(path, serve, methods=["GET"]))
+    return routes

@@ -1,0 +1,83 @@
+"""HTTP statuses of the runtime's error codes, and the codes only the HTTP layer has.
+
+Every error body is ``{"code": ..., "message": ...}``: one line, meant for people and programs,
+never a traceback and never a credential.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+from blade_runtime.core.results import ErrorCode
+
+
+class HttpError(StrEnum):
+    """Codes of requests the API refuses before the runtime sees them."""
+
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    """No credentials, or credentials the application's ``authenticate`` did not accept."""
+    ANONYMOUS_REFUSED = "ANONYMOUS_REFUSED"
+    """Anonymous access is allowed only on a server bound to loopback, from loopback."""
+    NOT_FOUND = "NOT_FOUND"
+    """No such route."""
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    UNKNOWN_CALL = "UNKNOWN_CALL"
+    """No call with that id exists for the principal."""
+    UNKNOWN_RUN = "UNKNOWN_RUN"
+    """No call of that run exists for the principal."""
+    MALFORMED_REQUEST = "MALFORMED_REQUEST"
+    """The body is not JSON, or a parameter has the wrong form."""
+    BODY_TOO_LARGE = "BODY_TOO_LARGE"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    IDEMPOTENCY_CONFLICT = "IDEMPOTENCY_CONFLICT"
+    """The idempotency key (call id) is taken by another call: other arguments, tool or caller."""
+    CALL_IN_PROGRESS = "CALL_IN_PROGRESS"
+    """A call with this idempotency key is still running elsewhere; retry later."""
+    INTERNAL = "INTERNAL"
+
+
+STATUS: Final[dict[str, int]] = {
+    ErrorCode.INVALID_INPUT: 422,
+    ErrorCode.INVALID_OUTPUT: 502,
+    ErrorCode.TOOL_FAILED: 424,
+    ErrorCode.TOOL_ERROR: 500,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.CANCELLED: 409,
+    ErrorCode.TOOL_HANDLER_NOT_FOUND: 404,
+    ErrorCode.TOOL_NOT_ALLOWED: 403,
+    ErrorCode.TOOL_UNAVAILABLE: 503,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.HOOK_ABORTED: 403,
+    ErrorCode.HOOK_FAILED: 500,
+    ErrorCode.HOOK_TIMEOUT: 504,
+    ErrorCode.INVALID_SUBMISSION: 422,
+    ErrorCode.UNKNOWN_ACTION: 404,
+    ErrorCode.ACTION_ALREADY_RESOLVED: 409,
+    ErrorCode.INTERRUPTED: 500,
+    ErrorCode.DUPLICATE_CALL: 409,
+    ErrorCode.OBSERVER_FAILED: 500,
+    ErrorCode.STORE_UNAVAILABLE: 503,
+    HttpError.UNAUTHENTICATED: 401,
+    HttpError.ANONYMOUS_REFUSED: 403,
+    HttpError.NOT_FOUND: 404,
+    HttpError.METHOD_NOT_ALLOWED: 405,
+    HttpError.UNKNOWN_CALL: 404,
+    HttpError.UNKNOWN_RUN: 404,
+    HttpError.MALFORMED_REQUEST: 400,
+    HttpError.BODY_TOO_LARGE: 413,
+    HttpError.UNSUPPORTED_MEDIA_TYPE: 415,
+    HttpError.IDEMPOTENCY_CONFLICT: 409,
+    HttpError.CALL_IN_PROGRESS: 409,
+    HttpError.INTERNAL: 500,
+}
+"""One HTTP status per code (a runtime code the table lacks is a 500, and a test says so)."""
+
+
+def status_of(code: str) -> int:
+    return STATUS.get(code, 500)
+
+
+def one_line(message: str) -> str:
+    """Messages go out as one line."""
+    return " ".join(message.split())

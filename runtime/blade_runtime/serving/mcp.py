@@ -1,0 +1,976 @@
+"""The runtime's tools served over MCP, on the official SDK's low-level server (``[mcp]`` extra).
+
+    server = mcp_server(runtime, principal=Principal("ann", "acme"))   # mcp.server.lowlevel.Server
+    await serve_stdio(runtime)                                          # stdio
+    app = mcp_asgi_app(runtime, authenticate=...)                       # streamable HTTP (ASGI)
+
+``tools/list`` is the runtime's MCP export (names, schemas, annotations from kind and side effect;
+the SDK advertises the schemas, the runtime applies them). ``tools/call`` goes through
+``runtime.call``: a result carries structured content and its JSON text; an error is an
+``isError`` result whose structured content holds our stable code (``{"error": CODE,
+"message": ...}``, the code also in ``_meta``).
+
+A call that waits on a pending action becomes MCP's input-required flow (protocol 2026-07-28)
+when the client can elicit: a form elicitation when the resume schema is flat (top-level
+primitive properties), else a URL elicitation to the approval inbox (``inbox_url=``). The
+request state carries only the action's id: on the retry the action is looked up in the store
+and checked against the principal stored with its call (and its tenant), never trusted from the
+client; an accepted form goes to ``runtime.submit`` (an invalid answer asks again and leaves the
+action pending), a decline to ``runtime.cancel``, a dismissal leaves it pending. Any worker
+sharing the store can take the retry. Older protocol versions, and clients that cannot elicit,
+get the pending action as an ordinary result (``{"pending": ..., "action_id": ...}``); it is an
+``isError`` result only where the tool announces an output schema, which a call that has no
+output yet cannot match.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import JsonValue
+
+from blade_runtime.core.caller import CallContext, Principal, may_act_on
+from blade_runtime.core.content import is_blocks, to_mcp
+from blade_runtime.core.export import NAME_RULES, wire_names
+from blade_runtime.core.registry import Registration
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+from blade_runtime.core.store import ActionRecord
+from blade_runtime.runtime import Runtime
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+__all__ = [
+    "RESUME_KEY",
+    "Authenticate",
+    "McpRequest",
+    "McpTools",
+    "flat_form_schema",
+    "mcp_asgi_app",
+    "mcp_server",
+    "serve_stdio",
+]
+
+log = logging.getLogger("blade_runtime.serving.mcp")
+T = TypeVar("T")
+
+RESUME_KEY = "resume"
+"""The key of the one input request a suspended call asks for."""
+META = "io.blade"  # our keys in a result's _meta
+_STATE_PREFIX = "blade1."
+
+
+class McpRequest:
+    """One MCP request as the server sees it: the negotiated protocol version, the client's
+    capabilities, the HTTP request (streamable HTTP; None on stdio and in memory) and the SDK's
+    request context (None on the HTTP fast path)."""
+
+    __slots__ = ("_capabilities", "context", "http", "protocol_version")
+
+    def __init__(
+        self,
+        protocol_version: str,
+        capabilities: Any,
+        http: Request | None = None,
+        context: ServerRequestContext[Any, Any] | None = None,
+    ) -> None:
+        self.protocol_version = protocol_version
+        self._capabilities = capabilities  # a ClientCapabilities, or its raw JSON (parsed lazily)
+        self.http = http
+        self.context = context
+
+    @staticmethod
+    def of(ctx: ServerRequestContext[Any, Any]) -> McpRequest:
+        http = ctx.request if _is_http(ctx.request) else None
+        return McpRequest(ctx.protocol_version, ctx.session.client_capabilities, http, ctx)
+
+    @property
+    def capabilities(self) -> types.ClientCapabilities | None:
+        raw = self._capabilities
+        if raw is None or isinstance(raw, types.ClientCapabilities):
+            return raw
+        parsed: types.ClientCapabilities | None
+        try:
+            parsed = types.ClientCapabilities.model_validate(raw)
+        except ValueError:
+            parsed = None
+        self._capabilities = parsed
+        return parsed
+
+
+def _is_http(request: Any) -> bool:
+    from starlette.requests import Request
+
+    return isinstance(request, Request)
+
+
+Authenticate: TypeAlias = Callable[[McpRequest], Principal | Awaitable[Principal | None] | None]
+"""The application's function from an MCP request (``request.http`` is the HTTP request on
+streamable HTTP, with its headers) to its authenticated principal, or None for none."""
+
+_PRIMITIVE = frozenset({"string", "number", "integer", "boolean"})
+_FORM_KEYS = frozenset(
+    {
+        "type",
+        "title",
+        "description",
+        "default",
+        "enum",
+        "enumNames",
+        "oneOf",
+        "format",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "items",
+        "minItems",
+        "maxItems",
+    }
+)
+_FORM_FORMATS = frozenset({"date", "date-time", "email", "uri"})
+
+
+def flat_form_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``schema`` as an MCP form's requested schema when it is flat (an object of top-level
+    primitive properties, or arrays of enum strings), else None (a URL elicitation is needed).
+
+    Only the keywords a form may carry are kept; the runtime still validates the answer against
+    the whole resume schema (a pattern, say), and asks again when it is refused."""
+    if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
+        return None
+    if any(key in schema for key in ("$ref", "allOf", "anyOf", "oneOf", "if", "patternProperties")):
+        return None
+    properties: dict[str, Any] = {}
+    for name, prop in schema["properties"].items():
+        form = _form_property(prop)
+        if form is None:
+            return None
+        properties[name] = form
+    requested: dict[str, Any] = {"type": "object", "properties": properties}
+    required = schema.get("required")
+    if isinstance(required, list) and required:
+        requested["required"] = [str(name) for name in required]
+    return requested
+
+
+def _form_property(prop: Any) -> dict[str, Any] | None:
+    if not isinstance(prop, dict):
+        return None
+    kind = prop.get("type")
+    if kind is None and isinstance(prop.get("enum"), list):
+        if not all(isinstance(value, str) for value in prop["enum"]):
+            return None
+        kind = "string"
+    if kind == "array":
+        items = prop.get("items")
+        if not isinstance(items, dict) or not isinstance(items.get("enum"), list):
+            return None
+        if not all(isinstance(value, str) for value in items["enum"]):
+            return None
+    elif kind not in _PRIMITIVE:
+        return None
+    if "enum" in prop and not all(isinstance(value, str) for value in prop["enum"]):
+        return None  # forms offer string choices only
+    form = {key: value for key, value in prop.items() if key in _FORM_KEYS}
+    form["type"] = kind
+    if form.get("format") not in (None, *_FORM_FORMATS):
+        del form["format"]
+    return form
+
+
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    names: tuple[str, ...]
+    result: types.ListToolsResult
+    from_wire: Mapping[str, str]
+    to_wire: Mapping[str, str]
+    structured: frozenset[str]  # wire names that announce an output schema
+    input_schemas: Mapping[str, Mapping[str, Any]]
+
+
+class McpTools:
+    """The two MCP handlers over one runtime (``mcp_server`` wires them into a Server)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        principal: Principal | None = None,
+        authenticate: Authenticate | None = None,
+        inbox_url: str | Callable[[McpRequest], str | None] | None = None,
+        run_id: str = "mcp",
+        anonymous: bool = False,
+    ) -> None:
+        """``principal``: who every call is for (a stdio server has one user); ``authenticate``:
+        or the application's function of the request, whose None refuses the request unless
+        ``anonymous`` (then it is anonymous, as with neither). ``inbox_url``: the approval
+        inbox, for resume schemas a form cannot hold (``{action_id}`` in it is replaced by the
+        action's id; otherwise the id is appended as a path segment), or a function of the
+        request giving it."""
+        self.runtime = runtime
+        self.principal = principal
+        self.authenticate = authenticate
+        self.anonymous = anonymous
+        self.inbox_url = inbox_url
+        self.run_id = run_id
+        self._listing: _Listing | None = None
+
+    # -- tools/list ---------------------------------------------------------------------------
+
+    def listing(self, context: CallContext | None = None) -> _Listing:
+        """The tool list for ``context`` (a registration's ``enabled`` and ``describe`` may
+        depend on the caller); cached while no registration depends on it."""
+        registrations = list(self.runtime.registrations())
+        names = tuple(r.name for r in registrations)
+        if any(r.enabled is not None or r.describe is not None for r in registrations):
+            return self._build(names, context)
+        if self._listing is None or self._listing.names != names:
+            self._listing = self._build(names, None)
+        return self._listing
+
+    def _build(self, names: tuple[str, ...], context: CallContext | None) -> _Listing:
+        exported = self.runtime.export("mcp", context=context, run_id=self.run_id)
+        document = exported.document
+        assert isinstance(document, dict) and isinstance(document["tools"], list)
+        tools: list[types.Tool] = []
+        structured: set[str] = set()
+        for entry in document["tools"]:
+            assert isinstance(entry, dict)
+            name = str(entry["name"])
+            registration = next(
+                r for r in self.runtime.registrations() if r.name == exported.names.name(name)
+            )
+            exported_tool = registration.exported()
+            hints = entry.get("annotations")
+            annotations = types.ToolAnnotations(
+                read_only_hint=isinstance(hints, dict) and hints.get("readOnlyHint") is True,
+                idempotent_hint=isinstance(hints, dict) and hints.get("idempotentHint") is True,
+                # a write or execute tool may destroy; a pure tool never does
+                destructive_hint=(
+                    None
+                    if exported_tool.kind == "read_only"
+                    else exported_tool.side_effect != "pure"
+                ),
+            )
+            output = entry.get("outputSchema")
+            if isinstance(output, dict):
+                structured.add(name)
+            tools.append(
+                types.Tool(
+                    name=name,
+                    description=str(entry["description"]),
+                    input_schema=dict(entry["inputSchema"]),  # type: ignore[arg-type]
+                    output_schema=dict(output) if isinstance(output, dict) else None,
+                    annotations=annotations,
+                )
+            )
+        return _Listing(
+            names,
+            types.ListToolsResult(tools=tools),
+            exported.names.from_wire,
+            exported.names.to_wire,
+            frozenset(structured),
+            {tool.name: tool.input_schema for tool in tools},
+        )
+
+    def input_schema(self, wire: str) -> Mapping[str, Any] | None:
+        """The input schema of the tool listed as ``wire`` (None: no such tool), whoever asks
+        (the SDK checks Mcp-Param headers with it before any handler runs)."""
+        listing = self._listing
+        if listing is not None and listing.names == self._names():
+            return listing.input_schemas.get(wire)
+        registration = self._registration(wire)
+        return None if registration is None else registration.spec.input_schema
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.runtime.registrations())
+
+    def _registration(self, wire: str) -> Registration[Any] | None:
+        """The registration listed as ``wire``, whoever asks (None: none)."""
+        name = wire_names(self._names(), NAME_RULES["mcp"]).from_wire.get(wire, wire)
+        return next((r for r in self.runtime.registrations() if r.name == name), None)
+
+    def _announces_output(self, wire: str) -> bool:
+        """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
+        content can only be an object, so only an object schema is announced)."""
+        listing = self._listing
+        if listing is not None and listing.names == self._names():
+            return wire in listing.structured
+        registration = self._registration(wire)
+        output = None if registration is None else registration.spec.output_schema
+        return isinstance(output, dict) and output.get("type") == "object"
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        principal = await self._principal(McpRequest.of(ctx))
+        return self.listing(CallContext(principal=principal)).result
+
+    # -- tools/call ---------------------------------------------------------------------------
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        return await self.handle(McpRequest.of(ctx), params)
+
+    async def handle(
+        self, req: McpRequest, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """One tools/call (the SDK's handler, and the HTTP fast path, call this)."""
+        principal = await self._principal(req)
+        listing = self.listing(CallContext(principal=principal))
+        name = listing.from_wire.get(params.name, params.name)
+        if params.request_state is not None:
+            return await self._retry(req, params, principal, name)
+        result = await self.runtime.call(
+            name,
+            params.arguments or {},
+            run_id=self.run_id,
+            context=CallContext(principal=principal),
+        )
+        return self._answer(req, result, params.name)
+
+    async def _principal(self, req: McpRequest) -> Principal | None:
+        if self.authenticate is None:
+            return self.principal
+        found = self.authenticate(req)
+        if inspect.isawaitable(found):
+            found = await found
+        if found is None and not self.anonymous:
+            # as the HTTP API's 401: a request nobody vouched for is not served as anonymous
+            raise MCPError(INVALID_REQUEST, "Authentication required.")
+        return found
+
+    def _answer(
+        self,
+        req: McpRequest,
+        result: ToolResult[Any],
+        wire: str,
+        note: str | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if isinstance(result, ToolPending):
+            action = self.runtime.store.action(result.action.action_id)
+            if action is not None:
+                asked = self._ask(req, action, note)
+                if asked is not None:
+                    return asked
+            return self._pending_result(result.content, wire, result.action.action_id)
+        if isinstance(result, ToolError):
+            return _error(result.code, result.message)
+        output = result.output_json if isinstance(result, ToolSuccess) else None
+        return _success(result.content, req.protocol_version, output)
+
+    def _ask(
+        self, req: McpRequest, action: ActionRecord, note: str | None
+    ) -> types.InputRequiredResult | None:
+        """The input-required result asking for the action's resume payload, or None where
+        this client cannot answer one (older protocol, no elicitation, no inbox)."""
+        if req.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return None
+        capabilities = req.capabilities
+        elicitation = None if capabilities is None else capabilities.elicitation
+        if elicitation is None:
+            return None
+        form_ok = elicitation.form is not None or elicitation.url is None
+        message = _message(action, note)
+        form = flat_form_schema(action.submit_schema)
+        params: types.ElicitRequestFormParams | types.ElicitRequestURLParams
+        if form is not None and form_ok:
+            params = types.ElicitRequestFormParams(message=message, requested_schema=form)
+        elif elicitation.url is not None and (url := self._inbox(req, action.action_id)):
+            params = types.ElicitRequestURLParams(message=message, url=url)
+        else:
+            return None
+        return types.InputRequiredResult(
+            input_requests={RESUME_KEY: types.ElicitRequest(params=params)},
+            request_state=_state(action.action_id),
+        )
+
+    def _inbox(self, req: McpRequest, action_id: str) -> str | None:
+        inbox = self.inbox_url(req) if callable(self.inbox_url) else self.inbox_url
+        if inbox is None:
+            return None
+        if "{action_id}" in inbox:
+            return inbox.replace("{action_id}", action_id)
+        return f"{inbox.rstrip('/')}/{action_id}"
+
+    async def _retry(
+        self,
+        req: McpRequest,
+        params: types.CallToolRequestParams,
+        principal: Principal | None,
+        name: str,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        action_id = _action_of(params.request_state)
+        action = None if action_id is None else self.runtime.store.action(action_id)
+        if action is None or action.name != name or not self._may_answer(principal, action):
+            # another principal's action does not exist for this one
+            return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
+        if action.state != "pending":
+            return self._settled(req, action, params.name)
+        response = (params.input_responses or {}).get(RESUME_KEY)
+        if not isinstance(response, types.ElicitResult):
+            return self._again(req, action, params.name, None)
+        if response.action == "decline":
+            cancelled = self.runtime.cancel(action.action_id, "declined by the user")
+            return self._answer(req, cancelled, params.name)
+        if response.action == "cancel" or response.content is None:
+            # dismissed, or a URL elicitation the user agreed to open: the action waits on
+            return self._settled(req, action, params.name)
+        answer: dict[str, Any] = dict(response.content)
+        submitted = await self.runtime.submit(action.action_id, answer)
+        if isinstance(submitted, ToolError) and submitted.code == ErrorCode.INVALID_SUBMISSION:
+            return self._again(req, action, params.name, submitted.message)
+        return self._answer(req, submitted, params.name)
+
+    def _again(
+        self,
+        req: McpRequest,
+        action: ActionRecord,
+        wire: str,
+        note: str | None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        asked = self._ask(req, action, note)
+        if asked is not None:
+            return asked
+        return self._pending_result(_pending_json(action), wire, action.action_id)
+
+    def _settled(self, req: McpRequest, action: ActionRecord, wire: str) -> types.CallToolResult:
+        """What the action's call has come to, as the store records it (another worker, the
+        inbox or an operator may have resolved it): its result once settled, or the pending
+        action while it waits."""
+        if action.state == "pending":
+            return self._pending_result(_pending_json(action), wire, action.action_id)
+        call = self.runtime.store.call(action.call_id)
+        recorded = None if call is None or call.state != "settled" else call.result
+        if isinstance(recorded, dict):
+            if recorded.get("status") == "error":
+                code = ErrorCode(str(recorded.get("code")))
+                return _error(code, str(recorded.get("message", "")))
+            if recorded.get("status") == "success":
+                content, output = recorded.get("content"), recorded.get("output")
+                return _success(content, req.protocol_version, output)
+        if call is not None and call.state == "suspended":
+            # the call went on to wait on a newer action: the model asks about that one
+            newer = self.runtime.store.actions(call_id=call.call_id)
+            if newer:
+                return self._pending_result(_pending_json(newer[-1]), wire, newer[-1].action_id)
+        return self._pending_result(
+            {"pending": _action_name(action), "action_id": action.action_id, "resolved": True},
+            wire,
+            action.action_id,
+        )
+
+    def _may_answer(self, principal: Principal | None, action: ActionRecord) -> bool:
+        """Whether ``principal`` may resolve ``action``: its tenant, and the principal stored with
+        its call (an operator may answer any)."""
+        call = self.runtime.store.call(action.call_id)
+        context = None if call is None else call.context
+        return may_act_on(principal, action.tenant, context)
+
+    def _pending_result(
+        self, content: JsonValue, wire: str, action_id: str
+    ) -> types.CallToolResult:
+        structured = self._announces_output(wire)
+        return types.CallToolResult(
+            content=[types.TextContent(text=_text(content))],
+            structured_content=None if structured else content,
+            is_error=structured,
+            _meta={META: {"status": "pending", "action_id": action_id}},
+        )
+
+
+def _success(content: JsonValue, version: str, output: JsonValue = None) -> types.CallToolResult:
+    """A success: what the model reads as content (content blocks as they are, a sentence as
+    text, other JSON as its text) and the output as structured content (the whole output when
+    the registration projects what the model reads)."""
+    whole = content if output is None else output
+    structured = whole if isinstance(whole, dict) or version in MODERN_PROTOCOL_VERSIONS else None
+    if is_blocks(content):
+        return types.CallToolResult.model_validate(
+            {"content": to_mcp(content), "structuredContent": structured}
+        )
+    text = content if isinstance(content, str) else _text(content)
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=structured
+    )
+
+
+def _error(code: ErrorCode, message: str) -> types.CallToolResult:
+    content: JsonValue = {"error": code.value, "message": message}
+    return types.CallToolResult(
+        content=[types.TextContent(text=_text(content))],
+        structured_content=content,
+        is_error=True,
+        _meta={META: {"status": "error", "code": code.value}},
+    )
+
+
+def _text(content: JsonValue) -> str:
+    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+
+
+def _action_name(action: ActionRecord) -> str:
+    return action.name if action.point is None else f"{action.name}.{action.point}"
+
+
+def _pending_json(action: ActionRecord) -> JsonValue:
+    return {"pending": _action_name(action), "action_id": action.action_id}
+
+
+def _message(action: ActionRecord, note: str | None) -> str:
+    payload = action.payload
+    prompt = payload.get("prompt") if isinstance(payload, dict) else None
+    text = prompt if isinstance(prompt, str) else f"{_action_name(action)}: {_text(payload)}"
+    return text if note is None else f"{text}\n\nThe last answer was refused: {note}"
+
+
+def _state(action_id: str) -> str:
+    """The request state: the action's id, nothing the server would have to trust."""
+    return _STATE_PREFIX + base64.urlsafe_b64encode(action_id.encode()).decode()
+
+
+def _action_of(state: str | None) -> str | None:
+    if state is None or not state.startswith(_STATE_PREFIX):
+        return None
+    try:
+        return base64.urlsafe_b64decode(state[len(_STATE_PREFIX) :].encode()).decode()
+    except ValueError:
+        return None
+
+
+# -- servers and transports ---------------------------------------------------------------------
+
+
+def mcp_server(
+    runtime: Runtime,
+    *,
+    name: str = "blade-runtime",
+    principal: Principal | None = None,
+    authenticate: Authenticate | None = None,
+    inbox_url: str | Callable[[McpRequest], str | None] | None = None,
+    run_id: str = "mcp",
+) -> Server[Any]:
+    """A low-level MCP server serving ``runtime``'s tools (see the module's doc)."""
+    tools = McpTools(
+        runtime,
+        principal=principal,
+        authenticate=authenticate,
+        inbox_url=inbox_url,
+        run_id=run_id,
+    )
+    return _server(tools, name)
+
+
+def _security(host: str) -> Any:
+    """The SDK's DNS-rebinding protection for a loopback host (as streamable_http_app sets)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
+    from blade_runtime import __version__
+
+    return Server(
+        name,
+        version=__version__,
+        on_list_tools=tools.list_tools,
+        on_call_tool=tools.call_tool,
+        # Mcp-Param header checks read the schema here instead of running tools/list per call
+        get_tool_input_schema=tools.input_schema,
+    )
+
+
+async def serve_stdio(
+    runtime: Runtime,
+    *,
+    principal: Principal | None = None,
+    inbox_url: str | None = None,
+) -> None:
+    """Serve ``runtime`` over this process's stdin and stdout until the client closes them."""
+    from mcp.server.stdio import stdio_server
+
+    server = mcp_server(runtime, principal=principal, inbox_url=inbox_url)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+_MODERN = frozenset(version.encode() for version in MODERN_PROTOCOL_VERSIONS)
+MAX_BODY_BYTES = 4 * 1024 * 1024  # the SDK's default request body limit
+
+
+class FastPath:
+    """Streamable HTTP with a short path for the common request: a stateless 2026-07-28
+    ``tools/call`` wanting a JSON response, without ``Mcp-Param-*`` headers.
+
+    It passes the SDK's own checks (transport security, Accept, duplicated routing headers, the
+    envelope classifier) and answers with the SDK's own wire serialization of the result, but
+    calls the handler directly instead of through the SDK's per-request server loop (a
+    connection, a runner, the middleware chain: most of a call's cost over HTTP). Every other
+    request, and any request these checks would refuse, goes to the SDK's app unchanged (its body
+    replayed), so the SDK gives its answer and its error. Nothing here is traced by the SDK's
+    OpenTelemetry middleware."""
+
+    def __init__(
+        self, app: Any, server: Server[Any], tools: McpTools, path: str, security: Any
+    ) -> None:
+        from mcp.server.transport_security import TransportSecurityMiddleware
+
+        self.app = app
+        self.server = server
+        self.tools = tools
+        self.path = path
+        self.security = TransportSecurityMiddleware(security)
+        self.served = 0  # requests answered here rather than by the SDK's app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self._candidate(scope):
+            await self.app(scope, receive, send)
+            return
+        body = await _body(receive)
+        replayed = _replay(body, receive)
+        if body is None:
+            await self.app(scope, replayed, send)
+            return
+        answered = await self._answer(scope, replayed, body, receive)
+        if answered is None:
+            await self.app(scope, replayed, send)
+        else:
+            self.served += 1
+            await answered(scope, replayed, send)
+
+    def _candidate(self, scope: Any) -> bool:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            return False
+        version = method = None
+        for key, value in scope["headers"]:
+            if key == b"mcp-protocol-version":
+                version = value
+            elif key == b"mcp-method":
+                method = value
+            elif (
+                key.startswith(b"mcp-param-")
+                or key == b"mcp-session-id"
+                or (
+                    key == b"content-length"
+                    and (not value.isdigit() or int(value) > MAX_BODY_BYTES)
+                )
+            ):
+                return False
+        return version in _MODERN and method == b"tools/call"
+
+    async def _answer(self, scope: Any, receive: Any, body: bytes, wire: Any) -> Any:
+        """The response to send, or None: the SDK's app answers. ``receive`` replays the body
+        (for the application's authenticate); ``wire`` is the server's own, read only for the
+        client's disconnect."""
+        from mcp.server.runner import modern_error_data
+        from mcp.server.streamable_http import check_accept_headers
+        from mcp.shared.inbound import (
+            InboundModernRoute,
+            classify_inbound_request,
+            find_duplicated_routing_header,
+        )
+        from mcp_types import methods
+        from pydantic import ValidationError
+        from starlette.requests import Request
+        from starlette.responses import Response
+
+        request = Request(scope, receive)
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return None
+        if not check_accept_headers(request)[0]:
+            return None
+        if find_duplicated_routing_header(request.headers.items()) is not None:
+            return None
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(decoded, dict) or decoded.get("method") != "tools/call":
+            return None
+        request_id = decoded.get("id")
+        if decoded.get("jsonrpc") != "2.0" or isinstance(request_id, bool):
+            return None
+        if not isinstance(request_id, str | int):
+            return None
+        verdict = classify_inbound_request(decoded, headers=dict(request.headers))
+        if not isinstance(verdict, InboundModernRoute):
+            return None
+        try:
+            params = types.CallToolRequestParams.model_validate(decoded.get("params"))
+        except ValidationError:
+            return None
+        version = verdict.protocol_version
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+        try:
+            result = await _unless_gone(
+                self.tools.handle(
+                    McpRequest(version, verdict.client_capabilities, request), params
+                ),
+                wire,
+            )
+            if result is None:  # the client went away (a cancelled request): the call is too
+                return Response(status_code=499)
+            dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            shaped = methods.serialize_server_result("tools/call", version, dumped)
+        except Exception as error:  # the SDK's mapping of a handler's failure
+            if not isinstance(error, MCPError):  # a refusal is an answer, not a failure
+                log.exception("tools/call %s failed", params.name)
+            data = modern_error_data(error)
+            reply["error"] = data.model_dump(mode="json", by_alias=True, exclude_none=True)
+            return Response(_text(reply), media_type="application/json")
+        shaped.setdefault("resultType", "complete")
+        meta = shaped.get("_meta")
+        stamp = {types.SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        shaped["_meta"] = stamp if not isinstance(meta, dict) else {**meta, **stamp}
+        reply["result"] = shaped
+        return Response(_text(reply), media_type="application/json")
+
+
+async def _unless_gone(work: Awaitable[T], receive: Any) -> T | None:
+    """``work``'s result, or None once the client disconnects, ``work`` then cancelled: a
+    client that cancels a tools/call over stateless HTTP closes its request (its
+    notifications/cancelled has no session to reach this one by), and the runtime's call
+    must stop as it would on stdio."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass  # a server that sends more of the (already read) body
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this request is cancelled itself
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task})  # its cancellation runs to its end (the call settles CANCELLED)
+    return None
+
+
+async def _body(receive: Any) -> bytes | None:
+    """The request body (None: larger than the limit, or the client went away)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes | None, receive: Any) -> Any:
+    """A receive that hands out ``body`` first (as one message), then what ``receive`` gives."""
+    sent = body is None
+
+    async def replayed() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def mcp_asgi_app(
+    runtime: Runtime,
+    *,
+    authenticate: Authenticate | None = None,
+    principal: Principal | None = None,
+    anonymous: bool = False,
+    inbox_url: str | Callable[[McpRequest], str | None] | None = None,
+    path: str = "/mcp",
+    host: str = "127.0.0.1",
+    stateless: bool = True,
+    fast_path: bool = True,
+) -> Any:
+    """The streamable-HTTP MCP endpoint at ``path`` as an ASGI app (its lifespan runs the SDK's
+    session manager). Every request is authenticated by ``authenticate``; with neither it nor a
+    fixed ``principal``, pass ``anonymous=True`` (for loopback only: ``host`` sets the SDK's DNS
+    rebinding protection). ``stateless``: no MCP session affinity, so any worker sharing the
+    store answers any request. ``fast_path``: serve plain 2026-07-28 tool calls without the
+    SDK's per-request server loop (``FastPath``; the SDK's app serves everything else)."""
+    if authenticate is None and principal is None and not anonymous:
+        raise ValueError("pass authenticate= (or principal=), or anonymous=True for loopback")
+    tools = McpTools(
+        runtime,
+        principal=principal,
+        authenticate=authenticate,
+        inbox_url=inbox_url,
+        anonymous=anonymous,
+    )
+    server = _server(tools)
+    app = server.streamable_http_app(
+        streamable_http_path=path, stateless_http=stateless, json_response=True, host=host
+    )
+    if not fast_path:
+        return app
+    return FastPath(app, server, tools, path, _security(host))
+
+
+class McpMount:
+    """The MCP endpoint as another ASGI app's route (``create_app(runtime, mcp=True)`` of
+    ``blade_runtime.serving.http`` mounts it at ``/mcp``): that app's authentication decides who the
+    caller is, and a URL elicitation points at its approval inbox.
+
+    ``principal_of(request)`` returns the Principal or raises; ``refused(error)`` turns what it
+    raised into the response to send (None: re-raise). Run ``lifespan`` in the host app's
+    lifespan (the SDK's session manager)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        principal_of: Callable[[Any], Awaitable[Principal]],
+        refused: Callable[[Exception], Any],
+        *,
+        path: str = "/mcp",
+        inbox_path: str | None = "/inbox",
+    ) -> None:
+        self.principal_of = principal_of
+        self.refused = refused
+        self.inbox_path = inbox_path
+        self.app = mcp_asgi_app(
+            runtime,
+            authenticate=self._authenticated,
+            inbox_url=self._inbox_url,
+            path=path,
+            host="",  # no loopback-only Host check: the host app authenticates every request
+        )
+        inner = self.app.app if isinstance(self.app, FastPath) else self.app
+        self.lifespan = inner.router.lifespan_context
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.requests import Request
+
+        try:
+            scope[_PRINCIPAL] = await self.principal_of(Request(scope, receive))
+        except Exception as error:
+            response = self.refused(error)
+            if response is None:
+                raise
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _authenticated(req: McpRequest) -> Principal | None:
+        found = None if req.http is None else req.http.scope.get(_PRINCIPAL)
+        return found if isinstance(found, Principal) else None
+
+    def _inbox_url(self, req: McpRequest) -> str | None:
+        if self.inbox_path is None or req.http is None:
+            return None
+        return f"{str(req.http.base_url).rstrip('/')}{self.inbox_path}#action={{action_id}}"
+
+
+_PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticated principal in
+
+
+def load_runtime(target: str, store_url: str | None) -> Runtime:
+    """``MODULE:ATTRIBUTE``: a Runtime, or a function returning one (called with ``store=`` the
+    opened ``store_url`` when given); found as ``serve`` finds it (the current folder is
+    importable)."""
+    from blade_runtime.serving.serve import ServeError, load
+
+    try:
+        found: Any = load(target, "MODULE:RUNTIME")
+    except ServeError as error:
+        raise ValueError(str(error)) from None
+    if isinstance(found, Runtime):
+        if store_url is not None:
+            raise ValueError(f"{target} is a Runtime with its own store; --store needs a factory")
+        return found
+    if not callable(found):
+        raise ValueError(f"{target} is neither a Runtime nor a function returning one")
+    if store_url is None:
+        made = found()
+    else:
+        from blade_runtime.stores.urls import open_store
+
+        made = found(store=open_store(store_url))
+    if not isinstance(made, Runtime):
+        raise ValueError(f"{target}() did not return a Runtime")
+    return made
+
+
+def run_cli(
+    target: str,
+    *,
+    store_url: str | None = None,
+    http: str | None = None,
+    inbox_url: str | None = None,
+    principal: str | None = None,
+) -> int:
+    """``blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT]``: serve over stdio
+    (or streamable HTTP on a loopback address) until the client (or a signal) ends it."""
+    import sys
+
+    import anyio
+
+    from blade_runtime.core.store import StoreError
+    from blade_runtime.serving.serve import port_number
+
+    who = None
+    if principal is not None:
+        ident, _, tenant = principal.partition("@")
+        who = Principal(ident, tenant)
+    try:
+        runtime = load_runtime(target, store_url)
+    except StoreError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    except (ImportError, AttributeError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if http is None:
+        anyio.run(lambda: serve_stdio(runtime, principal=who, inbox_url=inbox_url))
+        return 0
+    host, _, port = http.rpartition(":")
+    number = port_number(port)
+    if host not in ("127.0.0.1", "localhost", "::1") or number is None:
+        print(
+            f"error: --http {http}: a loopback HOST:PORT (elsewhere, serve mcp_asgi_app with "
+            "authenticate= from your own ASGI server)",
+            file=sys.stderr,
+        )
+        return 2
+    import uvicorn
+
+    app = mcp_asgi_app(
+        runtime, principal=who, anonymous=who is None, inbox_url=inbox_url, host=host
+    )
+    uvicorn.run(app, host=host, port=number, log_level="warning")
+    return 0

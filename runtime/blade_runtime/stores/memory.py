@@ -1,0 +1,283 @@
+"""``MemoryStore``: everything in this process (tests, or apps that need no durability).
+
+It keeps what waits (suspended and pending calls, their actions), the calls that wrote ToolData,
+and the last ``keep_settled`` settled calls of those with their data and actions, so that a
+settled call's data stays readable for a while; older settled calls are forgotten, oldest first.
+Calls that neither wait nor write data are not recorded at all (the runtime's fast path), so
+settling one is a no-op and its call id is not checked for duplicates. Events are not kept: live
+subscribers in this process are their only consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+from dataclasses import replace
+
+from pydantic import JsonValue
+
+from blade_runtime.core.store import (
+    ActionAlreadyResolved,
+    ActionRecord,
+    ActionState,
+    CallRecord,
+    CallState,
+    Claimed,
+    DataRecord,
+    DuplicateCall,
+    Event,
+    LeaseLost,
+    Resolution,
+    Resolved,
+    UnknownAction,
+    clock,
+)
+
+DEFAULT_KEEP_SETTLED = 1000
+
+
+class MemoryStore:
+    """A store in this process's memory; one lock makes every method atomic."""
+
+    durable = False
+    url = "memory:"
+
+    def __init__(self, *, keep_settled: int = DEFAULT_KEEP_SETTLED) -> None:
+        self.keep_settled = keep_settled
+        self._lock = threading.Lock()
+        self._calls: dict[str, CallRecord] = {}
+        self._settled: OrderedDict[str, None] = OrderedDict()  # oldest first
+        self._actions: dict[str, ActionRecord] = {}
+        self._data: dict[tuple[str, str], dict[str, DataRecord]] = {}
+        # By call id, so that forgetting a call costs its own records, not a scan of all.
+        self._call_actions: dict[str, list[str]] = {}
+        self._call_channels: dict[str, set[str]] = {}
+        self._seq = 0
+
+    def begin(self, call: CallRecord, event: Event) -> None:
+        with self._lock:
+            if call.call_id in self._calls:  # settled ones too, like the durable stores
+                raise DuplicateCall(call.call_id)
+            self._calls[call.call_id] = replace(call)
+
+    def suspend(
+        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
+    ) -> None:
+        with self._lock:
+            if known:
+                self._owned(call.call_id, call.owner)
+            self._calls[call.call_id] = replace(call)
+            self._actions[action.action_id] = replace(action)
+            self._call_actions.setdefault(action.call_id, []).append(action.action_id)
+
+    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
+        with self._lock:
+            action = self._actions.get(action_id)
+            if action is None:
+                raise UnknownAction(action_id)
+            if action.state != "pending" or (
+                resolution.only_if_expired
+                and (action.expires_at is None or action.expires_at > clock())
+            ):
+                raise ActionAlreadyResolved(replace(action))
+            action.state = resolution.state
+            action.resume = resolution.resume
+            action.resolved_at = resolution.resolved_at
+            action.reason = resolution.reason
+            call = self._calls[action.call_id]
+            call.state = resolution.call_state
+            call.entry = resolution.call_entry
+            call.result = resolution.call_result
+            if resolution.call_input is not None:
+                call.input = dict(resolution.call_input)
+            if resolution.call_owner is not None:
+                call.owner = resolution.call_owner
+                call.lease_until = clock() + resolution.lease_s
+            else:
+                call.lease_until = 0.0
+            if call.state == "settled":
+                self._retire(call.call_id)
+            return Resolved(replace(action), call.input, call.context)
+
+    def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
+        with self._lock:
+            call = self._calls.get(call_id)
+            if call is None:  # not recorded (it only wrote data): keep its data for a while
+                self._retire(call_id)
+                return
+            if call.state != "running" or call.owner != owner:
+                raise LeaseLost(call_id, owner)
+            call.state = "settled"
+            call.result = result
+            self._retire(call_id)
+
+    def claim(
+        self,
+        owner: str,
+        lease_s: float,
+        *,
+        dead: Collection[str] = (),
+        names: Collection[str] | None = None,
+        call_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Claimed]:
+        at = clock()
+        claimed: list[Claimed] = []
+        with self._lock:
+            if call_id is None:
+                candidates = list(self._calls.values())
+            else:
+                candidates = [self._calls[call_id]] if call_id in self._calls else []
+            for call in candidates:
+                if len(claimed) >= limit:
+                    break
+                orphaned = call.state == "running" and (call.lease_until < at or call.owner in dead)
+                if call.state != "resumable" and not orphaned:
+                    continue
+                if names is not None and call.name not in names:
+                    continue
+                was, previous = call.state, call.owner
+                call.state, call.owner, call.lease_until = "running", owner, at + lease_s
+                claimed.append(Claimed(replace(call), was, previous))
+        return claimed
+
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        until = clock() + lease_s
+        held: set[str] = set()
+        with self._lock:
+            for call in self._calls.values():
+                if call.owner == owner and call.state == "running":
+                    call.lease_until = until
+                    held.add(call.call_id)
+        return held
+
+    def expired(self, limit: int = 100) -> list[ActionRecord]:
+        at = clock()
+        with self._lock:
+            found = [
+                replace(a)
+                for a in self._actions.values()
+                if a.state == "pending" and a.expires_at is not None and a.expires_at <= at
+            ]
+        return sorted(found, key=lambda a: a.expires_at or 0.0)[:limit]
+
+    def owners(self) -> set[str]:
+        at = clock()
+        with self._lock:
+            return {
+                c.owner
+                for c in self._calls.values()
+                if c.state == "running" and c.lease_until >= at
+            }
+
+    def alive(self, owner: str) -> bool | None:
+        return None  # one process: every owner in it is a runtime that may still run
+
+    def attach(self, owner: str) -> None:
+        pass
+
+    def detach(self, owner: str) -> None:
+        pass
+
+    def write_data(self, record: DataRecord, event: Event | None) -> None:
+        with self._lock:
+            items = self._data.setdefault((record.call_id, record.channel), {})
+            self._call_channels.setdefault(record.call_id, set()).add(record.channel)
+            previous = items.get(record.item_id)
+            self._seq += 1
+            items[record.item_id] = replace(record, seq=previous.seq if previous else self._seq)
+
+    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
+        with self._lock:
+            channels = self._call_channels.get(call_id, ()) if channel is None else (channel,)
+            found = [
+                replace(item)
+                for name in channels
+                for item in self._data.get((call_id, name), {}).values()
+            ]
+        return sorted(found, key=lambda item: item.seq)
+
+    def call(self, call_id: str) -> CallRecord | None:
+        with self._lock:
+            found = self._calls.get(call_id)
+            return None if found is None else replace(found)
+
+    def calls(
+        self,
+        states: Iterable[CallState] | None = None,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+    ) -> list[CallRecord]:
+        wanted = None if states is None else set(states)
+        with self._lock:
+            found = [
+                replace(c)
+                for c in self._calls.values()
+                if (wanted is None or c.state in wanted)
+                and run_id in (None, c.run_id)
+                and tenant in (None, c.tenant)
+            ]
+        return sorted(found, key=lambda c: c.started_at)
+
+    def action(self, action_id: str) -> ActionRecord | None:
+        with self._lock:
+            found = self._actions.get(action_id)
+            return None if found is None else replace(found)
+
+    def actions(
+        self,
+        *,
+        state: ActionState | None = "pending",
+        run_id: str | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+        tenant: str | None = None,
+    ) -> list[ActionRecord]:
+        with self._lock:
+            chosen = (
+                self._actions.values()
+                if call_id is None
+                else [self._actions[a] for a in self._call_actions.get(call_id, ())]
+            )
+            return [
+                replace(a)
+                for a in chosen
+                if state in (None, a.state)
+                and run_id in (None, a.run_id)
+                and name in (None, a.name)
+                and call_id in (None, a.call_id)
+                and tenant in (None, a.tenant)
+            ]
+
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        return []  # not kept: live subscribers are the only consumers
+
+    def head(self, run_id: str | None = None) -> int:
+        return 0
+
+    async def changed(self, timeout_s: float) -> None:
+        await asyncio.sleep(timeout_s)  # nothing outside this process writes here
+
+    def close(self) -> None:
+        pass
+
+    # -- helpers (called with the lock held) ---------------------------------------------------
+
+    def _owned(self, call_id: str, owner: str) -> None:
+        call = self._calls.get(call_id)
+        if call is not None and (call.state != "running" or call.owner != owner):
+            raise LeaseLost(call_id, owner)
+
+    def _retire(self, call_id: str) -> None:
+        """A settled call is kept among the last ``keep_settled``; the oldest is forgotten."""
+        self._settled[call_id] = None
+        while len(self._settled) > self.keep_settled:
+            old, _ = self._settled.popitem(last=False)
+            self._calls.pop(old, None)
+            for channel in self._call_channels.pop(old, ()):
+                self._data.pop((old, channel), None)
+            for action_id in self._call_actions.pop(old, ()):
+                self._actions.pop(action_id, None)
