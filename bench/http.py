@@ -259,7 +259,7 @@ def worker(store_url: str, count: int, gap_s: float) -> None:
         runtime = make_runtime(store_url)
         for index in range(count):
             result = await runtime.call("wait", {"n": index}, run_id="latency", context=context)
-            runtime.cancel(result.action.action_id, "done")
+            await runtime.cancel(result.action.action_id, "done")
             await asyncio.sleep(gap_s)
         await runtime.close()
 

@@ -882,7 +882,7 @@ async def main():
     runtime, _ = runtime_of(SQLiteStore(sys.argv[1]))
     context = CallContext(principal=TOKENS["token-alice"])
     result = await runtime.call("refund_payment", REFUND, run_id="shared-run", context=context)
-    runtime.cancel(result.action.action_id, "from another process")
+    await runtime.cancel(result.action.action_id, "from another process")
     await runtime.close()
 
 asyncio.run(main())

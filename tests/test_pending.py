@@ -188,10 +188,10 @@ def test_cancel_and_fail_settle_once_and_name_how(example_package: Any) -> None:
     runtime, _ = runtime_with(example_package)
     first = pending_of(run(runtime.call("refund_payment", REFUND)))
     second = pending_of(run(runtime.call("refund_payment", REFUND)))
-    cancelled = runtime.cancel(first.action.action_id, "the customer withdrew")
+    cancelled = run(runtime.cancel(first.action.action_id, "the customer withdrew"))
     assert isinstance(cancelled, ToolError) and cancelled.code == ErrorCode.CANCELLED
     assert cancelled.message == "The tool call was cancelled: the customer withdrew."
-    failed = runtime.fail(second.action.action_id, "The approval system is down.")
+    failed = run(runtime.fail(second.action.action_id, "The approval system is down."))
     assert isinstance(failed, ToolError) and failed.code == ErrorCode.TOOL_FAILED
     late = run(runtime.submit(first.action.action_id, {"approved": True, "approver": "x"}))
     assert isinstance(late, ToolError) and late.code == ErrorCode.ACTION_ALREADY_RESOLVED

@@ -243,10 +243,10 @@ class RuntimeTransport(Transport):
         return result_data(await self.runtime.submit(action_id, payload))
 
     async def cancel(self, action_id: str, reason: str, ids: dict[str, str]) -> Data:
-        return result_data(self.runtime.cancel(action_id, reason))
+        return result_data(await self.runtime.cancel(action_id, reason))
 
     async def fail(self, action_id: str, error: str, ids: dict[str, str]) -> Data:
-        return result_data(self.runtime.fail(action_id, error))
+        return result_data(await self.runtime.fail(action_id, error))
 
     def pending(self, run_id: str | None) -> list[Data]:
         return [

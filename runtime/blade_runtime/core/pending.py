@@ -51,13 +51,19 @@ class PendingActions(CallPipeline):
     """What happens to a call after it left a pending action."""
 
     async def submit(
-        self, action_id: str, payload: JsonValue | BaseModel | str | bytes
+        self,
+        action_id: str,
+        payload: JsonValue | BaseModel | str | bytes,
+        *,
+        principal: Principal | None = None,
     ) -> ToolResult[Any]:
         """Resolve a pending action with ``payload``: validated against the action's schema
         before anything else (an invalid payload leaves it pending). Exactly one of many
         concurrent submits wins; the others get ACTION_ALREADY_RESOLVED. A suspension re-enters
-        its implementation with a typed resume entry; a client tool's call completes."""
-        action = self.store.action(action_id)
+        its implementation with a typed resume entry; a client tool's call completes.
+        ``principal``: who submits (another tenant's action is UNKNOWN_ACTION to it); None is
+        the application itself."""
+        action = await self.records.action(action_id, principal=principal)
         if action is None:
             return error_result(
                 nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}."
@@ -206,13 +212,17 @@ class PendingActions(CallPipeline):
         arguments = action.payload if isinstance(action.payload, dict) else {}
         return await self._finish(registration, call, arguments, CancellationSignal(), result)
 
-    def cancel(self, action_id: str, reason: str = "cancelled") -> ToolResult[Any]:
+    async def cancel(
+        self, action_id: str, reason: str = "cancelled", *, principal: Principal | None = None
+    ) -> ToolResult[Any]:
         """Settle the action's call as CANCELLED (exactly once, like submit)."""
-        return self._settle_by_id(action_id, cancelled=True, reason=reason)
+        return await self._settle_by_id(action_id, principal, cancelled=True, reason=reason)
 
-    def fail(self, action_id: str, error: str | BaseException) -> ToolResult[Any]:
+    async def fail(
+        self, action_id: str, error: str | BaseException, *, principal: Principal | None = None
+    ) -> ToolResult[Any]:
         """Settle the action's call as TOOL_FAILED with ``error`` as the model's sentence."""
-        return self._settle_by_id(action_id, cancelled=False, reason=str(error))
+        return await self._settle_by_id(action_id, principal, cancelled=False, reason=str(error))
 
     def expire(self, action: ActionRecord) -> str:
         """Settle an action past its deadline as TIMEOUT (once, whoever asks first); returns
@@ -221,8 +231,10 @@ class PendingActions(CallPipeline):
         outcome = self._resolve(action, resolution, event)
         return outcome if isinstance(outcome, str) else actions.already_resolved(outcome.action)
 
-    def _settle_by_id(self, action_id: str, *, cancelled: bool, reason: str) -> ToolResult[Any]:
-        action = self.store.action(action_id)
+    async def _settle_by_id(
+        self, action_id: str, principal: Principal | None, *, cancelled: bool, reason: str
+    ) -> ToolResult[Any]:
+        action = await self.records.action(action_id, principal=principal)
         if action is None:
             return error_result(
                 nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}."

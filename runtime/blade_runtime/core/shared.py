@@ -37,6 +37,7 @@ from blade_runtime.core.jsonvalue import NotJson, checked
 from blade_runtime.core.leases import Leases
 from blade_runtime.core.observers import Observers
 from blade_runtime.core.permissions import Policy
+from blade_runtime.core.records import Records
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult, ToolSuccess, error_content
 from blade_runtime.core.spec import JsonObject
@@ -116,6 +117,7 @@ class RuntimeCore:
         self._pre_any = self._post_any = self._permission_hooked = False
         self._running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         self._events = EventHub(store)
+        self.records = Records(store)
         self.owner = f"{host or HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._leases = Leases(store, self.owner, lease_s)
         self._guard = Guard()

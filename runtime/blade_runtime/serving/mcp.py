@@ -426,7 +426,7 @@ class McpTools:
         if not isinstance(response, types.ElicitResult):
             return self._again(req, action, params.name, None)
         if response.action == "decline":
-            cancelled = self.runtime.cancel(action.action_id, "declined by the user")
+            cancelled = await self.runtime.cancel(action.action_id, "declined by the user")
             return self._answer(req, cancelled, params.name)
         if response.action == "cancel" or response.content is None:
             # dismissed, or a URL elicitation the user agreed to open: the action waits on

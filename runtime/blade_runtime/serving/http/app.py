@@ -661,9 +661,9 @@ def create_app(
         if not isinstance(text, str) or not text.strip() or "\x00" in text:
             raise Refused(HttpError.MALFORMED_REQUEST, f"{key} is a non-empty string without NUL.")
         if cancelling:
-            result = runtime.cancel(record.action_id, text)
+            result = await runtime.cancel(record.action_id, text)
         else:
-            result = runtime.fail(record.action_id, text)
+            result = await runtime.fail(record.action_id, text)
         if isinstance(result, ToolError) and result.code in (
             ErrorCode.CANCELLED,
             ErrorCode.TOOL_FAILED,

@@ -1,0 +1,124 @@
+"""Calls, pending actions and ToolData as a principal may see them: the tenant rule in one place.
+
+Every surface that reads records for a client (the HTTP API, MCP, the adapters, typed clients)
+reads them here, with the client's principal, and never through ``runtime.store``: the store's
+record decides whose a call is, never a memory of the serving process. ``principal=None`` is the
+application itself, in its own process, which sees every tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from blade_runtime.core.caller import Principal, may_act_on
+from blade_runtime.core.store import (
+    ActionRecord,
+    ActionState,
+    CallRecord,
+    CallState,
+    DataRecord,
+    Event,
+    Store,
+)
+
+T = TypeVar("T")
+StoreIO = Callable[..., Awaitable[Any]]
+"""Runs one store method (``io(store.call, call_id)``): off the event loop where the store
+does I/O, inline where it does not (the runtime's ``StoreAccess``)."""
+
+
+async def inline(method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return method(*args, **kwargs)
+
+
+def visible(principal: Principal | None, tenant: str, context: Any = None) -> bool:
+    """Whether ``principal`` may see (and answer, resume or cancel) a record of ``tenant``
+    made with the stored caller ``context``."""
+    return principal is None or may_act_on(principal, tenant, context)
+
+
+def tenant_of(principal: Principal | None) -> str | None:
+    """The tenant a listing is narrowed to (None: every tenant)."""
+    return None if principal is None or principal.operator else principal.tenant
+
+
+class Records:
+    """Reads of calls, actions, ToolData and events for one principal at a time."""
+
+    def __init__(self, store: Store, io: StoreIO = inline) -> None:
+        self.store = store
+        self.io = io
+
+    async def call(self, call_id: str, *, principal: Principal | None = None) -> CallRecord | None:
+        """The call ``call_id``, or None when it is not stored or not the principal's."""
+        record: CallRecord | None = await self.io(self.store.call, call_id)
+        if record is None or not visible(principal, record.tenant, record.context):
+            return None
+        return record
+
+    async def calls(
+        self,
+        states: Iterable[CallState] | None = None,
+        *,
+        run_id: str | None = None,
+        principal: Principal | None = None,
+    ) -> list[CallRecord]:
+        found: list[CallRecord] = await self.io(
+            self.store.calls, states, run_id=run_id, tenant=tenant_of(principal)
+        )
+        return [c for c in found if visible(principal, c.tenant, c.context)]
+
+    async def action(
+        self, action_id: str, *, principal: Principal | None = None
+    ) -> ActionRecord | None:
+        """The action ``action_id``, or None when it is not stored or not the principal's (a
+        principal never learns that another tenant's action exists)."""
+        record: ActionRecord | None = await self.io(self.store.action, action_id)
+        if record is None or not visible(principal, record.tenant):
+            return None
+        return record
+
+    async def actions(
+        self,
+        *,
+        state: ActionState | None = "pending",
+        run_id: str | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+        principal: Principal | None = None,
+    ) -> list[ActionRecord]:
+        found: list[ActionRecord] = await self.io(
+            self.store.actions,
+            state=state,
+            run_id=run_id,
+            name=name,
+            call_id=call_id,
+            tenant=tenant_of(principal),
+        )
+        return found
+
+    async def data(
+        self, call_id: str, channel: str | None = None, *, principal: Principal | None = None
+    ) -> list[DataRecord]:
+        """The call's ToolData items (none when the call is not the principal's)."""
+        if principal is not None and await self.call(call_id, principal=principal) is None:
+            return []
+        found: list[DataRecord] = await self.io(self.store.data, call_id, channel)
+        return found
+
+    async def sees_run(self, run_id: str, *, principal: Principal | None = None) -> bool:
+        """Whether the run has a call the principal may see (an operator sees every run)."""
+        if principal is None or principal.operator:
+            return True
+        return bool(await self.calls(run_id=run_id, principal=principal))
+
+    async def events(
+        self, run_id: str, after: int = 0, *, principal: Principal | None = None
+    ) -> list[Event]:
+        """The run's committed events after ``after`` that belong to the principal's calls."""
+        found: list[Event] = await self.io(self.store.events, run_id, after)
+        if principal is None or principal.operator or not found:
+            return found
+        mine = {c.call_id for c in await self.calls(run_id=run_id, principal=principal)}
+        return [e for e in found if e.call_id in mine]
