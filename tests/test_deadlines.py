@@ -187,7 +187,7 @@ def test_racing_sweeps_settle_an_expired_action_once(deadline_package: Any, tmp_
         action = runtime.store.action(action_id)
         assert action is not None
         start.wait()
-        outcomes.append(runtime.expire(action))
+        outcomes.append(asyncio.run(runtime.expire(action)))
 
     threads = [threading.Thread(target=sweep) for _ in range(4)]
     for thread in threads:

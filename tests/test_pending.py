@@ -204,7 +204,7 @@ def test_cancelling_a_run_cancels_its_pending_actions(example_package: Any) -> N
     runtime, _ = runtime_with(example_package)
     for run_id in ("a", "a", "b"):
         pending_of(run(runtime.call("refund_payment", REFUND, run_id=run_id)))
-    assert runtime.cancel_run("a") == 2
+    assert run(runtime.cancel_run("a")) == 2
     assert [v.origin.run_id for v in runtime.pending()] == ["b"]
 
 

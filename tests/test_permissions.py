@@ -173,7 +173,7 @@ def test_a_racing_approve_and_deny_one_wins(deploy: Any, tmp_path: Path) -> None
 
     def answer(value: dict[str, Any]) -> None:
         other, _ = runtime_of(deploy, SQLiteStore(path))
-        other._registrations["deploy_service"].implementation = deploys  # count every entry
+        other.tools.by_name["deploy_service"].implementation = deploys  # count every entry
         start.wait()
         outcomes.append(run(other.submit(action.action_id, value)))
 
@@ -460,8 +460,8 @@ def test_a_hook_that_swallows_cancellation_fails_closed(deploy: Any) -> None:
         second = await runtime.call("deploy_service", GOOD)  # refused while the hook runs
         release.set()
         await asyncio.sleep(0.01)
-        runtime._hooks[next(iter(runtime._hooks))].clear()
-        runtime._pre_any = False
+        runtime.interceptors.hooks[next(iter(runtime.interceptors.hooks))].clear()
+        runtime.interceptors.pre_any = False
         third = await runtime.call("deploy_service", GOOD)
         return first, second, took, third
 

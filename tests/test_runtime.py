@@ -409,7 +409,7 @@ def test_cancelling_a_run_cancels_its_calls_only(deploy: Any) -> None:
             for i, run_id in enumerate(["a", "a", "b"])
         ]
         await asyncio.sleep(0.01)
-        cancelled = runtime.cancel_run("a", "the user stopped the run")
+        cancelled = await runtime.cancel_run("a", "the user stopped the run")
         await asyncio.sleep(0.01)
         assert runtime.cancel_call("c2")
         return list(await asyncio.gather(*calls)), cancelled

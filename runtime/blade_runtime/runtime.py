@@ -1,49 +1,59 @@
-"""The runtime: the public ``Runtime``, a registry of implementations over the layers below.
+"""The public ``Runtime``: a small facade over the services that do the work.
 
-See ``blade_runtime.core.shared`` for the layers: the call pipeline (``pipeline``), pending actions
-(``pending``) and recovery (``recovery``, with leases in ``leases``); this module adds the
-registry, hooks, exports, subscriptions, cancellation and ``close``.
+Each service owns its state and is handed its collaborators here, once:
+
+    Tools          the registrations, and which names may be called          (core.tools)
+    Interceptors   hooks, observers, the permission policy, the guard        (core.interceptors)
+    CallRunner     one call: admit -> run -> settle                          (core.calls)
+    PendingActions submit, cancel, fail and expire pending actions           (core.pending)
+    Recovery       claims, the recovery sweep and its loop                   (core.recovery)
+    Records        calls, actions, ToolData and events as a principal sees them (core.records)
+    EventHub       subscriptions to a run's events                           (core.events)
+    Leases         the heartbeat of this runtime's claims                    (core.leases)
+    StoreAccess    the store, reached off the event loop                     (core.storage)
+
+This module is the composition root: it alone picks the default store (``MemoryStore``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.core.caller import CallContext
+from blade_runtime.core.calls import CallRunner
 from blade_runtime.core.cancel_scope import GRACE_S
 from blade_runtime.core.capabilities import Binding, services_of
 from blade_runtime.core.content import Projected, projected
 from blade_runtime.core.context import CallInfo
-from blade_runtime.core.events import Subscription
-from blade_runtime.core.export import ExportFormat, ToolExport, export_tools
-from blade_runtime.core.hooks import Hook, HookCallback, HookEvent, HookEventName
+from blade_runtime.core.events import EventHub, Subscription
+from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.jsonvalue import model_of
-from blade_runtime.core.permissions import PermissionRequest, Policy
-from blade_runtime.core.recovery import Recovery
-from blade_runtime.core.registry import (
-    NAME,
-    ContextProvider,
-    Registration,
-    RegistrationError,
-    compiled,
-    registration,
-)
-from blade_runtime.core.results import ErrorCode, ToolError
-from blade_runtime.core.shared import (
+from blade_runtime.core.leases import Leases
+from blade_runtime.core.outcomes import (
     DEFAULT_TIMEOUT_MS,
+    HOST,
     ErrorMapper,
     FallbackCall,
     FallbackHandler,
     log,
 )
-from blade_runtime.core.spec import BackendToolSpec, CapabilitySpec, ClientToolSpec
-from blade_runtime.core.store import DEFAULT_LEASE_S, Store
-from blade_runtime.core.validation import describe
+from blade_runtime.core.pending import PendingActions
+from blade_runtime.core.permissions import PermissionRequest, Policy
+from blade_runtime.core.records import Records
+from blade_runtime.core.recovery import Recovery
+from blade_runtime.core.registry import ContextProvider, Registration, RegistrationError
+from blade_runtime.core.results import ErrorCode, ToolError
+from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec
+from blade_runtime.core.storage import StoreAccess
+from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, Store
+from blade_runtime.core.tools import Tools
 from blade_runtime.stores.memory import MemoryStore
 
 IdT = TypeVar("IdT", bound=str)
@@ -62,7 +72,7 @@ __all__ = [
 ]
 
 
-class Runtime(Recovery):
+class Runtime:
     """Registered tools, their calls and pending actions.
 
     ``store``: where calls, pending actions, ToolData and events live; the default MemoryStore
@@ -97,21 +107,71 @@ class Runtime(Recovery):
         ``permission``: the policy deciding each new call on its final input (allow, deny or
         ask: see ``blade_runtime.core.permissions``; ``permissions.by_kind()`` asks for every
         ``write`` and ``execute`` tool)."""
-        self._init_core(MemoryStore() if store is None else store, lease_s, host)
-        self._allowed: frozenset[str] | None = None
-        self._disallowed: frozenset[str] = frozenset()
-        self.allowed = allowed
-        self.disallowed = disallowed
-        self.timeout_ms = timeout_ms
-        self.hook_timeout_s = hook_timeout_ms / 1000
-        self.permission = permission
-        self.error_mapper = error_mapper
-        self.fallback = fallback
-        self.cleanup_grace_s = cleanup_grace_s
+        self.store: Store = MemoryStore() if store is None else store
+        self.owner = f"{host or HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_s = lease_s
+        self.io = StoreAccess(self.store)
+        self.tools = Tools(
+            capabilities=capabilities or {},
+            timeout_ms=timeout_ms,
+            allowed=allowed,
+            disallowed=disallowed,
+        )
+        self.interceptors = Interceptors(
+            hook_timeout_s=hook_timeout_ms / 1000, permission=permission, error_mapper=error_mapper
+        )
+        self.events = EventHub(self.store)
+        self.records = Records(self.store, self.io)
+        self.leases = Leases(self.store, self.owner, lease_s)
+        self.calls = CallRunner(
+            io=self.io,
+            tools=self.tools,
+            interceptors=self.interceptors,
+            events=self.events,
+            leases=self.leases,
+            owner=self.owner,
+            lease_s=lease_s,
+            fallback=fallback,
+            cleanup_grace_s=cleanup_grace_s,
+        )
+        self.actions = PendingActions(
+            io=self.io,
+            runner=self.calls,
+            tools=self.tools,
+            interceptors=self.interceptors,
+            records=self.records,
+            events=self.events,
+            owner=self.owner,
+            lease_s=lease_s,
+        )
+        self.recovery = Recovery(
+            io=self.io,
+            runner=self.calls,
+            pending=self.actions,
+            tools=self.tools,
+            events=self.events,
+            owner=self.owner,
+            lease_s=lease_s,
+        )
+        # The services' own methods, typed as they are (one obvious call each, no wrapper on
+        # the path of every call).
+        self.call = self.calls.call
+        self.unregister = self.tools.unregister
+        self.registrations = self.tools.registrations
+        self.registration_of = self.tools.registration_of
+        self.is_allowed = self.tools.is_allowed
+        self.export = self.tools.export
+        self.on = self.interceptors.on
+        self.observe = self.interceptors.observe
+        self.submit = self.actions.submit
+        self.cancel = self.actions.cancel
+        self.fail = self.actions.fail
+        self.expire = self.actions.expire
+        self.pending = self.actions.pending
+        self.recover = self.recovery.recover
+        self.run_recovery = self.recovery.run_recovery
         self._closed = False
-        self.capabilities: dict[str, Binding] = dict(capabilities or {})
         self.store.attach(self.owner)
-        self._live()
 
     # -- registry --------------------------------------------------------------------------
 
@@ -156,16 +216,16 @@ class Runtime(Recovery):
             )
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
-        self._check_children(spec, where)
-        bindings = self._bindings(spec, where, capability_config or {})
-        added = self._add(spec, registered, implementation, context, timeout_ms)
+        self.tools.check_children(spec, where)
+        bindings = self.tools.bindings(spec, where, capability_config or {})
+        added = self.tools.add(spec, registered, implementation, context, timeout_ms)
         added.bindings = bindings
         added.services = services_of(bindings) if bindings else None
         added.project = project
         added.enabled = enabled
         added.describe = describe
         added.permission = permission
-        self._dynamic = self._dynamic or enabled is not None
+        self.tools.dynamic = self.tools.dynamic or enabled is not None
         return added
 
     def register_client(
@@ -184,25 +244,12 @@ class Runtime(Recovery):
             raise RegistrationError(
                 f"registering {spec.id} as {registered!r}: the backend executes it; use register"
             )
-        self._check_children(spec, f"registering {spec.id} as {registered!r}")
-        added = self._add(spec, registered, None, None, timeout_ms)
+        self.tools.check_children(spec, f"registering {spec.id} as {registered!r}")
+        added = self.tools.add(spec, registered, None, None, timeout_ms)
         added.enabled = enabled
         added.describe = describe
-        self._dynamic = self._dynamic or enabled is not None
+        self.tools.dynamic = self.tools.dynamic or enabled is not None
         return added
-
-    def unregister(self, name: str) -> Registration[Any]:
-        """Remove the registration ``name``: new calls find no tool; calls of it that wait
-        stay in the store, readable, and any runtime that has the tool can resolve them."""
-        removed = self._registrations.pop(name, None)
-        if removed is None:
-            raise RegistrationError(f"unregistering {name!r}: no tool is registered under it")
-        if self._by_spec.get(removed.spec.id) is removed:
-            del self._by_spec[removed.spec.id]
-            for other in self._registrations.values():  # the next one of that id, if any
-                self._by_spec.setdefault(other.spec.id, other)
-        self._answer_schemas.pop(removed.spec.id, None)
-        return removed
 
     def replace(
         self,
@@ -213,156 +260,38 @@ class Runtime(Recovery):
         """Register ``spec`` in place of what its name is registered as now (atomically: a
         refused registration leaves the old one)."""
         name = options.get("name") or spec.name
-        old = self._registrations.get(name)
+        old = self.tools.by_name.get(name)
         if old is not None:
             self.unregister(name)
         try:
             return self.register(spec, implementation, **options)
         except RegistrationError:
             if old is not None:
-                self._registrations[name] = old
-                self._by_spec.setdefault(old.spec.id, old)
+                self.tools.by_name[name] = old
+                self.tools.by_spec.setdefault(old.spec.id, old)
             raise
 
-    def _bindings(
-        self, spec: Any, where: str, config: Mapping[str, JsonValue]
-    ) -> dict[str, tuple[Binding, JsonValue]]:
-        """The binding and configuration of every capability ``spec`` declares, or why not."""
-        declared: Mapping[str, CapabilitySpec] = getattr(spec, "capabilities", {})
-        missing = sorted(set(declared) - set(self.capabilities))
-        if missing:
-            raise RegistrationError(
-                f"{where}: this runtime has no binding of its capabilities {', '.join(missing)}; "
-                "pass Runtime(capabilities={name: binding})"
-            )
-        unknown = sorted(set(config) - set(declared))
-        if unknown:
-            raise RegistrationError(
-                f"{where}: capability_config names {', '.join(unknown)}, which the spec does not "
-                f"declare (it declares: {', '.join(sorted(declared)) or 'none'})"
-            )
-        chosen = {}
-        for name, capability in declared.items():
-            value = config.get(name)
-            validator = compiled(capability.config_schema)  # type: ignore[arg-type]
-            if not validator.is_valid(value):
-                problems = describe(validator.violations(value))
-                raise RegistrationError(
-                    f"{where}: capability_config[{name!r}] does not match the capability's "
-                    f"configSchema: {problems}"
-                )
-            chosen[name] = (self.capabilities[name], value)
-        return chosen
-
-    def _check_children(self, spec: Any, where: str) -> None:
-        """A child tool must never leave a pending action: refuse a parent whose child could
-        suspend (or runs on a client), and such a tool when a registered parent lists it."""
-        for child_id in getattr(spec, "children", ()):
-            child = self._by_spec.get(child_id)
-            if child is not None and (child.points or child.implementation is None):
-                raise RegistrationError(
-                    f"{where}: its child {child_id} could suspend (or runs on a client), so "
-                    "its pending action could never be answered; make the child a tool that "
-                    "does not wait"
-                )
-        if getattr(spec, "suspend", None) or not isinstance(spec, BackendToolSpec):
-            for parent in self._registrations.values():
-                if spec.id in parent.children:
-                    raise RegistrationError(
-                        f"{where}: {parent.spec.id} calls it as a child tool, and a child "
-                        "cannot wait on a pending action"
-                    )
-
-    def _add(
-        self,
-        spec: Any,
-        name: str,
-        implementation: Callable[[Any], Awaitable[Any]] | None,
-        context: ContextProvider[Any] | None,
-        timeout_ms: int | None,
-    ) -> Registration[Any]:
-        where = f"registering {spec.id} as {name!r}"
-        if name in self._registrations:
-            other = self._registrations[name].spec.id
-            raise RegistrationError(
-                f"{where}: the name is already registered for {other}; pass name= to register "
-                "it under another name"
-            )
-        if not NAME.fullmatch(name):
-            raise RegistrationError(f"{where}: a name must match {NAME.pattern}")
-        limit = timeout_ms or self.timeout_ms or spec.timeout_ms or DEFAULT_TIMEOUT_MS
-        added = registration(spec, name, implementation, context, limit)
-        self._registrations[name] = added
-        self._by_spec.setdefault(spec.id, added)
-        return added
-
-    def registrations(self) -> Iterator[Registration[Any]]:
-        return iter(self._registrations.values())
-
-    def registration_of(self, spec_id: str) -> Registration[Any] | None:
-        """The first registration of the spec ``spec_id`` (typed clients and child calls find
-        tools by id, whatever name they were registered under)."""
-        return self._by_spec.get(spec_id)
-
-    def on(
-        self,
-        event: HookEvent | HookEventName,
-        callback: HookCallback,
-        *,
-        tools: Collection[str] | None = None,
-    ) -> None:
-        """Add a hook for ``event`` (optionally only for some names); hooks run in this order."""
-        self._hooks[HookEvent(event)].append(
-            Hook(HookEvent(event), callback, None if tools is None else frozenset(tools))
-        )
-        self._pre_any = bool(self._hooks[HookEvent.PRE_TOOL_USE])
-        self._post_any = bool(
-            self._hooks[HookEvent.POST_TOOL_USE] or self._hooks[HookEvent.POST_TOOL_USE_FAILURE]
-        )
-        self._permission_hooked = bool(self._hooks[HookEvent.PERMISSION_REQUEST])
-
-    def export(
-        self,
-        format: ExportFormat = "blade",
-        *,
-        context: CallContext | None = None,
-        run_id: str = "default",
-    ) -> ToolExport:
-        """The callable tools (registered, allowed and enabled) as a model-facing tool list.
-
-        ``context``: the tool list for that caller's run step: ``enabled`` callbacks decide
-        which tools are there, and ``describe`` callbacks what their descriptions say."""
-        chosen = []
-        for entry in self._registrations.values():
-            if not self.is_allowed(entry.name):
-                continue
-            enabled = entry.enabled  # given a CallInfo of its own: it may keep it
-            if enabled is not None and not enabled(
-                CallInfo("", run_id, entry.name, entry.spec.id, context)
-            ):
-                continue
-            chosen.append(entry.exported(context))
-        return export_tools(chosen, format)
+    @property
+    def capabilities(self) -> dict[str, Binding]:
+        return self.tools.capabilities
 
     @property
     def allowed(self) -> frozenset[str] | None:
         """When not None, only these names may be called (it may change at any time)."""
-        return self._allowed
+        return self.tools.allowed
 
     @allowed.setter
     def allowed(self, names: Collection[str] | None) -> None:
-        self._allowed = None if names is None else frozenset(names)
-        self._restricted = self._closing or self._allowed is not None or bool(self._disallowed)
+        self.tools.allowed = names
 
     @property
     def disallowed(self) -> frozenset[str]:
         """Names that may never be called; it wins over ``allowed`` (it may change too)."""
-        return self._disallowed
+        return self.tools.disallowed
 
     @disallowed.setter
     def disallowed(self, names: Collection[str]) -> None:
-        self._disallowed = frozenset(names)
-        self._restricted = self._closing or self._allowed is not None or bool(self._disallowed)
+        self.tools.disallowed = names
 
     def reproject(self, call_id: str) -> JsonValue:
         """What the model would read of the stored call ``call_id`` with its registration's
@@ -374,7 +303,7 @@ class Runtime(Recovery):
         if result.get("status") != "success":
             return result  # errors bypass projections
         output = result.get("output", result.get("content"))
-        registration = self._registrations.get(record.name)
+        registration = self.tools.by_name.get(record.name)
         if registration is None or registration.project is None:
             return output
         typed = model_of(registration.output_adapter.validate_python, output)
@@ -384,29 +313,26 @@ class Runtime(Recovery):
         """The run's tool events from now on (or after the sequence number ``after``, on a
         durable store): started, data, suspended, pending, resumed, claimed, result; those
         other processes commit too, on a durable store."""
-        return self._events.subscribe(run_id, after)
+        return self.events.subscribe(run_id, after)
 
     # -- cancellation ----------------------------------------------------------------------
 
     def cancel_call(self, call_id: str, reason: str = "the call was cancelled") -> bool:
         """Cancel one running call; it settles as CANCELLED. False if it is not running."""
-        scope = self._running.get(call_id)
+        scope = self.calls.running.get(call_id)
         return scope is not None and scope.cancel("cancelled", reason)
 
-    def cancel_run(self, run_id: str, reason: str = "the run was cancelled") -> int:
+    async def cancel_run(self, run_id: str, reason: str = "the run was cancelled") -> int:
         """Cancel every running call of ``run_id`` and every pending action it waits on;
         returns how many were cancelled."""
-        calls = [call for call, scope in self._running.items() if scope.call.run_id == run_id]
+        running = self.calls.running
+        calls = [call for call, scope in running.items() if scope.call.run_id == run_id]
         cancelled = sum(self.cancel_call(call, reason) for call in calls)
-        for action in self.store.actions(run_id=run_id):
-            settled = self._settle_action(action, cancelled=True, reason=reason)
+        waiting: list[ActionRecord] = await self.io(self.store.actions, run_id=run_id)
+        for action in waiting:
+            settled = await self.actions.settle_action(action, cancelled=True, reason=reason)
             cancelled += isinstance(settled, ToolError) and settled.code == ErrorCode.CANCELLED
         return cancelled
-
-    def observe(self, observer: object) -> None:
-        """Add a durable lifecycle observer (see ``blade_runtime.core.observers``): its methods run,
-        in order of registration, at each boundary of every call and complete before it."""
-        self._observers.add(observer)
 
     async def close(self, timeout_s: float = 5.0) -> CloseReport:
         """Refuse new calls, cancel the running ones and wait up to ``timeout_s`` for their
@@ -416,18 +342,20 @@ class Runtime(Recovery):
         closes it)."""
         if self._closed:
             return CloseReport((), 0)
-        self._closing = self._restricted = True
-        for scope in list(self._running.values()):
+        self.tools.closing = self.tools.restricted = True
+        running = self.calls.running
+        for scope in list(running.values()):
             scope.cancel("cancelled", "the runtime is closing")
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while self._running and asyncio.get_running_loop().time() < deadline:
+        while running and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
-        abandoned = tuple(sorted(self._running))
-        stuck = len(self._guard.stuck())
+        abandoned = tuple(sorted(running))
+        stuck = len(self.interceptors.guard.stuck())
         self._closed = True
-        self._leases.close()
-        self._gone()
-        self.store.detach(self.owner)
+        self.leases.close()
+        await self.recovery.end()
+        await self.io(self.store.detach, self.owner)
+        self.io.close()
         if abandoned or stuck:
             log.error(
                 "closing: %d call(s) still running (%s), %d callback(s) past their budget",

@@ -1,17 +1,23 @@
-"""One call: resolve the handler -> ``pre_tool_use`` hooks -> validate the input (JSON Schema) ->
-server context and permission -> record the start (durable stores: committed before the
-implementation runs, under this runtime's lease) -> the implementation under its deadline -> the
-output serialized to lossless JSON and validated -> ``post_tool_use`` or
-``post_tool_use_failure`` hooks -> the result is recorded (what the hooks let the model read) and
-announced. Every expected outcome is a result; only a bug in the runtime itself raises.
+"""The call runner: one model-issued call, admit -> run -> settle.
+
+admit: resolve the registration, refuse what cannot start, run the ``pre_tool_use`` hooks and
+validate the input (JSON Schema). run: the server context and the permission policy, the start
+recorded (durable stores: committed before the implementation runs, under this runtime's lease),
+the implementation under its deadline, its output serialized to lossless JSON and validated.
+settle: the ``post_tool_use`` hooks and the observers, then the result recorded (what the hooks
+let the model read) and announced. Every expected outcome is a result; only a bug in the runtime
+itself raises. The store is reached through ``StoreAccess``, never on the event loop's time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
+import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import JsonValue
 
@@ -21,14 +27,13 @@ from blade_runtime.core.capabilities import with_capabilities
 from blade_runtime.core.content import projected
 from blade_runtime.core.context import (
     CallInfo,
-    CancellationSignal,
     InitialEntry,
     ResumeEntry,
     Suspended,
     SuspensionEpisode,
     ToolFailed,
 )
-from blade_runtime.core.events import PendingAction
+from blade_runtime.core.events import EventHub, PendingAction
 from blade_runtime.core.execution import (
     INITIAL,
     CallData,
@@ -37,34 +42,30 @@ from blade_runtime.core.execution import (
     ChildTools,
     ToolContext,
 )
-from blade_runtime.core.guard import Overran
-from blade_runtime.core.hooks import (
-    Hook,
-    HookEvent,
-    HookInput,
-    HookRaised,
-    HookTimedOut,
-    HookVerdict,
-    dispatch,
-)
+from blade_runtime.core.hooks import HookVerdict
+from blade_runtime.core.interceptors import Asking, Interceptors
 from blade_runtime.core.jsonvalue import NotJson, checked, model_of
-from blade_runtime.core.observers import Lifecycle, ObserverFailed
-from blade_runtime.core.observers import Method as ObserverMethod
+from blade_runtime.core.leases import Leases
+from blade_runtime.core.outcomes import (
+    DEFAULT_TIMEOUT_MS,
+    GENERIC_ERROR,
+    GENERIC_INVALID_OUTPUT,
+    FallbackCall,
+    FallbackHandler,
+    action_id,
+    cancelled,
+    error_result,
+    log,
+    parse_arguments,
+    result_json,
+    tool_error,
+)
 from blade_runtime.core.permissions import (
     ADMISSION,
-    DECISIONS,
     STEP,
     STEP_POINT,
-    Allow,
-    Ask,
-    Deny,
     PermissionPrompt,
-    PermissionRequest,
-    Policy,
-    PolicyAnswer,
     answer_schema,
-    decision_of,
-    describe_decision,
     request_payload,
 )
 from blade_runtime.core.registry import Registration
@@ -76,33 +77,74 @@ from blade_runtime.core.results import (
     ToolSkipped,
     ToolSuccess,
     pending_content,
-    skipped_content,
-)
-from blade_runtime.core.shared import (
-    DEFAULT_TIMEOUT_MS,
-    GENERIC_ERROR,
-    GENERIC_INVALID_OUTPUT,
-    Attempt,
-    FallbackCall,
-    RuntimeCore,
-    error_result,
-    log,
-    parse_arguments,
-    result_json,
 )
 from blade_runtime.core.spec import JsonObject, ToolSpec
-from blade_runtime.core.store import DuplicateCall, LeaseLost, StoreError, storable_id
+from blade_runtime.core.storage import StoreAccess
+from blade_runtime.core.store import (
+    ActionRecord,
+    CallRecord,
+    CallState,
+    DuplicateCall,
+    Event,
+    LeaseLost,
+    StoreError,
+    clock,
+    now,
+    storable_id,
+)
+from blade_runtime.core.tools import Tools
 from blade_runtime.core.validation import describe
 
-_HOOK_CODES = frozenset({ErrorCode.HOOK_ABORTED, ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT})
 _FATAL_IN_CHILDREN = frozenset(
     {ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT, ErrorCode.OBSERVER_FAILED}
 )
 _RESULTS = (ToolSuccess, ToolSkipped, ToolError, ToolPending)
 
 
-class CallPipeline(RuntimeCore):
-    """``call``: one model-issued call from its arguments to its result."""
+@dataclass(slots=True)
+class Attempt:
+    """One entry of a call: whether the store holds it (so its end must be recorded there)."""
+
+    recorded: bool = False
+    data: CallData | None = None
+
+    @property
+    def stored(self) -> bool:
+        return self.recorded or (self.data is not None and self.data.wrote)
+
+
+class CallRunner:
+    """Runs calls: the runtime's ``call``, and the claimed entries that pending actions and
+    recovery resume (``run_claimed``)."""
+
+    def __init__(
+        self,
+        *,
+        io: StoreAccess,
+        tools: Tools,
+        interceptors: Interceptors,
+        events: EventHub,
+        leases: Leases,
+        owner: str,
+        lease_s: float,
+        fallback: FallbackHandler | None,
+        cleanup_grace_s: float,
+    ) -> None:
+        self.io = io
+        self.store = io.store
+        self.durable = io.store.durable
+        self.tools = tools
+        self.interceptors = interceptors
+        self.events = events
+        self.leases = leases
+        self.owner = owner
+        self.lease_s = lease_s
+        self.fallback = fallback
+        self.cleanup_grace_s = cleanup_grace_s
+        self.running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
+        self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
+        prefix = f"call_{uuid.uuid4().hex[:12]}"
+        self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
     async def call(
         self,
@@ -118,12 +160,12 @@ class CallPipeline(RuntimeCore):
         its text). ``context``: who the call is for (stored with the call and its actions).
         ``parent``: the call id of the call whose ``ctx.tools`` makes this one (set by it).
         Never raises for an expected outcome: the result says what happened."""
-        registration = self._registrations.get(name)
+        registration = self.tools.by_name.get(name)
         spec_id = "" if registration is None else registration.spec.id
         call = CallInfo(
             next(self._ids) if call_id is None else call_id, run_id, name, spec_id, context, parent
         )
-        if registration is None or self._restricted or registration.checked:
+        if registration is None or self.tools.restricted or registration.checked:
             refused = self._refuse(registration, call)
             if refused is not None:
                 return refused
@@ -132,10 +174,10 @@ class CallPipeline(RuntimeCore):
             return error_result(call, ErrorCode.INVALID_INPUT, parsed)
         if not (storable_id(run_id) and (call_id is None or storable_id(call_id))):
             return error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
-        if call.call_id in self._running:
+        if call.call_id in self.running:
             raise ValueError(f"call id {call.call_id!r} is already running")
 
-        scope = CancelScope(call, self._running, registration)
+        scope = CancelScope(call, self.running, registration)
         if self.cleanup_grace_s != GRACE_S:
             scope.grace_s = self.cleanup_grace_s
         admitted = parsed
@@ -143,26 +185,52 @@ class CallPipeline(RuntimeCore):
             if registration is None:
                 result = await self._fallback(call, parsed, scope)
             else:
-                verdict = await self._admit(call, parsed, scope) if self._pre_any else parsed
+                verdict = (
+                    await self._admit(call, parsed, scope) if self.interceptors.pre_any else parsed
+                )
                 if isinstance(verdict, _RESULTS):
                     result = verdict
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
-                    result = await self._enter(registration, call, admitted, scope)
+                    result = await self._run(registration, call, admitted, scope)
                 elif valid is False:
                     admitted = verdict
                     result = self._invalid(registration, call, admitted)
                 else:
                     result = error_result(call, ErrorCode.INVALID_INPUT, valid)
         except (asyncio.CancelledError, Abandoned) as stopped:
-            result = self._stopped(call, scope, stopped)
+            result = await self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        if self._post_any or scope.observed:
-            return await self._conclude(registration, call, admitted, scope, result)
-        return self._recorded(call, scope, result)  # no coroutine where nothing awaits
+        if self.interceptors.post_any or scope.observed:
+            return await self.settle(registration, call, admitted, scope, result)
+        attempt: Attempt | None = scope.stored
+        if isinstance(result, ToolPending) or (attempt is None and not self.events.active):
+            return result  # nothing to record or announce (a pending result was recorded)
+        return await self.record_end(call, result, attempt)
 
-    async def _conclude(
+    async def run_claimed(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
+        history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
+    ) -> ToolResult[Any]:
+        """One entry of an admitted call this runtime has claimed (a resume, or a replay),
+        under its own cancel scope: the store records it as running here already."""
+        scope = CancelScope(call, self.running, registration)
+        try:
+            result = await self._run(
+                registration, call, arguments, scope, entry, history, claimed=True
+            )
+        except (asyncio.CancelledError, Abandoned) as stopped:
+            result = await self._stopped(call, scope, stopped)
+        finally:
+            scope.close()
+        return await self.settle(registration, call, arguments, scope, result)
+
+    async def settle(
         self,
         registration: Registration[Any] | None,
         call: CallInfo,
@@ -170,42 +238,39 @@ class CallPipeline(RuntimeCore):
         scope: CancelScope,
         result: ToolResult[Any],
     ) -> ToolResult[Any]:
-        """Post-hooks, then record and announce what they let the model read."""
-        if self._post_any:
-            result = await self._finish(registration, call, arguments, scope.signal, result)
+        """The post-hooks and the ``settled`` observers, then the result recorded where the store
+        keeps the call and announced where anyone listens (a pending result was recorded when its
+        action was)."""
+        if self.interceptors.post_any:
+            result = await self.interceptors.finish(
+                registration, call, arguments, scope.signal, result
+            )
         if (
             scope.observed
             and registration is not None
-            and self._observers.settled
+            and self.interceptors.observers.settled
             and not isinstance(result, ToolPending)
         ):
             try:
-                await self._observing(
+                await self.interceptors.observing(
                     "settled",
-                    self._observers.settled,
+                    self.interceptors.observers.settled,
                     registration,
                     call,
                     arguments,
                     outcome=result,
                 )
             except Exception as error:
-                result = self._observer_failed("settled", call, error)
-        return self._recorded(call, scope, result)
-
-    def _recorded(
-        self, call: CallInfo, scope: CancelScope, result: ToolResult[Any]
-    ) -> ToolResult[Any]:
-        """The result, recorded where the store keeps the call and announced where anyone
-        listens (a pending result was recorded when its action was)."""
+                result = self.interceptors.observer_failed("settled", call, error)
         attempt: Attempt | None = scope.stored
-        if isinstance(result, ToolPending) or (attempt is None and not self._events.active):
+        if isinstance(result, ToolPending) or (attempt is None and not self.events.active):
             return result
-        return self._settled(call, result, attempt)
+        return await self.record_end(call, result, attempt)
 
     async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
         """One ``ctx.tools.call``: a full call of the child's registration, its output or a
         ChildToolError. A child's hook or observer failure is fatal to the parent."""
-        registration = self._by_spec.get(tool.id)
+        registration = self.tools.by_spec.get(tool.id)
         if registration is None:
             raise ChildToolError(
                 tool.id, "TOOL_HANDLER_NOT_FOUND", "this runtime has no registration of it"
@@ -224,7 +289,7 @@ class CallPipeline(RuntimeCore):
         if isinstance(result, ToolError):
             if result.code in _FATAL_IN_CHILDREN:
                 assert call.parent is not None
-                self._fatal[call.parent] = result
+                self.fatal[call.parent] = result
                 raise ChildHookFailed(tool.id, result.code.value, result.message)
             raise ChildToolError(tool.id, result.code.value, result.message)
         if isinstance(result, ToolSkipped):
@@ -235,7 +300,7 @@ class CallPipeline(RuntimeCore):
         """The children not there for this parent call: decided once, when it starts."""
         disabled = set()
         for spec_id in registration.children:
-            child = self._by_spec.get(spec_id)
+            child = self.tools.by_spec.get(spec_id)
             if child is not None and child.enabled is not None and not child.enabled(call):
                 disabled.add(spec_id)
         return frozenset(disabled)
@@ -243,7 +308,7 @@ class CallPipeline(RuntimeCore):
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
         name = call.name
-        if self._closing:
+        if self.tools.closing:
             return error_result(
                 call, ErrorCode.TOOL_UNAVAILABLE, "The tool runtime is shutting down; try again."
             )
@@ -253,7 +318,7 @@ class CallPipeline(RuntimeCore):
                     call, ErrorCode.TOOL_HANDLER_NOT_FOUND, f"There is no tool named {name!r}."
                 )
             return None
-        if self._restricted and not self.is_allowed(name):
+        if self.tools.restricted and not self.tools.is_allowed(name):
             return error_result(
                 call, ErrorCode.TOOL_NOT_ALLOWED, f"The tool {name!r} is not enabled."
             )
@@ -275,7 +340,7 @@ class CallPipeline(RuntimeCore):
     ) -> JsonObject | ToolResult[Any]:
         """Pre-hooks: the arguments to validate (possibly modified), or the hooks' result."""
         scope.bind()
-        verdict = await self._pre_hooks(call, arguments, scope.signal)
+        verdict = await self.interceptors.pre_hooks(call, arguments, scope.signal)
         if not isinstance(verdict, HookVerdict):
             return verdict
         return arguments if verdict.input is None else verdict.input
@@ -293,7 +358,7 @@ class CallPipeline(RuntimeCore):
             call, ErrorCode.INVALID_INPUT, f"Invalid arguments for {call.name}: {problems}."
         )
 
-    async def _enter(
+    async def _run(
         self,
         registration: Registration[Any],
         call: CallInfo,
@@ -305,36 +370,44 @@ class CallPipeline(RuntimeCore):
         claimed: bool = False,
     ) -> ToolResult[Any]:
         """Run one entry of the implementation (or open a client tool's pending action). The
-        result is not recorded here: ``_conclude`` does it, after the post-hooks. ``claimed``:
+        result is not recorded here: ``settle`` does it, after the post-hooks. ``claimed``:
         the store records the call as running under this runtime already (a resume, a replay)."""
         admitting = not claimed and entry is INITIAL  # a new invocation, not a re-entry
-        if self._observers.any:
+        if self.interceptors.observers.any:
             scope.observed = True  # an entry that observers see start is seen settling too
-            if admitting and self._observers.scheduled:
+            if admitting and self.interceptors.observers.scheduled:
                 try:
-                    await self._observing(
-                        "scheduled", self._observers.scheduled, registration, call, arguments
+                    await self.interceptors.observing(
+                        "scheduled",
+                        self.interceptors.observers.scheduled,
+                        registration,
+                        call,
+                        arguments,
                     )
                 except Exception as error:
-                    return self._observer_failed("scheduled", call, error)
+                    return self.interceptors.observer_failed("scheduled", call, error)
         context = None
-        policy = (registration.permission or self.permission) if admitting else None
+        policy = (registration.permission or self.interceptors.permission) if admitting else None
         if registration.context is not None:
             context, refused = await self._server_context(registration, call, scope)
             if refused is not None:
                 return refused
         if policy is not None:
-            permitted = self._permit(policy, registration, call, arguments, scope)
+            permitted = self.interceptors.permit(policy, registration, call, arguments, scope)
             if permitted is not None:
-                refused = permitted if isinstance(permitted, _RESULTS) else await permitted
-                if refused is not None:
-                    return refused
+                decided = permitted if isinstance(permitted, _RESULTS) else await permitted
+                if isinstance(decided, Asking):
+                    return await self._ask(registration, call, arguments, decided)
+                if decided is not None:
+                    return decided
         if registration.implementation is None:
-            return self._await_client(registration, call, arguments)
+            return await self._await_client(registration, call, arguments)
         attempt = None
-        if self._durable or registration.data or claimed:
+        if self.durable or registration.data or claimed:
             try:
-                attempt = scope.stored = self._start(registration, call, arguments, claimed, scope)
+                attempt = scope.stored = await self._start(
+                    registration, call, arguments, claimed, scope
+                )
             except DuplicateCall as duplicate:
                 return error_result(call, ErrorCode.DUPLICATE_CALL, f"{duplicate}; nothing ran.")
             except StoreError as error:
@@ -344,19 +417,19 @@ class CallPipeline(RuntimeCore):
                 return error_result(
                     call, ErrorCode.STORE_UNAVAILABLE, "The tool could not start; try again."
                 )
-        elif self._events.active:
-            self._events.publish(self._event(call, "started", None))
-        if self._observers.execution_started:
+        elif self.events.active:
+            self.events.publish(self._event(call, "started", None))
+        if self.interceptors.observers.execution_started:
             try:
-                await self._observing(
+                await self.interceptors.observing(
                     "execution_started",
-                    self._observers.execution_started,
+                    self.interceptors.observers.execution_started,
                     registration,
                     call,
                     arguments,
                 )
             except Exception as error:
-                return self._observer_failed("execution_started", call, error)
+                return self.interceptors.observer_failed("execution_started", call, error)
         ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
         if context is not None:
             ctx.context = context
@@ -371,7 +444,7 @@ class CallPipeline(RuntimeCore):
                 self._call_child,
                 call,
                 registration.children,
-                self._disabled_children(registration, call) if self._dynamic else frozenset(),
+                self._disabled_children(registration, call) if self.tools.dynamic else frozenset(),
             )
         running: Awaitable[Any]
         if registration.services is not None:  # every binding shared: nothing to acquire
@@ -386,19 +459,21 @@ class CallPipeline(RuntimeCore):
         try:
             output = await scope.run(running, registration.timeout_s)
         except ToolFailed as failure:
-            return self._fatal.pop(call.call_id, None) or error_result(
+            return self.fatal.pop(call.call_id, None) or error_result(
                 call, ErrorCode.TOOL_FAILED, failure.message
             )
         except Suspended as suspended:
-            return self._suspend(registration, call, arguments, suspended, attempt)
+            return await self._suspend(registration, call, arguments, suspended, attempt)
         except ChildHookFailed:
-            return self._fatal.pop(call.call_id)
+            return self.fatal.pop(call.call_id)
         except Exception as error:
-            return self._fatal.pop(call.call_id, None) or self._tool_error(call, error)
+            return self.fatal.pop(call.call_id, None) or tool_error(
+                call, error, self.interceptors.error_mapper
+            )
         finally:
             scope.stop()
-        if registration.children and call.call_id in self._fatal:  # it caught the failure
-            return self._fatal.pop(call.call_id)
+        if registration.children and call.call_id in self.fatal:  # it caught the failure
+            return self.fatal.pop(call.call_id)
         if scope.reason is not None:  # it swallowed its cancellation: the call still ended
             return self._cancelled(call, scope)
         return self._output(registration, call, output, ctx._display)
@@ -415,174 +490,35 @@ class CallPipeline(RuntimeCore):
                 scope.bind()
                 context = await context
         except Exception as error:
-            return None, self._tool_error(call, error)
+            return None, tool_error(call, error, self.interceptors.error_mapper)
         if scope.reason is not None:
             return None, self._cancelled(call, scope)
         return context, None
 
-    def _permit(
-        self,
-        policy: Policy,
-        registration: Registration[Any],
-        call: CallInfo,
-        arguments: JsonObject,
-        scope: CancelScope,
-    ) -> ToolResult[Any] | Awaitable[ToolResult[Any] | None] | None:
-        """Ask the policy about the final input: None when it allows at once and no hook
-        watches (the common case, without a coroutine), the error when it raised, else the rest
-        of the decision to await (``_decide``)."""
-        request = PermissionRequest(call.name, registration.spec, call, arguments, scope)
-        try:
-            answer = policy(request)
-        except Exception as error:  # the policy raised: a bug of the application's
-            return self._tool_error(call, error)
-        if (answer is None or type(answer) is Allow) and not self._permission_hooked:
-            return None
-        return self._decide(answer, request, registration, call, arguments, scope)
-
-    async def _decide(
-        self,
-        answer: PolicyAnswer | Awaitable[PolicyAnswer],
-        request: PermissionRequest,
-        registration: Registration[Any],
-        call: CallInfo,
-        arguments: JsonObject,
-        scope: CancelScope,
-    ) -> ToolResult[Any] | None:
-        """The policy's decision: None (allowed), a denial, or a durable permission request (the
-        call waits on it). An async policy is cancellation-bounded, and one that outlives its
-        call's cancellation blocks later permission checks."""
-        try:
-            if answer is not None and type(answer) not in DECISIONS and inspect.isawaitable(answer):
-                scope.bind()
-                answer = await self._guard.run("permission", answer, None, scope.signal)
-            decision = decision_of(cast(PolicyAnswer, answer))  # awaited above if awaitable
-        except Overran as overran:
-            log.error("%s (call %s): permission: %s", call.name, call.call_id, overran)
-            return error_result(
-                call, ErrorCode.HOOK_TIMEOUT, "The permission check did not finish."
-            )
-        except Exception as error:  # the policy raised: a bug of the application's
-            return self._tool_error(call, error)
-        if scope.reason is not None:
-            return self._cancelled(call, scope)
-        asking = type(decision) is Ask
-        # An allow needs no request, so it crosses no permission boundary (observers see a
-        # request made, and a denial); permission_request hooks see every decision.
-        boundary = "permission_requested" if asking else "permission_resolved"
-        methods = getattr(self._observers, boundary) if type(decision) is not Allow else []
-        if self._permission_hooked or methods:
-            label, reason = describe_decision(decision)
-            refused = await self._permission_hooks(call, arguments, scope, label, reason)
-            if refused is None and methods:
-                try:
-                    await self._observing(
-                        boundary, methods, registration, call, arguments, label, reason
-                    )
-                except Exception as error:
-                    refused = self._observer_failed(boundary, call, error)
-            if refused is not None:
-                return refused
-        if asking:
-            assert isinstance(decision, Ask)
-            if call.parent is not None:  # it could never be answered: no orphan request
-                return error_result(
-                    call,
-                    ErrorCode.PERMISSION_DENIED,
-                    "A child tool call cannot wait for a permission request.",
-                )
-            return self._ask(registration, call, arguments, request, decision)
-        if isinstance(decision, Deny):
-            return error_result(call, ErrorCode.PERMISSION_DENIED, decision.message)
-        return None
-
-    def _ask(
+    async def _ask(
         self,
         registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
-        request: PermissionRequest,
-        decision: Ask,
+        asking: Asking,
     ) -> ToolResult[Any]:
         """Store a permission request (a pending action of its own kind) and its waiting call."""
-        schema = self._answer_schemas.get(registration.spec.id)
+        schema = self.tools.answer_schemas.get(registration.spec.id)
         if schema is None:
             schema = answer_schema(registration.spec.input_schema)
-            self._answer_schemas[registration.spec.id] = schema
-        payload = request_payload(request, decision.prompt)
+            self.tools.answer_schemas[registration.spec.id] = schema
+        payload = request_payload(asking.request, asking.decision.prompt)
         action = self._action(call, ADMISSION, payload, schema)
         record = self._record(registration, call, arguments, "suspended")
         event = self._event(call, "suspended", {"action_id": action.action_id, "point": ADMISSION})
         try:
-            self._emit(self.store.suspend, record, action, event)
+            await self._emit(self.store.suspend, record, action, event)
         except Exception as error:
-            return self._tool_error(call, error)
+            return tool_error(call, error, self.interceptors.error_mapper)
         view = PendingAction.of(action, PermissionPrompt.model_validate(payload))
         return ToolPending(call, view, pending_content(view))
 
-    @staticmethod
-    def _observing(
-        boundary: str,
-        methods: list[ObserverMethod],
-        registration: Registration[Any],
-        call: CallInfo,
-        arguments: JsonObject,
-        decision: str | None = None,
-        reason: str | None = None,
-        action_id: str | None = None,
-        outcome: ToolResult[Any] | None = None,
-    ) -> Awaitable[object]:
-        """The observers' ``methods`` of ``boundary`` run in order on one event, as one
-        awaitable; the caller turns a raise into ``_observer_failed``. (One observer's own
-        coroutine is returned as it is: no wrapper on the path of every observed call.)"""
-        event = Lifecycle(
-            boundary, call, registration.spec, arguments, decision, reason, action_id, outcome
-        )
-        if len(methods) == 1:
-            return methods[0](event)
-        return _in_order(methods, event)
-
-    @staticmethod
-    def _observer_failed(boundary: str, call: CallInfo, error: Exception) -> ToolError:
-        """An observer raised: the call stops, OBSERVER_FAILED (the details go to the log)."""
-        failed = ObserverFailed(boundary, error)
-        log.error("%s (call %s): %s", call.name, call.call_id, failed, exc_info=error)
-        return error_result(call, ErrorCode.OBSERVER_FAILED, GENERIC_ERROR)
-
-    async def _permission_hooks(
-        self,
-        call: CallInfo,
-        arguments: JsonObject,
-        scope: CancelScope | None,
-        decision: str,
-        reason: str | None,
-    ) -> ToolError | None:
-        """``permission_request`` hooks observe a decision; one that fails stops the call."""
-        hooks = self._hooks_for(HookEvent.PERMISSION_REQUEST, call.name)
-        if not hooks:
-            return None
-        signal = CancellationSignal() if scope is None else scope.signal
-        event = HookInput(
-            HookEvent.PERMISSION_REQUEST,
-            call.name,
-            call.spec_id or None,
-            call,
-            arguments,
-            signal,
-            decision=decision,
-            reason=reason,
-        )
-        try:
-            await dispatch(hooks, event, self.hook_timeout_s, self._guard)
-        except HookRaised as raised:
-            log.error("permission_request %s for %s (call %s)", raised, call.name, call.call_id)
-            return error_result(call, ErrorCode.HOOK_FAILED, GENERIC_ERROR)
-        except HookTimedOut as timed_out:
-            log.error("%s for %s (call %s)", timed_out, call.name, call.call_id)
-            return error_result(call, ErrorCode.HOOK_TIMEOUT, "The permission check timed out.")
-        return None
-
-    def _start(
+    async def _start(
         self,
         registration: Registration[Any],
         call: CallInfo,
@@ -592,16 +528,16 @@ class CallPipeline(RuntimeCore):
     ) -> Attempt:
         """Record the start of an entry where the store keeps it (committed before the tool
         runs, under this runtime's lease), announce it, and open its ToolData writer."""
-        attempt = Attempt(self._durable or claimed)
+        attempt = Attempt(self.durable or claimed)
         if attempt.recorded and not claimed:  # a claimed entry's start was recorded by its claim
             record = self._record(registration, call, arguments, "running")
-            self._emit(self.store.begin, record, self._event(call, "started", None))
-        elif not claimed and self._events.active:
-            self._events.publish(self._event(call, "started", None))
+            await self._emit(self.store.begin, record, self._event(call, "started", None))
+        elif not claimed and self.events.active:
+            self.events.publish(self._event(call, "started", None))
         if attempt.recorded:
-            self._leases.hold(scope)
+            self.leases.hold(scope)
         if registration.data:
-            attempt.data = CallData(call, registration.data, self.store, self._events.publish)
+            attempt.data = CallData(call, registration.data, self.io, self.events.publish)
         return attempt
 
     def _output(
@@ -638,27 +574,51 @@ class CallPipeline(RuntimeCore):
             return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
         return ToolSuccess(call, output, model_reads, display, output_json=content)
 
-    def _settled(
+    async def record_end(
         self, call: CallInfo, result: ToolResult[Any], attempt: Attempt | None
     ) -> ToolResult[Any]:
-        """Record the end of a stored call (with its event), or just announce it."""
+        """Record the end of a stored call (with its event), or just announce it. What the caller
+        is told is what the store holds: when another worker took the call over, its record."""
         stored = result_json(result)
-        if attempt is not None and attempt.stored:
-            self._leases.release(call.call_id)
-            event = self._event(call, "result", stored)
-            try:
-                self._emit(self.store.settle, call.call_id, event.payload, event, owner=self.owner)
-            except LeaseLost as lost:
-                # Another worker claimed the call (this one's lease lapsed): its outcome is the
-                # one recorded; this late result is reported, not written.
-                log.error(
-                    "%s (call %s): %s; the result is not recorded", call.name, call.call_id, lost
-                )
-        elif self._events.active:
-            self._events.publish(self._event(call, "result", stored))
+        if attempt is None or not attempt.stored:
+            if self.events.active:
+                self.events.publish(self._event(call, "result", stored))
+            return result
+        self.leases.release(call.call_id)
+        event = self._event(call, "result", stored)
+        try:
+            await self._emit(
+                self.store.settle, call.call_id, event.payload, event, owner=self.owner
+            )
+        except LeaseLost as lost:
+            log.error("%s (call %s): %s; the result is not recorded", call.name, call.call_id, lost)
+            return await self._as_recorded(call)
+        except StoreError as error:
+            log.error(
+                "%s (call %s): the store refused its result: %s", call.name, call.call_id, error
+            )
+            return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNRECORDED)
         return result
 
-    def _stopped(
+    async def _as_recorded(self, call: CallInfo) -> ToolResult[Any]:
+        """The outcome the store holds for a call another worker took over."""
+        try:
+            record = await self.io(self.store.call, call.call_id)
+        except StoreError:
+            record = None
+        stored = None if record is None or record.state != "settled" else record.result
+        if isinstance(stored, dict) and stored.get("status") == "error":
+            try:
+                code = ErrorCode(str(stored.get("code")))
+            except ValueError:
+                code = ErrorCode.INTERRUPTED
+            return error_result(call, code, str(stored.get("message", "")))
+        if isinstance(stored, dict) and stored.get("status") == "success":
+            content = stored.get("content")
+            return ToolSuccess(call, stored.get("output", content), content)
+        return error_result(call, ErrorCode.INTERRUPTED, TAKEN_OVER)
+
+    async def _stopped(
         self, call: CallInfo, scope: CancelScope, stopped: BaseException
     ) -> ToolResult[Any]:
         """The result of a call a cancellation or a deadline ended (or the exception to raise)."""
@@ -675,46 +635,33 @@ class CallPipeline(RuntimeCore):
         if scope.release() > 0:
             attempt: Attempt | None = scope.stored
             if attempt is not None and attempt.stored:  # the caller's task was cancelled
-                self._settled(call, self._cancelled(call, scope), attempt)
+                await self.record_end(call, self._cancelled(call, scope), attempt)
             raise stopped  # from outside: not ours to absorb
         if scope.reason is None:
-            return self._tool_error(call, asyncio.CancelledError("raised by the tool"))
+            return tool_error(
+                call, asyncio.CancelledError("raised by the tool"), self.interceptors.error_mapper
+            )
         return self._cancelled(call, scope)
-
-    async def _finish(
-        self,
-        registration: Registration[Any] | None,
-        call: CallInfo,
-        arguments: JsonObject,
-        signal: CancellationSignal,
-        result: ToolResult[Any],
-    ) -> ToolResult[Any]:
-        """Post-hooks, for results the tool itself produced."""
-        if not self._post_any or isinstance(result, ToolSkipped | ToolPending):
-            return result
-        if isinstance(result, ToolError) and result.code in _HOOK_CODES:
-            return result
-        return await self._post_hooks(registration, call, arguments, signal, result)
 
     async def _fallback(
         self, call: CallInfo, arguments: JsonObject, scope: CancelScope
     ) -> ToolResult[Any]:
         assert self.fallback is not None
         scope.bind()
-        if self._pre_any:
-            verdict = await self._pre_hooks(call, arguments, scope.signal)
+        if self.interceptors.pre_any:
+            verdict = await self.interceptors.pre_hooks(call, arguments, scope.signal)
             if not isinstance(verdict, HookVerdict):
                 return verdict
             if verdict.input is not None:
                 arguments = verdict.input
         request = FallbackCall(call.name, arguments, call, scope.signal)
-        limit = (self.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        limit = (self.tools.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
         try:
             content = await scope.run(self.fallback(request), limit)
         except ToolFailed as failure:
             return error_result(call, ErrorCode.TOOL_FAILED, failure.message)
         except Exception as error:
-            return self._tool_error(call, error)
+            return tool_error(call, error, self.interceptors.error_mapper)
         finally:
             scope.stop()
         try:
@@ -724,9 +671,7 @@ class CallPipeline(RuntimeCore):
             return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
         return ToolSuccess(call, content, content)
 
-    # -- calls that end waiting ------------------------------------------------------------
-
-    def _suspend(
+    async def _suspend(
         self,
         registration: Registration[Any],
         call: CallInfo,
@@ -745,19 +690,20 @@ class CallPipeline(RuntimeCore):
         )
         record = self._record(registration, call, arguments, "suspended")
         payload: JsonValue = {"action_id": action.action_id, "point": action.point}
-        self._leases.release(call.call_id)
+        self.leases.release(call.call_id)
         try:
             event = self._event(call, "suspended", payload)
             known = attempt is not None and attempt.recorded
-            self.store.suspend(record, action, event, known=known)
-            self._events.publish(event)
+            await self.io(self.store.suspend, record, action, event, known=known)
+            self.events.publish(event)
         except Exception as error:
-            return self._settled(call, self._tool_error(call, error), attempt)
+            failed = tool_error(call, error, self.interceptors.error_mapper)
+            return await self.record_end(call, failed, attempt)
         typed = model_of(point.suspend.adapter.validate_python, suspended.payload)
         view = PendingAction.of(action, typed)
         return ToolPending(call, view, pending_content(view))
 
-    def _await_client(
+    async def _await_client(
         self, registration: Registration[Any], call: CallInfo, arguments: JsonObject
     ) -> ToolResult[Any]:
         """A client tool's call: a pending action that its output (``submit``) settles, or
@@ -773,101 +719,85 @@ class CallPipeline(RuntimeCore):
         record = self._record(registration, call, arguments, "pending")
         payload: JsonValue = {"action_id": action.action_id}
         try:
-            self._emit(self.store.suspend, record, action, self._event(call, "pending", payload))
+            await self._emit(
+                self.store.suspend, record, action, self._event(call, "pending", payload)
+            )
         except Exception as error:
-            return self._tool_error(call, error)
+            return tool_error(call, error, self.interceptors.error_mapper)
         view = PendingAction.of(action, model_of(registration.build_input, arguments))
         return ToolPending(call, view, pending_content(view))
 
-    # -- hooks -----------------------------------------------------------------------------
-
-    def _hooks_for(self, event: HookEvent, name: str) -> list[Hook]:
-        hooks = self._hooks[event]
-        return [hook for hook in hooks if hook.applies_to(name)] if hooks else hooks
-
-    async def _pre_hooks(
-        self, call: CallInfo, arguments: JsonObject, signal: CancellationSignal
-    ) -> HookVerdict | ToolResult[Any]:
-        hooks = self._hooks_for(HookEvent.PRE_TOOL_USE, call.name)
-        if not hooks:
-            return HookVerdict()
-        event = HookInput(
-            HookEvent.PRE_TOOL_USE, call.name, call.spec_id or None, call, arguments, signal
-        )
-        try:
-            verdict = await dispatch(hooks, event, self.hook_timeout_s, self._guard)
-        except HookRaised as raised:
-            log.error("pre_tool_use %s for %s (call %s)", raised, call.name, call.call_id)
-            return error_result(call, ErrorCode.HOOK_FAILED, GENERIC_ERROR)
-        except HookTimedOut as timed_out:
-            log.error("%s for %s (call %s)", timed_out, call.name, call.call_id)
-            return error_result(
-                call, ErrorCode.HOOK_TIMEOUT, "The tool call timed out before it ran."
-            )
-        if verdict.action == "skip":
-            reason = verdict.reason or "skipped by a hook"
-            return ToolSkipped(call, reason, skipped_content(reason))
-        if verdict.action == "abort":
-            reason = verdict.reason or "The tool call was blocked."
-            return error_result(call, ErrorCode.HOOK_ABORTED, reason)
-        return verdict
-
-    async def _post_hooks(
+    def _record(
         self,
-        registration: Registration[Any] | None,
+        registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
-        signal: CancellationSignal,
-        result: ToolResult[Any],
-    ) -> ToolResult[Any]:
-        success = isinstance(result, ToolSuccess)
-        event = HookEvent.POST_TOOL_USE if success else HookEvent.POST_TOOL_USE_FAILURE
-        hooks = self._hooks_for(event, call.name)
-        if not hooks:
-            return result
-        spec_id = None if registration is None else registration.spec.id
-        hook_input = HookInput(
-            event,
+        state: CallState,
+    ) -> CallRecord:
+        spec = registration.spec
+        context = call.context
+        return CallRecord(
+            call.call_id,
+            call.run_id,
             call.name,
-            spec_id,
-            call,
+            spec.id,
+            spec.side_effect,
+            spec.execution,
             arguments,
-            signal,
-            output=result.content,
-            error=result if isinstance(result, ToolError) else None,
+            state,
+            now(),
+            self.owner,
+            lease_until=clock() + self.lease_s if state == "running" else 0.0,
+            tenant="" if context is None else context.tenant,
+            context=None if context is None else context.to_json(),
         )
-        try:
-            verdict = await dispatch(hooks, hook_input, self.hook_timeout_s, self._guard)
-        except (HookRaised, HookTimedOut) as problem:
-            log.error("%s %s for %s (call %s)", event, problem, call.name, call.call_id)
-            if not success:
-                return result  # a failing failure hook never hides the original error
-            code = (
-                ErrorCode.HOOK_TIMEOUT
-                if isinstance(problem, HookTimedOut)
-                else ErrorCode.HOOK_FAILED
-            )
-            return error_result(call, code, GENERIC_ERROR)
-        if success and verdict.action == "abort":
-            return error_result(
-                call, ErrorCode.HOOK_ABORTED, verdict.reason or "The tool result was withheld."
-            )
-        if verdict.output is None:
-            return result
-        if isinstance(result, ToolSuccess):
-            # Typed views elsewhere are built from what the model may read (``rewritten``).
-            return ToolSuccess(
-                result.call, result.output, verdict.output, result.display, rewritten=True
-            )
-        assert isinstance(result, ToolError)
-        return ToolError(result.call, result.code, result.message, verdict.output, result.display)
+
+    def _action(
+        self,
+        call: CallInfo,
+        point: str | None,
+        payload: JsonValue,
+        schema: JsonObject,
+        expires_after_s: float | None = None,
+    ) -> ActionRecord:
+        return ActionRecord(
+            action_id(),
+            call.call_id,
+            call.run_id,
+            call.name,
+            call.spec_id,
+            point,
+            payload,
+            schema,
+            now(),
+            tenant="" if call.context is None else call.context.tenant,
+            expires_at=None if expires_after_s is None else clock() + expires_after_s,
+        )
+
+    def _event(self, call: CallInfo, kind: str, payload: JsonValue) -> Event:
+        return Event(call.run_id, call.call_id, kind, payload, now())
+
+    async def _emit(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Commit ``write`` (its last positional argument is the event), then tell this
+        process's subscribers."""
+        written = await self.io(write, *args, **kwargs)
+        self.events.publish(args[-1])
+        return written
+
+    def _cancelled(self, call: CallInfo, scope: CancelScope) -> ToolError:
+        registration = self.tools.by_name.get(call.name)
+        limit = registration.timeout_ms if registration else self.tools.timeout_ms
+        return cancelled(call, scope, limit)
 
 
-async def _in_order(methods: list[ObserverMethod], event: Lifecycle) -> None:
-    for method in methods:
-        await method(event)
-
-
+UNRECORDED = (
+    "The tool ran, but its result could not be recorded (the store is unavailable); the call "
+    "is left for recovery to settle."
+)
+TAKEN_OVER = (
+    "Another worker took this call over after this one's lease lapsed; its outcome is the one "
+    "the store records."
+)
 _ID_RULE = (
     "A call id and a run id are 1 to 200 printable characters (no NUL, no line break, no "
     "lone surrogate): every store must hold and index them alike."

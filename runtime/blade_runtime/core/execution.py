@@ -28,7 +28,8 @@ from blade_runtime.core.jsonvalue import NotJson, checked, lossless, model_of
 from blade_runtime.core.permissions import STEP, PermissionAnswer, step_payload
 from blade_runtime.core.registry import Point, Typed
 from blade_runtime.core.spec import JsonObject, ToolSpec
-from blade_runtime.core.store import DataRecord, Event, Store, now
+from blade_runtime.core.storage import StoreAccess
+from blade_runtime.core.store import DataRecord, Event, now
 from blade_runtime.core.validation import describe
 
 INITIAL = InitialEntry()
@@ -53,18 +54,18 @@ class CallData:
     only reach live subscribers. The same id updates an item in place, keeping its position.
     """
 
-    __slots__ = ("_call", "_channels", "_counter", "_publish", "_store", "wrote")
+    __slots__ = ("_call", "_channels", "_counter", "_io", "_publish", "wrote")
 
     def __init__(
         self,
         call: CallInfo,
         channels: Mapping[str, Typed],
-        store: Store,
+        io: StoreAccess,
         publish: Callable[[Event], None],
     ) -> None:
         self._call = call
         self._channels = channels
-        self._store = store
+        self._io = io
         self._publish = publish
         self._counter = itertools.count(1)
         self.wrote = False
@@ -91,18 +92,18 @@ class CallData:
         event = Event(self._call.run_id, self._call.call_id, "data", payload, at)
         if not transient:
             self.wrote = True
-            self._store.write_data(
-                DataRecord(self._call.call_id, channel, item_id, record, at), event
-            )
+            data = DataRecord(self._call.call_id, channel, item_id, record, at)
+            await self._io(self._io.store.write_data, data, event)
         self._publish(event)
 
     async def list(self, channel: str) -> Sequence[DataItem[Any]]:
         typed = self._channel(channel)
+        stored = await self._io(self._io.store.data, self._call.call_id, channel)
         return [
             DataItem(
                 item.item_id, model_of(typed.adapter.validate_python, item.value), item.updated_at
             )
-            for item in self._store.data(self._call.call_id, channel)
+            for item in stored
         ]
 
     def _channel(self, channel: str) -> Typed:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from pydantic import JsonValue
 
 from blade_runtime.core.context import CallInfo
+from blade_runtime.core.outcomes import result_json
 from blade_runtime.core.spec import JsonObject, ToolSpec
 
 BOUNDARIES = (
@@ -75,8 +76,6 @@ class Lifecycle:
         """settled: the result's JSON as it is stored (made when first read: most observers
         of a call never read it)."""
         if self._result is None and self.outcome is not None:
-            from blade_runtime.core.shared import result_json  # core imports this module
-
             self._result = result_json(self.outcome)
         return self._result
 

@@ -10,32 +10,30 @@ whichever runtime (or submit) sees it first.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.core import actions
 from blade_runtime.core.caller import CallContext, Principal
-from blade_runtime.core.calls import CallPipeline
-from blade_runtime.core.cancel_scope import Abandoned, CancelScope
+from blade_runtime.core.calls import CallRunner
 from blade_runtime.core.context import (
     ActionRef,
     CallInfo,
     CancellationSignal,
-    InitialEntry,
     ResumeEntry,
     SuspensionEpisode,
 )
-from blade_runtime.core.events import PendingAction
-from blade_runtime.core.execution import INITIAL
+from blade_runtime.core.events import EventHub, PendingAction
+from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.jsonvalue import NotJson, model_of
+from blade_runtime.core.outcomes import error_result, nobody, submitted_json
 from blade_runtime.core.permissions import ADMISSION, POINTS, STEP, STEP_POINT, PermissionPrompt
+from blade_runtime.core.records import Records
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolResult, ToolSuccess
-from blade_runtime.core.shared import error_result, nobody, submitted_json
 from blade_runtime.core.spec import JsonObject
+from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
     ActionRecord,
@@ -45,10 +43,33 @@ from blade_runtime.core.store import (
     UnknownAction,
     clock,
 )
+from blade_runtime.core.tools import Tools
 
 
-class PendingActions(CallPipeline):
+class PendingActions:
     """What happens to a call after it left a pending action."""
+
+    def __init__(
+        self,
+        *,
+        io: StoreAccess,
+        runner: CallRunner,
+        tools: Tools,
+        interceptors: Interceptors,
+        records: Records,
+        events: EventHub,
+        owner: str,
+        lease_s: float,
+    ) -> None:
+        self.io = io
+        self.store = io.store
+        self.runner = runner
+        self.tools = tools
+        self.interceptors = interceptors
+        self.records = records
+        self.events = events
+        self.owner = owner
+        self.lease_s = lease_s
 
     async def submit(
         self,
@@ -74,7 +95,7 @@ class PendingActions(CallPipeline):
                 call, ErrorCode.ACTION_ALREADY_RESOLVED, actions.already_resolved(action)
             )
         if action.expires_at is not None and action.expires_at <= clock():
-            expired = self.expire(action)
+            expired = await self.expire(action)
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, expired)
         try:
             value = submitted_json(payload)
@@ -83,7 +104,7 @@ class PendingActions(CallPipeline):
         invalid = actions.invalid_submission(action, value)
         if invalid is not None:
             return error_result(call, ErrorCode.INVALID_SUBMISSION, invalid)
-        registration = self._registrations.get(action.name)
+        registration = self.tools.by_name.get(action.name)
         if action.point is None:
             return await self._complete_client(registration, call, action, value)
         known = registration is not None and (
@@ -100,15 +121,15 @@ class PendingActions(CallPipeline):
             if refused is not None:
                 return refused
         resolution, event = actions.answer(action, value, self.owner, self.lease_s)
-        won = self._resolve(action, resolution, event)
+        won = await self._resolve(action, resolution, event)
         if isinstance(won, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, won)
         if resolution.call_state == "settled":  # a denied permission request
             return error_result(call, ErrorCode.PERMISSION_DENIED, str(resolution.reason))
         call.context = CallContext.from_json(won.call_context)
         if action.point == ADMISSION:  # approved: the first entry runs now, with the final input
-            return await self._run(registration, call, won.call_input)
-        return await self._resume(registration, call, action, value, won.call_input)
+            return await self.runner.run_claimed(registration, call, won.call_input)
+        return await self.resume(registration, call, action, value, won.call_input)
 
     async def _answering(
         self,
@@ -126,12 +147,12 @@ class PendingActions(CallPipeline):
         final = value.get("input") if isinstance(value.get("input"), dict) else arguments
         inputs: JsonObject = final if isinstance(final, dict) else {}
         text = reason if isinstance(reason, str) else None
-        refused = await self._permission_hooks(call, inputs, None, decision, text)
-        if refused is None and self._observers.permission_resolved:
+        refused = await self.interceptors.permission_hooks(call, inputs, None, decision, text)
+        if refused is None and self.interceptors.observers.permission_resolved:
             try:
-                await self._observing(
+                await self.interceptors.observing(
                     "permission_resolved",
-                    self._observers.permission_resolved,
+                    self.interceptors.observers.permission_resolved,
                     registration,
                     call,
                     inputs,
@@ -140,22 +161,25 @@ class PendingActions(CallPipeline):
                     action.action_id,
                 )
             except Exception as error:
-                refused = self._observer_failed("permission_resolved", call, error)
+                refused = self.interceptors.observer_failed("permission_resolved", call, error)
         return refused
 
-    def _resolve(
+    async def _resolve(
         self, action: ActionRecord, resolution: Resolution, event: Event
     ) -> Resolved | str:
         """Compare-and-set the action (with its call and event), or why it lost."""
         try:
-            resolved: Resolved = self._emit(self.store.resolve, action.action_id, resolution, event)
+            resolved: Resolved = await self.io(
+                self.store.resolve, action.action_id, resolution, event
+            )
+            self.events.publish(event)
         except ActionAlreadyResolved as lost:
             return actions.already_resolved(lost.action)
         except UnknownAction:
             return f"No pending action {action.action_id!r}."
         return resolved
 
-    async def _resume(
+    async def resume(
         self,
         registration: Registration[Any],
         call: CallInfo,
@@ -170,28 +194,9 @@ class PendingActions(CallPipeline):
             model_of(point.resume.adapter.validate_python, value),
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
-        return await self._run(registration, call, arguments, entry, lambda: self._history(call))
-
-    async def _run(
-        self,
-        registration: Registration[Any],
-        call: CallInfo,
-        arguments: JsonObject,
-        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
-        history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
-    ) -> ToolResult[Any]:
-        """One claimed entry of an admitted call (a resume, or a replay), under its own cancel
-        scope; it is recorded as running already (by its claim)."""
-        scope = CancelScope(call, self._running, registration)
-        try:
-            result = await self._enter(
-                registration, call, arguments, scope, entry, history, claimed=True
-            )
-        except (asyncio.CancelledError, Abandoned) as stopped:
-            result = self._stopped(call, scope, stopped)
-        finally:
-            scope.close()
-        return await self._conclude(registration, call, arguments, scope, result)
+        return await self.runner.run_claimed(
+            registration, call, arguments, entry, lambda: self._history(call)
+        )
 
     async def _complete_client(
         self,
@@ -200,7 +205,7 @@ class PendingActions(CallPipeline):
         action: ActionRecord,
         value: JsonValue,
     ) -> ToolResult[Any]:
-        lost = self._resolve(action, *actions.completion(action, value))
+        lost = await self._resolve(action, *actions.completion(action, value))
         if isinstance(lost, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
         typed = (
@@ -210,7 +215,9 @@ class PendingActions(CallPipeline):
         )
         result = ToolSuccess(call, typed, value)
         arguments = action.payload if isinstance(action.payload, dict) else {}
-        return await self._finish(registration, call, arguments, CancellationSignal(), result)
+        return await self.interceptors.finish(
+            registration, call, arguments, CancellationSignal(), result
+        )
 
     async def cancel(
         self, action_id: str, reason: str = "cancelled", *, principal: Principal | None = None
@@ -224,11 +231,11 @@ class PendingActions(CallPipeline):
         """Settle the action's call as TOOL_FAILED with ``error`` as the model's sentence."""
         return await self._settle_by_id(action_id, principal, cancelled=False, reason=str(error))
 
-    def expire(self, action: ActionRecord) -> str:
+    async def expire(self, action: ActionRecord) -> str:
         """Settle an action past its deadline as TIMEOUT (once, whoever asks first); returns
         the sentence a later submit gets."""
         resolution, event = actions.expiry(action)
-        outcome = self._resolve(action, resolution, event)
+        outcome = await self._resolve(action, resolution, event)
         return outcome if isinstance(outcome, str) else actions.already_resolved(outcome.action)
 
     async def _settle_by_id(
@@ -239,15 +246,15 @@ class PendingActions(CallPipeline):
             return error_result(
                 nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}."
             )
-        return self._settle_action(action, cancelled=cancelled, reason=reason)
+        return await self.settle_action(action, cancelled=cancelled, reason=reason)
 
-    def _settle_action(
+    async def settle_action(
         self, action: ActionRecord, *, cancelled: bool, reason: str
     ) -> ToolResult[Any]:
         call = _call_of(action)
         settle = actions.cancellation if cancelled else actions.failure
         resolution, event, message = settle(action, reason)
-        lost = self._resolve(action, resolution, event)
+        lost = await self._resolve(action, resolution, event)
         if isinstance(lost, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
         code = ErrorCode.CANCELLED if cancelled else ErrorCode.TOOL_FAILED
@@ -265,10 +272,10 @@ class PendingActions(CallPipeline):
         all)."""
         tenant = None if principal is None or principal.operator else principal.tenant
         found = self.store.actions(run_id=run_id, name=name, tenant=tenant)
-        return [self._view(a) for a in found]
+        return [self.view(a) for a in found]
 
-    def _view(self, action: ActionRecord) -> PendingAction[Any]:
-        registration = self._registrations.get(action.name)
+    def view(self, action: ActionRecord) -> PendingAction[Any]:
+        registration = self.tools.by_name.get(action.name)
         typed: Any = action.payload
         if action.point in POINTS:
             typed = model_of(PermissionPrompt.model_validate, action.payload)

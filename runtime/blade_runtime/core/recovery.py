@@ -22,30 +22,52 @@ import weakref
 from typing import Any
 
 from blade_runtime.core.caller import CallContext
+from blade_runtime.core.calls import Attempt, CallRunner
 from blade_runtime.core.context import CallInfo
+from blade_runtime.core.events import EventHub
+from blade_runtime.core.outcomes import HOST, INTERRUPTED_MESSAGE, error_result, log
 from blade_runtime.core.pending import PendingActions
 from blade_runtime.core.permissions import ADMISSION
 from blade_runtime.core.results import ErrorCode, ToolResult
-from blade_runtime.core.shared import HOST, INTERRUPTED_MESSAGE, Attempt, error_result, log
+from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import Claimed
+from blade_runtime.core.tools import Tools
 
 _LIVE: weakref.WeakValueDictionary[str, Recovery] = weakref.WeakValueDictionary()
 """The runtimes of this process that are open, by owner id."""
 
 
-class Recovery(PendingActions):
+class Recovery:
     """The recovery sweep, and the loop that runs it in the background."""
 
-    _closed: bool
+    def __init__(
+        self,
+        *,
+        io: StoreAccess,
+        runner: CallRunner,
+        pending: PendingActions,
+        tools: Tools,
+        events: EventHub,
+        owner: str,
+        lease_s: float,
+    ) -> None:
+        self.io = io
+        self.store = io.store
+        self.runner = runner
+        self.pending = pending
+        self.tools = tools
+        self.events = events
+        self.owner = owner
+        self.lease_s = lease_s
+        self.closed = False
+        _LIVE[owner] = self
 
-    def _live(self) -> None:
-        _LIVE[self.owner] = self
-
-    def _gone(self) -> None:
+    async def end(self) -> None:
         """This runtime stops: its leases end now, so another worker may claim its calls at
         once (a late result of an abandoned call is then refused by the store, LeaseLost)."""
+        self.closed = True
         _LIVE.pop(self.owner, None)
-        self.store.renew(self.owner, 0.0)
+        await self.io(self.store.renew, self.owner, 0.0)
 
     async def recover(self, *, replay: bool = True, limit: int = 100) -> list[ToolResult[Any]]:
         """One sweep: claim what needs a runtime and take it up here; returns the results.
@@ -53,8 +75,8 @@ class Recovery(PendingActions):
         ``replay=False``: running ``pure`` and ``idempotent`` calls are not run again either;
         they settle as INTERRUPTED like the others. Calls of tools this runtime lacks are left
         for a runtime that has them."""
-        self._expire_due()
-        claimed = self._claim_batch(limit)
+        await self._expire_due()
+        claimed = await self._claim_batch(limit)
         return list(await asyncio.gather(*(self._take_up(c, replay) for c in claimed)))
 
     async def run_recovery(self, interval_s: float = 1.0) -> None:
@@ -63,10 +85,10 @@ class Recovery(PendingActions):
         within the interval, without a restart. A sweep that fails (the store is down) is
         logged and tried again next time."""
         running: set[asyncio.Task[Any]] = set()
-        while not self._closed:
+        while not self.closed:
             try:
-                self._expire_due()
-                for claimed in self._claim_batch():
+                await self._expire_due()
+                for claimed in await self._claim_batch():
                     task = asyncio.create_task(self._take_up(claimed, True))
                     running.add(task)
                     task.add_done_callback(running.discard)
@@ -74,31 +96,35 @@ class Recovery(PendingActions):
                 log.error("recovery sweep failed: %s", error)
             await asyncio.sleep(interval_s)
 
-    def _claim_batch(self, limit: int = 100) -> list[Claimed]:
-        names = [r.name for r in self._registrations.values() if r.implementation is not None]
+    async def _claim_batch(self, limit: int = 100) -> list[Claimed]:
+        names = [r.name for r in self.tools.by_name.values() if r.implementation is not None]
         if not names:
             return []
-        dead = [owner for owner in self.store.owners() if self._dead(owner)]
-        return self.store.claim(self.owner, self.lease_s, dead=dead, names=names, limit=limit)
+        owners = await self.io(self.store.owners)
+        dead = [owner for owner in owners if await self._dead(owner)]
+        claimed: list[Claimed] = await self.io(
+            self.store.claim, self.owner, self.lease_s, dead=dead, names=names, limit=limit
+        )
+        return claimed
 
-    def _expire_due(self) -> None:
-        for action in self.store.expired():
-            self.expire(action)
+    async def _expire_due(self) -> None:
+        for action in await self.io(self.store.expired):
+            await self.pending.expire(action)
 
-    def _dead(self, owner: str) -> bool:
+    async def _dead(self, owner: str) -> bool:
         """Whether the runtime ``owner`` is known to have stopped (else its lease decides)."""
         if owner == self.owner:
             return False
         host, _, rest = owner.partition(":")
         if host == HOST and rest.partition(":")[0] == str(os.getpid()):
             live = _LIVE.get(owner)
-            return live is None or live._closed  # a runtime of this process: open, or gone
-        return self.store.alive(owner) is False
+            return live is None or live.closed  # a runtime of this process: open, or gone
+        return await self.io(self.store.alive, owner) is False
 
     async def _take_up(self, claimed: Claimed, replay: bool) -> ToolResult[Any]:
         """Resume, replay or interrupt one call this runtime just claimed."""
         record = claimed.call
-        registration = self._registrations[record.name]
+        registration = self.tools.by_name[record.name]
         call = CallInfo(
             record.call_id,
             record.run_id,
@@ -106,22 +132,22 @@ class Recovery(PendingActions):
             record.spec_id,
             CallContext.from_json(record.context),
         )
-        self._events.poke()  # the claim's event was committed with it
+        self.events.poke()  # the claim's event was committed with it
         safe = claimed.was == "resumable" or (
             replay and record.side_effect in ("pure", "idempotent")
         )
         if not safe:
             interrupted = error_result(call, ErrorCode.INTERRUPTED, INTERRUPTED_MESSAGE)
-            return self._settled(call, interrupted, Attempt(recorded=True))
+            return await self.runner.record_end(call, interrupted, Attempt(recorded=True))
         entry = record.entry
         if isinstance(entry, dict) and entry.get("point") == ADMISSION:
             # Its permission was granted (and the final input stored with the decision): the
             # first entry runs, without asking again.
-            return await self._run(registration, call, record.input)
+            return await self.runner.run_claimed(registration, call, record.input)
         if isinstance(entry, dict) and entry.get("action_id"):
-            action = self.store.action(str(entry["action_id"]))
+            action = await self.io(self.store.action, str(entry["action_id"]))
             if action is not None:
-                return await self._resume(
+                return await self.pending.resume(
                     registration, call, action, entry.get("resume"), record.input
                 )
-        return await self._run(registration, call, record.input)
+        return await self.runner.run_claimed(registration, call, record.input)

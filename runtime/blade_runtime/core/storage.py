@@ -1,0 +1,65 @@
+"""The runtime's one way to its store: the event loop never waits on it.
+
+A store that does no I/O (``MemoryStore``) is called inline. A durable one is called in threads of
+this runtime's own: a locked SQLite file or a PostgreSQL pool without a free connection then holds
+up the calls that need the store, never the event loop, its other coroutines or the lease
+heartbeat (which has a thread and a connection of its own: ``leases``). A store that can refuse
+to wait (SQLite: ``inline_first``) is tried inline first, without waiting for its lock, and
+handed to a thread only when it would have waited: an uncontended SQLite commit costs no thread
+hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from blade_runtime.core.store import Store, StoreError
+
+
+class StoreBusy(StoreError):  # MERGE: moves to core.store with the stores' nowait()
+    pass
+
+
+T = TypeVar("T")
+
+THREADS = 8
+"""Store threads per runtime: calls waiting on a locked store queue behind this many."""
+
+
+class StoreAccess:
+    """``await io(store.method, *args)``: one store operation, never on the loop's time."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.waits: bool = getattr(store, "waits", store.durable)  # MERGE
+        self.inline_first: bool = getattr(store, "inline_first", False)  # MERGE
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def __call__(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if not self.waits:
+            return method(*args, **kwargs)
+        if self.inline_first:
+            try:
+                with self.store.nowait():  # type: ignore[attr-defined]
+                    return method(*args, **kwargs)
+            except StoreBusy:
+                pass  # it would wait for the lock: wait in a thread instead
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._threads(), functools.partial(method, *args, **kwargs)
+        )
+
+    def _threads(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="blade-store")
+        return self._executor
+
+    def close(self) -> None:
+        """Stop the threads once what they run has returned (the store stays open)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=False)
+            self._executor = None

@@ -1,0 +1,201 @@
+"""The tools a runtime offers: its registrations, by name and by spec id, and which may be called.
+
+Registering checks what can be checked before the first call (a taken or malformed name, a spec
+that needs server context without a provider, a child tool that could suspend, unbound
+capabilities), so that a call never finds a registration it cannot run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, JsonValue
+
+from blade_runtime.core.caller import CallContext
+from blade_runtime.core.capabilities import Binding
+from blade_runtime.core.context import CallInfo
+from blade_runtime.core.export import ExportFormat, ToolExport, export_tools
+from blade_runtime.core.outcomes import DEFAULT_TIMEOUT_MS
+from blade_runtime.core.registry import (
+    NAME,
+    ContextProvider,
+    Registration,
+    RegistrationError,
+    compiled,
+    registration,
+)
+from blade_runtime.core.spec import BackendToolSpec, CapabilitySpec, JsonObject
+from blade_runtime.core.validation import describe
+
+IdT = TypeVar("IdT", bound=str)
+InputT = TypeVar("InputT", bound=BaseModel)
+OutputT = TypeVar("OutputT")
+ContextT = TypeVar("ContextT")
+ExecutionT = TypeVar("ExecutionT")
+
+
+class Tools:
+    """The registrations, the allowed and disallowed names, and what is derived from them."""
+
+    def __init__(
+        self,
+        *,
+        capabilities: Mapping[str, Binding],
+        timeout_ms: int | None,
+        allowed: Collection[str] | None,
+        disallowed: Collection[str],
+    ) -> None:
+        self.capabilities: dict[str, Binding] = dict(capabilities)
+        self.timeout_ms = timeout_ms
+        self.by_name: dict[str, Registration[Any]] = {}
+        self.by_spec: dict[str, Registration[Any]] = {}  # the first registration of each id
+        self.answer_schemas: dict[str, JsonObject] = {}  # permission answers, per spec id
+        self.dynamic = False  # some registration has an ``enabled`` callback
+        self.closing = False  # the runtime refuses new calls
+        self._allowed: frozenset[str] | None = None
+        self._disallowed: frozenset[str] = frozenset()
+        self.restricted = False  # any name may be refused: check ``is_allowed``
+        self.allowed = allowed
+        self.disallowed = disallowed
+
+    def unregister(self, name: str) -> Registration[Any]:
+        """Remove the registration ``name``: new calls find no tool; calls of it that wait
+        stay in the store, readable, and any runtime that has the tool can resolve them."""
+        removed = self.by_name.pop(name, None)
+        if removed is None:
+            raise RegistrationError(f"unregistering {name!r}: no tool is registered under it")
+        if self.by_spec.get(removed.spec.id) is removed:
+            del self.by_spec[removed.spec.id]
+            for other in self.by_name.values():  # the next one of that id, if any
+                self.by_spec.setdefault(other.spec.id, other)
+        self.answer_schemas.pop(removed.spec.id, None)
+        return removed
+
+    def bindings(
+        self, spec: Any, where: str, config: Mapping[str, JsonValue]
+    ) -> dict[str, tuple[Binding, JsonValue]]:
+        """The binding and configuration of every capability ``spec`` declares, or why not."""
+        declared: Mapping[str, CapabilitySpec] = getattr(spec, "capabilities", {})
+        missing = sorted(set(declared) - set(self.capabilities))
+        if missing:
+            raise RegistrationError(
+                f"{where}: this runtime has no binding of its capabilities {', '.join(missing)}; "
+                "pass Runtime(capabilities={name: binding})"
+            )
+        unknown = sorted(set(config) - set(declared))
+        if unknown:
+            raise RegistrationError(
+                f"{where}: capability_config names {', '.join(unknown)}, which the spec does not "
+                f"declare (it declares: {', '.join(sorted(declared)) or 'none'})"
+            )
+        chosen = {}
+        for name, capability in declared.items():
+            value = config.get(name)
+            validator = compiled(capability.config_schema)  # type: ignore[arg-type]
+            if not validator.is_valid(value):
+                problems = describe(validator.violations(value))
+                raise RegistrationError(
+                    f"{where}: capability_config[{name!r}] does not match the capability's "
+                    f"configSchema: {problems}"
+                )
+            chosen[name] = (self.capabilities[name], value)
+        return chosen
+
+    def check_children(self, spec: Any, where: str) -> None:
+        """A child tool must never leave a pending action: refuse a parent whose child could
+        suspend (or runs on a client), and such a tool when a registered parent lists it."""
+        for child_id in getattr(spec, "children", ()):
+            child = self.by_spec.get(child_id)
+            if child is not None and (child.points or child.implementation is None):
+                raise RegistrationError(
+                    f"{where}: its child {child_id} could suspend (or runs on a client), so "
+                    "its pending action could never be answered; make the child a tool that "
+                    "does not wait"
+                )
+        if getattr(spec, "suspend", None) or not isinstance(spec, BackendToolSpec):
+            for parent in self.by_name.values():
+                if spec.id in parent.children:
+                    raise RegistrationError(
+                        f"{where}: {parent.spec.id} calls it as a child tool, and a child "
+                        "cannot wait on a pending action"
+                    )
+
+    def add(
+        self,
+        spec: Any,
+        name: str,
+        implementation: Callable[[Any], Awaitable[Any]] | None,
+        context: ContextProvider[Any] | None,
+        timeout_ms: int | None,
+    ) -> Registration[Any]:
+        where = f"registering {spec.id} as {name!r}"
+        if name in self.by_name:
+            other = self.by_name[name].spec.id
+            raise RegistrationError(
+                f"{where}: the name is already registered for {other}; pass name= to register "
+                "it under another name"
+            )
+        if not NAME.fullmatch(name):
+            raise RegistrationError(f"{where}: a name must match {NAME.pattern}")
+        limit = timeout_ms or self.timeout_ms or spec.timeout_ms or DEFAULT_TIMEOUT_MS
+        added = registration(spec, name, implementation, context, limit)
+        self.by_name[name] = added
+        self.by_spec.setdefault(spec.id, added)
+        return added
+
+    def registrations(self) -> Iterator[Registration[Any]]:
+        return iter(self.by_name.values())
+
+    def registration_of(self, spec_id: str) -> Registration[Any] | None:
+        """The first registration of the spec ``spec_id`` (typed clients and child calls find
+        tools by id, whatever name they were registered under)."""
+        return self.by_spec.get(spec_id)
+
+    def export(
+        self,
+        format: ExportFormat = "blade",
+        *,
+        context: CallContext | None = None,
+        run_id: str = "default",
+    ) -> ToolExport:
+        """The callable tools (registered, allowed and enabled) as a model-facing tool list.
+
+        ``context``: the tool list for that caller's run step: ``enabled`` callbacks decide
+        which tools are there, and ``describe`` callbacks what their descriptions say."""
+        chosen = []
+        for entry in self.by_name.values():
+            if not self.is_allowed(entry.name):
+                continue
+            enabled = entry.enabled  # given a CallInfo of its own: it may keep it
+            if enabled is not None and not enabled(
+                CallInfo("", run_id, entry.name, entry.spec.id, context)
+            ):
+                continue
+            chosen.append(entry.exported(context))
+        return export_tools(chosen, format)
+
+    def is_allowed(self, name: str) -> bool:
+        if name in self._disallowed:
+            return False
+        return self._allowed is None or name in self._allowed
+
+    @property
+    def allowed(self) -> frozenset[str] | None:
+        """When not None, only these names may be called (it may change at any time)."""
+        return self._allowed
+
+    @allowed.setter
+    def allowed(self, names: Collection[str] | None) -> None:
+        self._allowed = None if names is None else frozenset(names)
+        self.restricted = self.closing or self._allowed is not None or bool(self._disallowed)
+
+    @property
+    def disallowed(self) -> frozenset[str]:
+        """Names that may never be called; it wins over ``allowed`` (it may change too)."""
+        return self._disallowed
+
+    @disallowed.setter
+    def disallowed(self, names: Collection[str]) -> None:
+        self._disallowed = frozenset(names)
+        self.restricted = self.closing or self._allowed is not None or bool(self._disallowed)
