@@ -120,7 +120,7 @@ class Runtime:
         self.interceptors = Interceptors(
             hook_timeout_s=hook_timeout_ms / 1000, permission=permission, error_mapper=error_mapper
         )
-        self.events = EventHub(self.store)
+        self.events = EventHub(self.store, self.io)
         self.records = Records(self.store, self.io)
         self.leases = Leases(self.store, self.owner, lease_s)
         self.calls = CallRunner(

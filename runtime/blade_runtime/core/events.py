@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import JsonValue
 
+from blade_runtime.core.records import StoreIO, inline
 from blade_runtime.core.store import ActionRecord, Event, Store
 
 PayloadT = TypeVar("PayloadT")
@@ -53,12 +54,11 @@ class Subscription:
             return
         if event.seq == 0 or not self._hub.store.durable:
             self._queue.put_nowait(event)
-        elif event.seq > self.after:
-            if event.seq > self.after + 1:
-                self._catch_up()
-            if event.seq > self.after:
-                self.after = event.seq
-                self._queue.put_nowait(event)
+        elif event.seq == self.after + 1:
+            self.after = event.seq
+            self._queue.put_nowait(event)
+        elif event.seq > self.after:  # others committed before it: the pump reads them all
+            self.wake()
 
     def wake(self) -> None:
         if self._wake is not None:
@@ -88,18 +88,23 @@ class Subscription:
             raise StopAsyncIteration
         return event
 
-    def _catch_up(self) -> None:
-        for event in self._hub.store.events(self.run_id, self.after):
-            self.after = event.seq
-            self._queue.put_nowait(event)
+    def _catch_up(self, found: list[Event] | None = None) -> None:
+        """Hand out the run's stored events after the last one handed out (``found``: read
+        already, off the loop)."""
+        if found is None:
+            found = self._hub.store.events(self.run_id, self.after)
+        for event in found:
+            if event.seq > self.after:  # put() may have handed it out meanwhile
+                self.after = event.seq
+                self._queue.put_nowait(event)
 
     async def _read(self) -> None:
         """Hand out other processes' events of the run as the store reports their commits."""
         store = self._hub.store
         assert self._wake is not None
         while not self._closed:
-            self._catch_up()
             self._wake.clear()
+            self._catch_up(await self._hub.io(store.events, self.run_id, self.after))
             changed = asyncio.ensure_future(store.changed(WAIT_S))
             woken = asyncio.ensure_future(self._wake.wait())
             try:
@@ -114,8 +119,9 @@ class Subscription:
 class EventHub:
     """Subscribers by run id."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, io: StoreIO = inline) -> None:
         self.store = store
+        self.io = io
         self._subscribers: dict[str, list[Subscription]] = {}
         self.active = False  # any subscriber at all: when not, no event is even built
 
