@@ -402,3 +402,46 @@ def test_the_typed_client_carries_what_the_model_read(example_package: Any) -> N
     typed = run(Client(runtime).deploy_service(deploy_service_v1.DeployServiceInput(**GOOD)))
     assert typed.status == "success"
     assert typed.output.steps == 3 and typed.content == "3 steps"
+
+
+@pytest.mark.parametrize("later_is", ["unregistered", "replaced_without_projection", "failing"])
+def test_reproject_never_hands_out_what_the_projection_hid(
+    deploy: Any, tmp_path: Path, later_is: str
+) -> None:
+    path = tmp_path / "hidden.db"
+    first = Runtime(store=SQLiteStore(path))
+    first.register(deploy.SPEC, deployed, project=lambda out: {"steps": out.steps})
+    run(first.call("deploy_service", GOOD, call_id="c1"))
+    later = Runtime(store=SQLiteStore(path))
+    if later_is == "replaced_without_projection":
+        later.register(deploy.SPEC, deployed)
+    elif later_is == "failing":
+
+        def broken(out: Any) -> Any:
+            raise RuntimeError(out.url)  # the hidden field must not leak through the error
+
+        later.register(deploy.SPEC, deployed, project=broken)
+    with pytest.raises(LookupError) as refused:
+        later.reproject("c1")
+    assert "https://x/1" not in str(refused.value)
+
+
+def test_an_enabled_or_describe_callback_that_raises_is_a_value_not_an_exception(
+    deploy: Any,
+) -> None:
+    def enabled(call: Any) -> bool:
+        raise RuntimeError("the feature-flag service is down")
+
+    def describe(context: Any) -> str:
+        raise RuntimeError("no template")
+
+    runtime = Runtime()
+    runtime.register(deploy.SPEC, deployed, enabled=enabled, describe=describe)
+    result = run(runtime.call("deploy_service", GOOD))
+    assert isinstance(result, ToolError) and result.code == ErrorCode.POLICY_FAILED
+    assert "did not run" in result.message and "feature-flag" not in result.message
+    assert runtime.export("openai").document == []  # the tool is left out: it fails closed
+    shown = Runtime()
+    shown.register(deploy.SPEC, deployed, describe=describe)
+    (tool,) = shown.export("openai").document  # type: ignore[misc]
+    assert tool["function"]["description"] == deploy.SPEC.description  # the spec's own

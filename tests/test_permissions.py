@@ -542,3 +542,24 @@ def test_the_typed_client_lists_and_answers_permission_requests(deploy: Any) -> 
     done, denied, _ = run(scenario())
     assert isinstance(done, CallSuccess) and deploys.inputs == [{**GOOD, "version": "v9.9.9"}]
     assert denied.status == "error" and denied.code == ErrorCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("policy_is", ["raising", "async_raising", "not_a_decision"])
+def test_a_policy_that_fails_is_policy_failed_and_nothing_runs(deploy: Any, policy_is: str) -> None:
+    def raising(request: Any) -> Any:
+        raise RuntimeError("the rules service is down")
+
+    async def async_raising(request: Any) -> Any:
+        raise RuntimeError("the rules service is down")
+
+    def not_a_decision(request: Any) -> Any:
+        return 42
+
+    policies = {"raising": raising, "async_raising": async_raising}
+    runtime = Runtime(permission=policies.get(policy_is, not_a_decision))
+    deploys = Deploys(deploy)
+    runtime.register(deploy.SPEC, deploys)
+    result = run(runtime.call("deploy_service", GOOD))
+    assert isinstance(result, ToolError) and result.code == ErrorCode.POLICY_FAILED
+    assert deploys.inputs == []  # the implementation never ran
+    assert "rules service" not in result.message  # the details go to the log only

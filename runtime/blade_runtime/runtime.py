@@ -66,6 +66,7 @@ __all__ = [
     "CloseReport",
     "FallbackCall",
     "PermissionRequest",
+    "ProjectionUnavailable",
     "Registration",
     "RegistrationError",
     "Runtime",
@@ -295,19 +296,37 @@ class Runtime:
 
     def reproject(self, call_id: str) -> JsonValue:
         """What the model would read of the stored call ``call_id`` with its registration's
-        projection as it is now (the stored output is whole); KeyError if not stored."""
+        projection as it is now (the stored output is whole). KeyError if not stored;
+        ``ProjectionUnavailable`` when the call was projected and no registration of its spec
+        projects it now (unregistered, or replaced by another spec or one without a projection)
+        or the projection fails: what the projection hid is never handed out instead."""
         record = self.store.call(call_id)
         if record is None or not isinstance(record.result, dict):
             raise KeyError(f"no settled call {call_id!r} in the store")
         result = record.result
         if result.get("status") != "success":
             return result  # errors bypass projections
-        output = result.get("output", result.get("content"))
+        if "output" not in result:  # never projected: what the model read is the output
+            return result.get("content")
         registration = self.tools.by_name.get(record.name)
-        if registration is None or registration.project is None:
-            return output
-        typed = model_of(registration.output_adapter.validate_python, output)
-        return projected(registration.project(typed))[0]
+        if registration is None or registration.spec.id != record.spec_id:
+            raise ProjectionUnavailable(
+                f"call {call_id}: no registration of {record.spec_id} as {record.name!r} now, "
+                "so nothing can project its stored output"
+            )
+        if registration.project is None:
+            raise ProjectionUnavailable(
+                f"call {call_id}: {record.name!r} has no projection now; its stored output "
+                "was projected when the call settled"
+            )
+        try:
+            typed = model_of(registration.output_adapter.validate_python, result["output"])
+            return projected(registration.project(typed))[0]
+        except Exception as error:
+            raise ProjectionUnavailable(
+                f"call {call_id}: the projection of {record.name!r} failed: "
+                f"{type(error).__name__}"
+            ) from error
 
     def subscribe(self, run_id: str, *, after: int | None = None) -> Subscription:
         """The run's tool events from now on (or after the sequence number ``after``, on a
@@ -364,6 +383,10 @@ class Runtime:
                 stuck,
             )
         return CloseReport(abandoned, stuck)
+
+
+class ProjectionUnavailable(LookupError):
+    """``reproject`` cannot say what the model reads of a stored output now."""
 
 
 @dataclass(frozen=True, slots=True)

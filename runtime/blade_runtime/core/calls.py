@@ -43,7 +43,7 @@ from blade_runtime.core.execution import (
     ToolContext,
 )
 from blade_runtime.core.hooks import HookVerdict
-from blade_runtime.core.interceptors import Asking, Interceptors
+from blade_runtime.core.interceptors import Asking, Interceptors, policy_failed
 from blade_runtime.core.jsonvalue import NotJson, checked, model_of
 from blade_runtime.core.leases import Leases
 from blade_runtime.core.outcomes import (
@@ -92,7 +92,7 @@ from blade_runtime.core.store import (
     now,
     storable_id,
 )
-from blade_runtime.core.tools import Tools
+from blade_runtime.core.tools import Tools, enabled_for
 from blade_runtime.core.validation import describe
 
 _FATAL_IN_CHILDREN = frozenset(
@@ -301,7 +301,7 @@ class CallRunner:
         disabled = set()
         for spec_id in registration.children:
             child = self.tools.by_spec.get(spec_id)
-            if child is not None and child.enabled is not None and not child.enabled(call):
+            if child is not None and child.enabled is not None and not enabled_for(child, call):
                 disabled.add(spec_id)
         return frozenset(disabled)
 
@@ -323,10 +323,15 @@ class CallRunner:
                 call, ErrorCode.TOOL_NOT_ALLOWED, f"The tool {name!r} is not enabled."
             )
         enabled = registration.enabled
-        if enabled is not None and call.parent is None and not enabled(call):
-            return error_result(
-                call, ErrorCode.TOOL_NOT_ALLOWED, f"The tool {name!r} is not enabled."
-            )
+        if enabled is not None and call.parent is None:
+            try:
+                there = enabled(call)
+            except Exception as error:
+                return policy_failed(call, "its enabled callback", error)
+            if not there:
+                return error_result(
+                    call, ErrorCode.TOOL_NOT_ALLOWED, f"The tool {name!r} is not enabled."
+                )
         if registration.detached:
             return error_result(
                 call,

@@ -35,7 +35,6 @@ from blade_runtime.core.outcomes import (
     cancelled,
     error_result,
     log,
-    tool_error,
 )
 from blade_runtime.core.permissions import (
     DECISIONS,
@@ -251,7 +250,7 @@ class Interceptors:
         try:
             answer = policy(request)
         except Exception as error:  # the policy raised: a bug of the application's
-            return tool_error(call, error, self.error_mapper)
+            return policy_failed(call, "the permission policy", error)
         if (answer is None or type(answer) is Allow) and not self.permission_hooked:
             return None
         return self.decide(answer, request, registration, call, arguments, scope)
@@ -278,8 +277,8 @@ class Interceptors:
             return error_result(
                 call, ErrorCode.HOOK_TIMEOUT, "The permission check did not finish."
             )
-        except Exception as error:  # the policy raised: a bug of the application's
-            return tool_error(call, error, self.error_mapper)
+        except Exception as error:  # it raised, or answered what is not a decision
+            return policy_failed(call, "the permission policy", error)
         if scope.reason is not None:
             return cancelled(call, scope, registration.timeout_ms)
         asking = type(decision) is Ask
@@ -340,6 +339,17 @@ class Interceptors:
         failed = ObserverFailed(boundary, error)
         log.error("%s (call %s): %s", call.name, call.call_id, failed, exc_info=error)
         return error_result(call, ErrorCode.OBSERVER_FAILED, GENERIC_ERROR)
+
+
+def policy_failed(call: CallInfo, what: str, error: BaseException) -> ToolError:
+    """POLICY_FAILED: a callback deciding whether the call may run raised (details: the log)."""
+    log.error("%s (call %s): %s raised", call.name, call.call_id, what, exc_info=error)
+    return error_result(call, ErrorCode.POLICY_FAILED, POLICY_SENTENCE)
+
+
+POLICY_SENTENCE = (
+    "The tool call was refused because the check of whether it may run failed; it did not run."
+)
 
 
 async def _in_order(methods: list[ObserverMethod], event: Lifecycle) -> None:

@@ -121,10 +121,16 @@ class Registration(Generic[OutputT]):
 
     def exported(self, context: CallContext | None = None) -> ExportedTool:
         spec = self.spec
+        description = spec.description
+        if self.describe is not None:
+            try:
+                description = self.describe(context)
+            except Exception:  # the spec's own description stands; the bug is in the log
+                log.exception("%s: its describe callback raised", self.name)
         return ExportedTool(
             name=self.name,
             id=spec.id,
-            description=spec.description if self.describe is None else self.describe(context),
+            description=description,
             input_schema=spec.input_schema,
             output_schema=spec.output_schema,
             kind=spec.kind,

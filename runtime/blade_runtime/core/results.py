@@ -65,7 +65,13 @@ class ErrorCode(StrEnum):
     OBSERVER_FAILED = "OBSERVER_FAILED"
     """A lifecycle observer raised at one of the call's boundaries; the call stopped there."""
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
-    """The store could not record the call's start, so the implementation did not run."""
+    """The store could not record the call's start (the implementation did not run), or its
+    result (the call is left for recovery to settle)."""
+    POLICY_FAILED = "POLICY_FAILED"
+    """The application's permission policy or ``enabled`` callback raised, or answered with
+    something that is not a decision: the call was refused before the implementation ran (a
+    bug of the application's, in its log; not TOOL_ERROR, which says the implementation
+    raised)."""
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from blade_runtime.core.caller import CallContext
 from blade_runtime.core.capabilities import Binding
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.export import ExportFormat, ToolExport, export_tools
-from blade_runtime.core.outcomes import DEFAULT_TIMEOUT_MS
+from blade_runtime.core.outcomes import DEFAULT_TIMEOUT_MS, log
 from blade_runtime.core.registry import (
     NAME,
     ContextProvider,
@@ -33,6 +33,17 @@ InputT = TypeVar("InputT", bound=BaseModel)
 OutputT = TypeVar("OutputT")
 ContextT = TypeVar("ContextT")
 ExecutionT = TypeVar("ExecutionT")
+
+
+def enabled_for(registration: Registration[Any], call: CallInfo) -> bool:
+    """Whether the registration's ``enabled`` callback puts it there for ``call``; one that
+    raises leaves it out (fails closed), in the log."""
+    assert registration.enabled is not None
+    try:
+        return bool(registration.enabled(call))
+    except Exception:
+        log.exception("%s: its enabled callback raised; the tool is left out", registration.name)
+        return False
 
 
 class Tools:
@@ -167,10 +178,9 @@ class Tools:
         for entry in self.by_name.values():
             if not self.is_allowed(entry.name):
                 continue
-            enabled = entry.enabled  # given a CallInfo of its own: it may keep it
-            if enabled is not None and not enabled(
-                CallInfo("", run_id, entry.name, entry.spec.id, context)
-            ):
+            # given a CallInfo of its own: it may keep it
+            there = CallInfo("", run_id, entry.name, entry.spec.id, context)
+            if entry.enabled is not None and not enabled_for(entry, there):
                 continue
             chosen.append(entry.exported(context))
         return export_tools(chosen, format)
