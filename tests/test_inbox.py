@@ -68,6 +68,12 @@ REVIEW = {
                     "reviewer": {"$ref": "#/$defs/Reviewer"},
                     "tags": {"type": "array", "items": {"type": "string", "minLength": 1}},
                     "note": {"type": "string"},
+                    # optional, with a required field: left empty, it is left out (issue 29.10)
+                    "escalation": {
+                        "type": "object",
+                        "properties": {"to": {"type": "string"}, "why": {"type": "string"}},
+                        "required": ["to"],
+                    },
                 },
                 "required": ["decision", "score", "reviewer"],
                 "additionalProperties": False,
@@ -326,7 +332,7 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         for path in ("/decision", "/score", "/reviewer/name"):
             assert beside(page, path), path
             assert page.get_attribute(f'[data-path="{path}"]', "aria-invalid") == "true"
-        for path in ("/note", "/notify", "/reviewer/team"):  # optional: nothing to say
+        for path in ("/note", "/notify", "/reviewer/team", "/escalation/to", "/escalation"):
             assert beside(page, path) == "", path
         assert not [u for u in requests[before:] if "/submit" in u]
         assert not POINTER.search(page.inner_text("#submit-form"))
@@ -356,6 +362,11 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
             page.click('fieldset[data-path="/tags"] > button')
             page.fill(f'input[data-path="/tags/{index}"]', tag)
         page.check('input[data-path="/notify"]')
+        # an optional object: partly filled, its required field is asked for; emptied, not
+        page.fill('input[data-path="/escalation/why"]', "unsure")
+        assert beside(page, "/escalation/to")
+        page.fill('input[data-path="/escalation/why"]', "")
+        assert beside(page, "/escalation/to") == ""
         # a rule only the server checks (a note when the customer is told): its refusal is shown
         # beside the field it names, in words, and the action still waits
         page.click("#submit-button")
@@ -422,13 +433,15 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
     shots.keep()
 
 
-def test_an_optional_object_left_empty_is_left_out_of_the_answer(
+def test_a_permission_request_offers_its_input_and_leaves_it_out_unless_changed(
     tmp_path: Path, inbox_package: Any, browser: Any
 ) -> None:
-    """Issue 29.10: a permission request's answer has an optional ``input`` object whose fields
-    are required; approving without editing the input sends no ``input`` at all (and asks for
-    none of its fields), while a partly edited one must be complete."""
+    """A permission request's answer has an optional ``input`` object whose fields are required
+    (issue 29.10's case): the form shows the input as it would run; approved as it is, no
+    ``input`` is sent; changed, the whole input is sent and must be complete."""
     from playwright.sync_api import expect
+
+    shots = Shots(tmp_path)
 
     def policy(request: PermissionRequest) -> Any:
         return Ask() if request.name == "refund_payment" else ALLOW
@@ -437,43 +450,64 @@ def test_an_optional_object_left_empty_is_left_out_of_the_answer(
     Tools().register(runtime)
     app = create_app(runtime, authenticate=authenticate)
     with serving(app) as server, httpx.Client(base_url=server.url) as http:
-        asked = http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
-        action = asked.json()["action"]
-        assert action["point"] == "@permission"
+        asks = [
+            http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE).json()["action"]
+            for _ in range(2)
+        ]
+        assert all(a["point"] == "@permission" for a in asks)
         page = scripted(browser).new_page()
         page.goto(f"{server.url}/inbox#token=token-alice")
-        expect(page.locator("#actions li")).to_have_count(1)
-        summary = item(page, action["action_id"], "summary")  # the tool's input, in words
+        expect(page.locator("#actions li")).to_have_count(2)
+        first, second = (a["action_id"] for a in asks)
+        summary = item(page, first, "summary")  # the tool's input, in words
         assert REFUND["payment_id"] in summary and "1250" in summary
-        assert "refund_payment" in item(page, action["action_id"], "name")
-        page.click("#actions li button")
+        assert "refund_payment" in item(page, first, "name")
+
+        page.click(f'#actions li[data-action-id="{first}"] button')
         expect(page.locator('fieldset[data-path="/input"]')).to_be_visible()
+        assert page.input_value('[data-path="/input/payment_id"]') == REFUND["payment_id"]
+        assert page.input_value('[data-path="/input/reason"]') == REFUND["reason"]
         page.select_option('select[data-path="/decision"]', label="approve")
         decision = page.evaluate(LABEL, "/decision")
-
-        # partly edited: the object is sent, so its required fields are asked for
+        # changed: the input is sent, so what it needs is asked for, beside each field
+        page.fill('[data-path="/input/payment_id"]', "")
         page.fill('[data-path="/input/reason"]', "x" * 501)
         page.click("#submit-button")
         expect(page.locator("#form-errors")).to_be_visible()
+        assert beside(page, "/input/payment_id")
         assert "500" in beside(page, "/input/reason")
-        for path in ("/input/payment_id", "/input/amount/amount_minor", "/input/amount/currency"):
-            assert beside(page, path), path
         assert beside(page, "/decision") == "" and beside(page, "/message") == ""
-        # left as it was: no message about it, and it is not sent
-        page.fill('[data-path="/input/reason"]', "")
+        assert not POINTER.search(page.inner_text("#submit-form"))
+        shots.take(page, "permission-changed")
+        # as it was again: nothing to fix, and no input is sent
+        page.fill('[data-path="/input/payment_id"]', REFUND["payment_id"])  # type: ignore[arg-type]
+        page.fill('[data-path="/input/reason"]', REFUND["reason"])  # type: ignore[arg-type]
         assert page.locator('#submit-form [aria-invalid="true"]').count() == 0
         expect(page.locator("#form-errors")).to_be_hidden()
         page.click("#submit-button")
         page.wait_for_selector("#result:not([hidden])")
-        record = runtime.store.action(action["action_id"])
+        record = runtime.store.action(first)
         assert record is not None and record.state == "submitted"
         assert record.resume == {"decision": "approve"}
         assert page.eval_on_selector("#confirmation-values > dl", PAIRS) == {decision: "approve"}
         # approved: the tool ran and now waits for its own approval, which the page offers
         expect(page.locator("#result-status button")).to_contain_text("approval")
-        expect(page.locator("#actions li")).to_have_count(1)
+        expect(page.locator("#actions li")).to_have_count(2)
         page.click("#result-status button")
         expect(page.locator('[data-path="/approver"]')).to_be_visible()
+
+        # the second, approved with a changed reason: the whole input is sent, as shown
+        page.click(f'#actions li[data-action-id="{second}"] button')
+        expect(page.locator('fieldset[data-path="/input"]')).to_be_visible()
+        page.select_option('select[data-path="/decision"]', label="approve")
+        page.fill('[data-path="/input/reason"]', "arrived broken")
+        page.click("#submit-button")
+        page.wait_for_selector("#result:not([hidden])")
+        record = runtime.store.action(second)
+        assert record is not None
+        assert record.resume == {"decision": "approve", "input": {**REFUND, "reason": "arrived broken"}}
+        assert "arrived broken" in page.inner_text("#confirmation-values")
+    shots.keep()
 
 
 def test_the_list_filters_by_tool_and_by_age(tmp_path: Path, inbox_package: Any, browser: Any) -> None:

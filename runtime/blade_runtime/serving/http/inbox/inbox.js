@@ -16,6 +16,7 @@
     actions: new Map(),
     selected: null,
     form: null,
+    current: null, // the selected action, as last listed
     busy: false,
     wanted: null,
     checked: false, // a submit was tried: problems are re-checked as the person types
@@ -90,7 +91,7 @@
 
   // -- words --------------------------------------------------------------------------------
 
-  const ACRONYMS = /^(id|url|uri|ip|api|json|html|sms|vat|iban)$/i;
+  const ACRONYMS = /^(id|ok|url|uri|ip|api|json|html|sms|vat|iban)$/i;
 
   // "total_minor" -> "Total minor", "customerId" -> "Customer ID"
   function humanize(key) {
@@ -194,6 +195,8 @@
     return found;
   }
 
+  const LEADS = ["prompt", "question", "message", "title", "summary"];
+
   function summaryOf(action) {
     const payload = action.input;
     if (isPermission(action) && isObject(payload)) {
@@ -202,14 +205,20 @@
       return input.length ? "With " + input.join(" · ") : "With no input";
     }
     if (isScalar(payload)) return payload === null ? "" : cut(scalarText(payload), SUMMARY_CHARS);
-    return scalars(payload, SUMMARY_FIELDS).join(" · ");
+    // a question the tool put to people leads, in its own words; then the first other fields
+    const lead = isObject(payload) ? LEADS.find((key) => typeof payload[key] === "string" && payload[key]) : undefined;
+    if (lead === undefined) return scalars(payload, SUMMARY_FIELDS).join(" · ");
+    const rest = Object.assign({}, payload);
+    delete rest[lead];
+    const parts = [cut(payload[lead], SUMMARY_CHARS * 2), ...scalars(rest, SUMMARY_FIELDS - 1)];
+    return parts.join(" · ");
   }
 
   // A JSON value as people read it: labelled values, nested lists for nested objects.
   function renderValue(value, raw, root) {
     const schema = raw ? resolve(root, raw) : {};
     if (isObject(value)) {
-      const entries = Object.entries(value);
+      const entries = Object.entries(value).filter(([, item]) => item !== null); // nothing to say
       if (!entries.length) return el("span", { className: "nothing", text: "(nothing)" });
       const list = el("dl", { className: "values" });
       const properties = schema.properties || {};
@@ -250,7 +259,7 @@
     renderList();
     if (state.selected && seen.has(state.selected)) renderFacts(seen.get(state.selected));
     if (state.selected && !seen.has(state.selected)) showGone(state.selected);
-    const count = seen.size === 1 ? "1 waits" : seen.size + " wait";
+    const count = seen.size + " waiting";
     setStatus(count + " · updated " + new Date().toLocaleTimeString());
     if (state.wanted) {
       const wanted = state.wanted;
@@ -372,6 +381,10 @@
       failed: "The call was ended as failed" + time + (record.reason ? ": " + record.reason : "") + ".",
     }[record.state];
     if (said) notice.textContent = said;
+    const ended = { expired: "Expired", submitted: "Answered", cancelled: "Cancelled", failed: "Failed" };
+    if (ended[record.state] && state.current) {
+      renderFacts(state.current, [ended[record.state], Number.isFinite(at) ? when(at) : "—"]);
+    }
   }
 
   // -- one action ---------------------------------------------------------------------------
@@ -380,7 +393,9 @@
     const action = state.actions.get(actionId);
     if (!action) return;
     state.selected = actionId;
+    state.current = action;
     renderList();
+    $("placeholder").hidden = true;
     $("detail").hidden = false;
     $("detail-title").textContent = titleOf(action);
     const payload = action.input;
@@ -397,7 +412,8 @@
     ]) {
       ids.append(el("dt", { text: key }), el("dd", { text: value }));
     }
-    $("detail-payload").replaceChildren(renderValue(payload));
+    const shown = prompt ? Object.assign({}, payload, { prompt: null }) : payload; // said above
+    $("detail-payload").replaceChildren(renderValue(shown));
     $("detail-json").textContent = JSON.stringify(payload, null, 2);
     $("detail-gone").hidden = true;
     $("result").hidden = true;
@@ -405,18 +421,33 @@
     state.checked = false;
     state.serverErrors = [];
     state.marked = new Set();
-    state.form = buildForm(action.submit_schema);
+    // a permission request's input is offered as it would run: changed, it runs as changed
+    const editable = action.point === "@permission" && isObject(payload) && isObject(payload.input);
+    state.form = buildForm(action.submit_schema, editable ? { input: payload.input } : undefined);
+    const input = editable && state.form.field.children && state.form.field.children.get("input");
+    if (input) {
+      input.setTitle("The input it would run with");
+      const note = "Change it only to run the tool with other values; as it is, it runs as asked.";
+      input.node.querySelector("legend").after(el("span", { className: "hint", text: note }));
+    }
     $("form-fields").replaceChildren(state.form.node);
+    $("required-note").hidden = !state.form.node.querySelector(".required-mark");
     showSummary([]);
   }
 
-  // Who asked, how long it has waited, when it expires: kept current by every refresh.
-  function renderFacts(action) {
+  // Who asked, how long it has waited, when it expires: kept current by every refresh. Once it
+  // no longer waits, ``ended`` ([what, when]) says how it ended instead.
+  function renderFacts(action, ended) {
     const { since, waited, left } = timing(action);
     const facts = [];
     if (action.principal_id) facts.push(["Asked by", action.principal_id, ""]);
-    if (waited !== null) facts.push(["Waiting", "for " + duration(waited) + ", since " + when(since), ""]);
-    if (left !== null) {
+    if (ended) {
+      if (Number.isFinite(since)) facts.push(["Asked", when(since), ""]);
+      facts.push(ended.concat(""));
+    } else if (waited !== null) {
+      facts.push(["Waiting", "for " + duration(waited) + ", since " + when(since), ""]);
+    }
+    if (left !== null && !ended) {
       const at = when(action.expires_at * 1000);
       facts.push(["Expires", left > 0.5 ? "in " + duration(left) + ", at " + at : "now", left < SOON_S ? "soon" : ""]);
     }
@@ -435,12 +466,17 @@
 
   // -- problems, beside their fields --------------------------------------------------------
 
+  // Below the form, in the live region: how many fields need fixing, and which (by name).
   function showSummary(general) {
     const box = $("form-errors");
-    const beside = state.marked.size;
+    const fields = [...state.marked].sort((a, b) =>
+      a.node.compareDocumentPosition(b.node) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1,
+    );
+    const names = fields.map(fullTitle).filter(Boolean).join(", ");
     const lines = [];
-    if (beside === 1) lines.push("One answer needs fixing: see the message beside it.");
-    else if (beside > 1) lines.push(beside + " answers need fixing: see the messages beside them.");
+    const which = names ? ": " + names + "." : ".";
+    if (fields.length === 1) lines.push("One answer needs fixing" + which);
+    else if (fields.length > 1) lines.push(fields.length + " answers need fixing" + which);
     lines.push(...general);
     box.replaceChildren(...lines.map((line) => el("span", { text: line })));
     box.hidden = lines.length === 0;
@@ -463,6 +499,16 @@
     for (const [field, texts] of byField) field.slot.set(texts);
     state.marked = new Set(byField.keys());
     showSummary(general);
+  }
+
+  // "Reviewer › Name": a field's title after those of the groups holding it.
+  function fullTitle(field) {
+    const names = [];
+    for (let at = field; at && at.parent; at = at.parent) {
+      const title = at.node.querySelector(".title-text");
+      if (title) names.unshift(title.textContent);
+    }
+    return names.join(" › ");
   }
 
   function browserProblems() {
@@ -598,6 +644,9 @@
     const output = $("result-output");
     const body = $("result-body");
     const refused = answer.status === 404 || answer.status === 409;
+    if (!refused && state.current) {
+      renderFacts(state.current, [sent === undefined ? "Cancelled" : "Answered", when(Date.now())]);
+    }
     $("result-title").textContent = sent === undefined ? "Cancel" : refused ? "Not sent" : "Sent";
     $("confirmation").hidden = sent === undefined || refused;
     if (sent !== undefined) $("confirmation-values").replaceChildren(renderValue(sent, schema, schema));
@@ -685,10 +734,12 @@
 
   let counter = 0;
 
-  function buildForm(schema) {
+  // ``initial``: the values the form first shows (left as they are, an optional object holding
+  // them is still left out).
+  function buildForm(schema, initial) {
     const root = schema;
     const ctx = { root, changed: (target) => recheck(target) };
-    const built = field(ctx, root, "", "answer", true, true);
+    const built = field(ctx, root, "", "answer", true, true, initial);
     built.node.addEventListener("input", (event) => recheck(event.target));
     built.node.addEventListener("change", (event) => recheck(event.target));
     return { root, field: built, node: built.node };
@@ -723,14 +774,23 @@
 
   // Each field: its node, read() (the value, or undefined when left out), pristine() (as the
   // form first showed it), its slot for problems and setTitle (array items are renumbered).
-  function field(ctx, raw, path, name, required, top) {
+  function field(ctx, raw, path, name, required, top, given) {
     const schema = resolve(ctx.root, raw);
+    const start = given === undefined ? schema.default : given;
     const id = "f" + ++counter;
     const title = schema.title || humanize(name);
-    const hintId = schema.description ? id + "-hint" : null;
-    const errorId = id + "-error";
-    const hint = hintId ? el("span", { className: "hint", id: hintId, text: schema.description }) : null;
     const type = schema.enum ? "enum" : typeOf(schema);
+    const rule = ruleOf(schema, type);
+    const hintId = schema.description || rule ? id + "-hint" : null;
+    const errorId = id + "-error";
+    const hint = hintId
+      ? el(
+          "span",
+          { className: "hint", id: hintId },
+          schema.description ? el("span", { text: schema.description }) : null,
+          rule ? el("span", { className: "rule", text: rule }) : null,
+        )
+      : null;
     const setTitleOf = (node) => (text) => {
       const span = node.querySelector(".title-text");
       if (span) span.textContent = text;
@@ -749,14 +809,19 @@
       const problems = slot(errorId, fieldset, [fieldset]);
       fieldset.append(problems.node);
       const needed = new Set(schema.required || []);
+      if (!required && !top && needed.size && start === undefined) {
+        const optional = "Optional: leave all of it empty, or fill in the fields marked *.";
+        fieldset.append(el("span", { className: "hint", text: optional }));
+      }
       const children = new Map();
       for (const [key, sub] of Object.entries(schema.properties || {})) {
-        const child = field(ctx, sub, path + "/" + pointerPart(key), key, needed.has(key), false);
+        const value = isObject(start) ? start[key] : undefined;
+        const child = field(ctx, sub, path + "/" + pointerPart(key), key, needed.has(key), false, value);
         fieldset.append(child.node);
         children.set(key, child);
       }
       const pristine = () => [...children.values()].every((child) => child.pristine());
-      return {
+      const self = {
         node: fieldset,
         slot: problems,
         children,
@@ -773,6 +838,8 @@
           return out;
         },
       };
+      for (const child of children.values()) child.parent = self;
+      return self;
     }
 
     if (type === "array") {
@@ -784,6 +851,7 @@
       box.append(problems.node);
       const items = el("div", { className: "items" });
       const rows = [];
+      let self = null; // the array's field: each row's parent
       const add = el("button", { type: "button", className: "small", text: "Add an item" });
       const itemSchema = schema.items && typeof schema.items === "object" ? schema.items : {};
       const renumber = () => {
@@ -800,9 +868,9 @@
           entry.remove.setAttribute("aria-label", "Remove item " + (index + 1) + " of " + title);
         });
       };
-      function addRow() {
+      function addRow(value) {
         const index = rows.length;
-        const child = field(ctx, itemSchema, path + "/" + index, "Item " + (index + 1), true, false);
+        const child = field(ctx, itemSchema, path + "/" + index, "Item " + (index + 1), true, false, value);
         const remove = el("button", {
           type: "button",
           className: "small secondary",
@@ -811,6 +879,7 @@
         });
         const row = el("div", { className: "array-item" }, child.node, remove);
         const entry = { row, field: child, path: path + "/" + index, remove };
+        child.parent = self;
         remove.addEventListener("click", () => {
           rows.splice(rows.indexOf(entry), 1);
           row.remove();
@@ -822,16 +891,17 @@
         return child;
       }
       add.addEventListener("click", () => {
-        const child = addRow();
+        const child = addRow(undefined);
         const control = child.node.querySelector("input, select, textarea");
         if (control) control.focus();
         ctx.changed(box);
       });
-      const initial = schema.minItems || 0;
-      for (let i = 0; i < initial; i++) addRow();
+      if (Array.isArray(start)) start.forEach((value) => addRow(value));
+      for (let i = rows.length; i < (schema.minItems || 0); i++) addRow();
+      const initial = rows.length;
       box.append(items, add);
       const pristine = () => rows.length === initial && rows.every((r) => r.field.pristine());
-      return {
+      self = {
         node: box,
         slot: problems,
         rows,
@@ -842,6 +912,8 @@
           return rows.map((r) => r.field.read());
         },
       };
+      for (const entry of rows) entry.field.parent = self; // the rows of minItems
+      return self;
     }
 
     const wrap = el("div", { className: "field" });
@@ -854,7 +926,7 @@
 
     if (type === "boolean") {
       const input = el("input", { type: "checkbox", id, "data-path": path, "aria-required": required });
-      if (schema.default === true) input.checked = true;
+      if (typeof start === "boolean") input.checked = start;
       const initial = input.checked;
       const labelNode = titled("label", { for: id }, title, required);
       wrap.classList.add("checkbox");
@@ -875,6 +947,8 @@
         select.append(el("option", { value: String(index), text: option === null ? "—" : scalarText(option) }));
       });
       if (options.length === 1 && required) select.value = "0";
+      const chosen = options.findIndex((option) => JSON.stringify(option) === JSON.stringify(start));
+      if (start !== undefined && chosen >= 0) select.value = String(chosen);
       const initial = select.value;
       wrap.append(select);
       return leaf(
@@ -895,6 +969,8 @@
         min: schema.minimum,
         max: schema.maximum,
       });
+      if (typeof start === "number") input.value = String(start);
+      const initial = input.value;
       wrap.append(input);
       return leaf(
         input,
@@ -905,7 +981,7 @@
           const number = Number(text);
           return Number.isFinite(number) ? number : new Unreadable("Must be a number");
         },
-        () => input.value === "" && !input.validity.badInput,
+        () => input.value === initial && !input.validity.badInput,
         setTitleOf(labelNode),
       );
     }
@@ -919,17 +995,21 @@
         "aria-required": required,
         rows: long ? 3 : undefined,
       });
+      if (typeof start === "string") input.value = start;
+      const initial = input.value;
       wrap.append(input);
       return leaf(
         input,
         () => (input.value === "" ? undefined : input.value),
-        () => input.value === "",
+        () => input.value === initial,
         setTitleOf(labelNode),
       );
     }
 
     // anything else (unions, untyped values, free-form objects): JSON text
     const area = el("textarea", { id, "data-path": path, rows: 3, "aria-required": required });
+    if (start !== undefined) area.value = JSON.stringify(start, null, 2);
+    const initial = area.value.trim();
     wrap.append(area);
     if (!hint) wrap.append(el("span", { className: "hint", text: "Write a JSON value." }));
     return leaf(
@@ -943,9 +1023,42 @@
           return new Unreadable("Not valid JSON");
         }
       },
-      () => area.value.trim() === "",
+      () => area.value.trim() === initial,
       setTitleOf(labelNode),
     );
+  }
+
+  // What a field takes, said before anyone gets it wrong: "A whole number from 0 to 10".
+  function ruleOf(schema, type) {
+    const parts = [];
+    if (type === "integer" || type === "number") {
+      const low = schema.minimum;
+      const high = schema.maximum;
+      let range = "";
+      if (low !== undefined && high !== undefined) range = "from " + low + " to " + high;
+      else if (low !== undefined) range = "at least " + low;
+      else if (high !== undefined) range = "at most " + high;
+      if (schema.exclusiveMinimum !== undefined) range += (range ? ", " : "") + "more than " + schema.exclusiveMinimum;
+      if (schema.exclusiveMaximum !== undefined) range += (range ? ", " : "") + "less than " + schema.exclusiveMaximum;
+      const kind = type === "integer" ? "A whole number" : "A number";
+      parts.push(kind + (range ? " " + range : ""));
+      if (typeof schema.multipleOf === "number") parts.push("a multiple of " + schema.multipleOf);
+      if (type === "number" && !range && parts.length === 1) return "";
+    } else if (type === "string") {
+      const low = schema.minLength > 1 ? schema.minLength : undefined;
+      const high = schema.maxLength;
+      if (low !== undefined && high !== undefined) parts.push(low + " to " + high + " characters");
+      else if (low !== undefined) parts.push("At least " + low + " characters");
+      else if (high !== undefined) parts.push("At most " + high + " characters");
+    } else if (type === "array") {
+      const low = schema.minItems;
+      const high = schema.maxItems;
+      const items = (n) => n + (n === 1 ? " item" : " items");
+      if (low && high !== undefined) parts.push(low + " to " + items(high));
+      else if (low) parts.push("At least " + items(low));
+      else if (high !== undefined) parts.push("At most " + items(high));
+    }
+    return parts.join(", ");
   }
 
   function typeWords(types) {
