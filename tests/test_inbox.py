@@ -258,13 +258,15 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
     app = create_app(runtime, authenticate=authenticate)
     alice = TOKENS["token-alice"].id
     with serving(app) as server, httpx.Client(base_url=server.url) as http:
-        orders = [{"order_id": "ord_1", "total_minor": 4200}, {"order_id": "ord_2", "total_minor": 99}]
-        first, second = (
-            http.post("/v1/tools/review_order/calls?run_id=orders", json=o, headers=ALICE).json()[
-                "action"
-            ]
+        orders = [
+            {"order_id": "ord_1", "total_minor": 4200},
+            {"order_id": "ord_2", "total_minor": 99},
+        ]
+        made = [
+            http.post("/v1/tools/review_order/calls?run_id=orders", json=o, headers=ALICE)
             for o in orders
-        )
+        ]
+        first, second = (m.json()["action"] for m in made)
         refund = http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE).json()
         theirs = http.post(
             "/v1/tools/review_order/calls",
@@ -505,12 +507,17 @@ def test_a_permission_request_offers_its_input_and_leaves_it_out_unless_changed(
         page.wait_for_selector("#result:not([hidden])")
         record = runtime.store.action(second)
         assert record is not None
-        assert record.resume == {"decision": "approve", "input": {**REFUND, "reason": "arrived broken"}}
+        assert record.resume == {
+            "decision": "approve",
+            "input": {**REFUND, "reason": "arrived broken"},
+        }
         assert "arrived broken" in page.inner_text("#confirmation-values")
     shots.keep()
 
 
-def test_the_list_filters_by_tool_and_by_age(tmp_path: Path, inbox_package: Any, browser: Any) -> None:
+def test_the_list_filters_by_tool_and_by_age(
+    tmp_path: Path, inbox_package: Any, browser: Any
+) -> None:
     from blade_inbox.orders import review_order_v1 as review
     from playwright.sync_api import expect
 
