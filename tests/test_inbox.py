@@ -360,9 +360,11 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         page.fill('input[data-path="/reviewer/name"]', typed["reviewer"]["name"])
         assert beside(page, "/score") == "" and beside(page, "/reviewer/name") == ""
         expect(page.locator("#form-errors")).to_be_hidden()
-        for index, tag in enumerate(typed["tags"]):
+        for index, tag in enumerate(["dropped", *typed["tags"]]):
             page.click('fieldset[data-path="/tags"] > button')
             page.fill(f'input[data-path="/tags/{index}"]', tag)
+        page.click('fieldset[data-path="/tags"] .array-item > button')  # the first one's Remove
+        assert page.input_value('input[data-path="/tags/0"]') == typed["tags"][0]  # renumbered
         page.check('input[data-path="/notify"]')
         # an optional object: partly filled, its required field is asked for; emptied, not
         page.fill('input[data-path="/escalation/why"]', "unsure")

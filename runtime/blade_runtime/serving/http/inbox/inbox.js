@@ -17,6 +17,7 @@
     selected: null,
     form: null,
     current: null, // the selected action, as last listed
+    note: null, // said in the status line until an action is opened
     busy: false,
     wanted: null,
     checked: false, // a submit was tried: problems are re-checked as the person types
@@ -70,7 +71,7 @@
   }
 
   function setStatus(text) {
-    $("status").textContent = text;
+    setText($("status"), text);
   }
 
   function el(tag, attrs, ...children) {
@@ -260,13 +261,15 @@
     if (state.selected && seen.has(state.selected)) renderFacts(seen.get(state.selected));
     if (state.selected && !seen.has(state.selected)) showGone(state.selected);
     const count = seen.size + " waiting";
-    setStatus(count + " · updated " + new Date().toLocaleTimeString());
     if (state.wanted) {
       const wanted = state.wanted;
       state.wanted = null;
       if (seen.has(wanted)) select(wanted);
-      else setStatus("The action " + wanted + " is not pending for you · " + count);
+      else state.note = "The action " + wanted + " is not pending for you";
     }
+    // a live region: it changes when the count does (or a note), not every second
+    setStatus(state.note ? state.note + " · " + count : count);
+    setText($("updated"), "updated " + new Date().toLocaleTimeString());
   }
 
   // The tool filter offers the tools listed now (and keeps a chosen one that left).
@@ -394,6 +397,7 @@
     if (!action) return;
     state.selected = actionId;
     state.current = action;
+    state.note = null;
     renderList();
     $("placeholder").hidden = true;
     $("detail").hidden = false;
@@ -494,6 +498,8 @@
       byField.set(target, texts);
     };
     for (const problem of problems) add(locate(form.field, problem.path), problem.text);
+    // the server's, unless their field left the form (a removed array item)
+    state.serverErrors = state.serverErrors.filter((problem) => problem.field.node.isConnected);
     for (const problem of state.serverErrors) add(problem.field, problem.text);
     for (const field of state.marked) if (!byField.has(field)) field.slot.set([]);
     for (const [field, texts] of byField) field.slot.set(texts);
