@@ -1,21 +1,30 @@
 """The approval inbox in a real browser: the system's headless Chromium (Debian's package, never
-a downloaded one) driven by Playwright, against uvicorn on 127.0.0.1."""
+a downloaded one) driven by Playwright, against uvicorn on 127.0.0.1.
+
+Every state a person sees is also saved as a screenshot in the test's tmp_path (the paths are
+printed; ``BLADE_TEST_ARTIFACTS=folder`` keeps a copy): the list, a form with problems beside its
+fields, the problems cleared, the confirmation, a filtered list, an expiring action."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from conftest import EXAMPLE_SPECS, _import_package, add_spec
-from http_support import ALICE, BOB, REFUND, TOKENS, authenticate, runtime_of, serving
+from http_support import ALICE, BOB, REFUND, TOKENS, Tools, authenticate, runtime_of, serving
 
-from blade_runtime import ResumeEntry
+from blade_runtime import ResumeEntry, Runtime
+from blade_runtime.core.permissions import ALLOW, Ask, PermissionRequest
+from blade_runtime.core.store import ActionRecord, CallRecord, Event
 from blade_runtime.serving.http import create_app
 from blade_runtime.stores.sqlite import SQLiteStore
 
@@ -59,9 +68,18 @@ REVIEW = {
                     "reviewer": {"$ref": "#/$defs/Reviewer"},
                     "tags": {"type": "array", "items": {"type": "string", "minLength": 1}},
                     "note": {"type": "string"},
+                    # optional, with a required field: left empty, it is left out (issue 29.10)
+                    "escalation": {
+                        "type": "object",
+                        "properties": {"to": {"type": "string"}, "why": {"type": "string"}},
+                        "required": ["to"],
+                    },
                 },
                 "required": ["decision", "score", "reviewer"],
                 "additionalProperties": False,
+                # a rule only the server checks: telling the customer needs a note
+                "if": {"properties": {"notify": {"const": True}}, "required": ["notify"]},
+                "then": {"required": ["note"]},
                 "$defs": {
                     "Reviewer": {
                         "type": "object",
@@ -76,8 +94,7 @@ REVIEW = {
         }
     },
 }
-
-
+HOLD_MS = 2500
 HOLD = {
     "id": "orders.hold-seat.v1",
     "name": "hold_seat",
@@ -88,10 +105,83 @@ HOLD = {
         "confirm": {
             "suspendSchema": {"type": "object", "properties": {"seat": {"type": "string"}}},
             "resumeSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
-            "expiresAfterMs": 1500,
+            "expiresAfterMs": HOLD_MS,
         }
     },
 }
+
+# The problems shown beside a field: the visible field-error elements its control names in
+# aria-describedby and that sit in the field's own box ("" when none is shown).
+BESIDE = """path => {
+  const control = document.querySelector(`[data-path="${CSS.escape(path)}"]`);
+  if (!control) return null;
+  const box = control.closest(".field, fieldset");
+  const ids = (control.getAttribute("aria-describedby") || "").split(" ").filter(Boolean);
+  return ids.map((id) => document.getElementById(id))
+    .filter((n) => n && n.classList.contains("field-error") && !n.hidden && box.contains(n))
+    .map((n) => n.textContent).join(" | ");
+}"""
+# A definition list's top-level pairs, as {label: value}.
+PAIRS = """dl => Object.fromEntries([...dl.querySelectorAll(":scope > dt")].map(
+  (dt) => [dt.textContent, dt.nextElementSibling.textContent]))"""
+LABEL = """path => document.querySelector(`[data-path="${CSS.escape(path)}"]`)
+  .closest(".field, fieldset").querySelector(".title-text").textContent"""
+POINTER = re.compile(r"(^|\s)/\w")  # a JSON pointer written out
+
+
+def beside(page: Any, path: str) -> str:
+    found = page.evaluate(BESIDE, path)
+    assert found is not None, f"no field {path}"
+    return str(found)
+
+
+def listed(page: Any) -> list[str]:
+    return list(page.eval_on_selector_all("#actions li", "els => els.map(e => e.dataset.actionId)"))
+
+
+def item(page: Any, action_id: str, part: str) -> str:
+    return str(page.inner_text(f'#actions li[data-action-id="{action_id}"] .{part}'))
+
+
+class Shots:
+    """Screenshots of the states a person sees, in the test's tmp_path."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.paths: list[Path] = []
+
+    def take(self, page: Any, name: str) -> None:
+        path = self.folder / f"inbox-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        self.paths.append(path)
+
+    def keep(self) -> None:
+        assert all(shot.stat().st_size > 10_000 for shot in self.paths)
+        keep = os.environ.get("BLADE_TEST_ARTIFACTS")  # pytest's tmp folders rotate: a copy
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for shot in self.paths:
+                shutil.copy(shot, Path(keep) / shot.name)
+        print("screenshots:", *self.paths)
+
+
+class Backdated(SQLiteStore):
+    """A store that files the actions of some orders as suspended a while ago (seconds, by
+    order id): the list's ages and its age filter, without waiting for them."""
+
+    ago: dict[str, float]
+
+    def suspend(
+        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
+    ) -> None:
+        payload = action.payload
+        order = payload.get("order_id") if isinstance(payload, dict) else None
+        if isinstance(order, str) and order in self.ago:
+            earlier = datetime.fromisoformat(action.suspended_at) - timedelta(
+                seconds=self.ago[order]
+            )
+            action = dataclasses.replace(action, suspended_at=earlier.isoformat())
+        super().suspend(call, action, event, known=known)
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +223,14 @@ def browser(chromium: Any) -> Iterator[Any]:
             context.close()
 
 
-def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
-    tmp_path: Path, inbox_package: Any, browser: Any
-) -> None:
-    from blade_inbox.orders import review_order_v1 as review
-    from playwright.sync_api import expect
+def scripted(browser: Any) -> Any:
+    """A page whose scripts may be evaluated: Playwright's waits evaluate script text, which
+    the inbox's CSP forbids, so these pages bypass it (bob's page below runs under it)."""
+    return browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 900})
 
-    runtime, _ = runtime_of(SQLiteStore(tmp_path / "inbox.db"))
+
+def review_runtime(store: SQLiteStore, review: Any) -> Runtime:
+    runtime, _ = runtime_of(store)
 
     async def review_impl(ctx: Any) -> Any:
         if isinstance(ctx.entry, ResumeEntry):
@@ -153,18 +244,29 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         )
 
     runtime.register(review.SPEC, review_impl)
+    return runtime
+
+
+def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_browser(
+    tmp_path: Path, inbox_package: Any, browser: Any
+) -> None:
+    from blade_inbox.orders import review_order_v1 as review
+    from playwright.sync_api import expect
+
+    shots = Shots(tmp_path)
+    runtime = review_runtime(SQLiteStore(tmp_path / "inbox.db"), review)
     app = create_app(runtime, authenticate=authenticate)
+    alice = TOKENS["token-alice"].id
     with serving(app) as server, httpx.Client(base_url=server.url) as http:
-        first = http.post(
-            "/v1/tools/review_order/calls?run_id=orders",
-            json={"order_id": "ord_1", "total_minor": 4200},
-            headers=ALICE,
-        ).json()["action"]
-        second = http.post(
-            "/v1/tools/review_order/calls?run_id=orders",
-            json={"order_id": "ord_2", "total_minor": 99},
-            headers=ALICE,
-        ).json()["action"]
+        orders = [
+            {"order_id": "ord_1", "total_minor": 4200},
+            {"order_id": "ord_2", "total_minor": 99},
+        ]
+        made = [
+            http.post("/v1/tools/review_order/calls?run_id=orders", json=o, headers=ALICE)
+            for o in orders
+        ]
+        first, second = (m.json()["action"] for m in made)
         refund = http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE).json()
         theirs = http.post(
             "/v1/tools/review_order/calls",
@@ -173,86 +275,134 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         ).json()["action"]
         mine = {first["action_id"], second["action_id"], refund["action"]["action_id"]}
 
-        # Playwright's waits evaluate script text, which the inbox's CSP forbids: these pages
-        # bypass it; bob's page below runs under it, and must show no violation.
-        scripted = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 1000})
-        page = scripted.new_page()
-        other = scripted.new_page()
+        context = scripted(browser)
+        page = context.new_page()
+        other = context.new_page()
         requests: list[str] = []
         page.on("request", lambda request: requests.append(request.url))
         for each in (page, other):
             each.goto(f"{server.url}/inbox#token=token-alice")
-            each.wait_for_function("document.querySelectorAll('#actions li').length === 3")
+            expect(each.locator("#actions li")).to_have_count(3)
         assert "token" not in page.url  # taken out of the address bar
-        listed = page.eval_on_selector_all("#actions li", "els => els.map(e => e.dataset.actionId)")
-        assert set(listed) == mine and theirs["action_id"] not in listed
+        assert set(listed(page)) == mine and theirs["action_id"] not in listed(page)
 
-        # open one: its payload, and a form from its resume schema. The page in front gets
-        # animation frames unthrottled, and a click waits for two of them (2 s a click behind).
+        # each item says what it is about (its payload's fields), who asked, how long it waits
+        for action, order in ((first, orders[0]), (second, orders[1])):
+            summary = item(page, action["action_id"], "summary")
+            assert order["order_id"] in summary and str(order["total_minor"]) in summary
+            assert alice in item(page, action["action_id"], "who")
+            assert "waiting" in item(page, action["action_id"], "age")
+            assert page.is_hidden(f'#actions li[data-action-id="{action["action_id"]}"] .expiry')
+        assert "ord_2" not in item(page, first["action_id"], "summary")
+        refund_summary = item(page, refund["action"]["action_id"], "summary")
+        assert str(REFUND["amount"]["amount_minor"]) in refund_summary  # type: ignore[index]
+        shots.take(page, "list")
+
+        # open one: its payload in words, and a form from its resume schema. The page in front
+        # gets animation frames unthrottled, and a click waits for two of them.
         page.bring_to_front()
         page.click(f'#actions li[data-action-id="{first["action_id"]}"] button')
         page.wait_for_selector("#detail:not([hidden])")
-        assert '"order_id": "ord_1"' in page.inner_text("#detail-payload")
+        assert "ord_1" in page.inner_text("#detail-payload")
+        assert "{" not in page.inner_text("#detail-payload")  # not JSON text
+        assert alice in page.inner_text("#detail-facts")
         options = page.eval_on_selector_all(
             'select[data-path="/decision"] option', "els => els.map(e => e.textContent)"
         )
         assert options[1:] == ["approve", "reject", "escalate"]
         assert page.get_attribute('input[data-path="/notify"]', "type") == "checkbox"
-        assert page.inner_text('fieldset[data-path="/reviewer"] legend').startswith("reviewer")
+        assert "Tell the customer." in page.inner_text('.field:has([data-path="/notify"])')
         team = page.eval_on_selector_all(
             'select[data-path="/reviewer/team"] option', "els => els.map(e => e.textContent)"
         )
-        assert team == ["(none)", "support", "finance"]
-        required = page.eval_on_selector_all(
-            ".required-mark", "els => els.map(e => e.parentElement.textContent)"
+        assert team[1:] == ["support", "finance"] and team[0] != "support"
+        marked = set(
+            page.eval_on_selector_all(
+                ".required-mark",
+                "els => els.map(e => e.parentElement.querySelector('.title-text')?.textContent)",
+            )
         )
-        assert {"decision*", "score*", "reviewer*", "name*"} <= set(required), required
-        assert "note*" not in required and "notify*" not in required
+        paths = ("/decision", "/score", "/reviewer", "/reviewer/name", "/tags", "/note", "/notify")
+        labels = {path: page.evaluate(LABEL, path) for path in paths}
+        assert {labels[p] for p in ("/decision", "/score", "/reviewer", "/reviewer/name")} <= marked
+        assert labels["/note"] not in marked and labels["/notify"] not in marked
 
-        # invalid in the browser: nothing sent, the errors shown, still pending
+        # nothing filled: nothing is sent, and each problem is beside its field, in words
         before = len(requests)
         page.click("#submit-button")
-        page.wait_for_selector("#form-errors:not([hidden])")
-        errors = page.inner_text("#form-errors")
-        assert "/decision: is required" in errors and "/reviewer/name: is required" in errors
+        expect(page.locator("#form-errors")).to_be_visible()
+        for path in ("/decision", "/score", "/reviewer/name"):
+            assert beside(page, path), path
+            assert page.get_attribute(f'[data-path="{path}"]', "aria-invalid") == "true"
+        for path in ("/note", "/notify", "/reviewer/team", "/escalation/to", "/escalation"):
+            assert beside(page, path) == "", path
         assert not [u for u in requests[before:] if "/submit" in u]
-        page.select_option('select[data-path="/decision"]', label="approve")
-        page.fill('input[data-path="/reviewer/name"]', "Ann")
-        page.fill('input[data-path="/score"]', "3")
-        page.click('fieldset[data-path="/tags"] > button')
-        page.fill('input[data-path="/tags/0"]', "urgent")
-        page.click('fieldset[data-path="/tags"] > button')
-        page.fill('input[data-path="/tags/1"]', "gift")
-        page.check('input[data-path="/notify"]')
-        # 3 is not a multiple of 2: a rule only the server checks, and its answer is shown
-        page.click("#submit-button")
-        page.wait_for_function(
-            "document.querySelector('#form-errors').textContent.includes('INVALID_SUBMISSION')"
-        )
-        assert runtime.store.action(first["action_id"]).state == "pending"  # type: ignore[union-attr]
-        page.screenshot(path=str(tmp_path / "inbox-invalid.png"), full_page=True)
+        assert not POINTER.search(page.inner_text("#submit-form"))
+        assert page.get_attribute("#form-errors", "role") == "alert"
+        shots.take(page, "form-errors")
 
-        # valid: the tool resumes; its result is shown; the action leaves both pages' lists
-        page.fill('input[data-path="/score"]', "4")
-        page.click("#submit-button")
-        page.wait_for_selector("#result:not([hidden])")
-        assert "Done" in page.inner_text("#result-status")
-        assert '"decision": "approve"' in page.inner_text("#result-body")
-        assert '"tags": 2' in page.inner_text("#result-body")
-        record = runtime.store.action(first["action_id"])
-        assert record is not None and record.state == "submitted"
-        assert record.resume == {
+        # each fix clears its own message at once; a wrong value says what is wanted
+        page.select_option('select[data-path="/decision"]', label="approve")
+        assert beside(page, "/decision") == "" and beside(page, "/score")
+        assert page.get_attribute('[data-path="/decision"]', "aria-invalid") is None
+        page.fill('input[data-path="/score"]', "11")
+        assert "10" in beside(page, "/score")  # its maximum
+        page.fill('input[data-path="/score"]', "3")
+        assert "2" in beside(page, "/score")  # its multiple
+        typed: dict[str, Any] = {
             "decision": "approve",
-            "notify": True,
             "score": 4,
             "reviewer": {"name": "Ann"},
             "tags": ["urgent", "gift"],
+            "notify": True,
         }
+        page.fill('input[data-path="/score"]', str(typed["score"]))
+        page.fill('input[data-path="/reviewer/name"]', typed["reviewer"]["name"])
+        assert beside(page, "/score") == "" and beside(page, "/reviewer/name") == ""
+        expect(page.locator("#form-errors")).to_be_hidden()
+        for index, tag in enumerate(["dropped", *typed["tags"]]):
+            page.click('fieldset[data-path="/tags"] > button')
+            page.fill(f'input[data-path="/tags/{index}"]', tag)
+        page.click('fieldset[data-path="/tags"] .array-item > button')  # the first one's Remove
+        assert page.input_value('input[data-path="/tags/0"]') == typed["tags"][0]  # renumbered
+        page.check('input[data-path="/notify"]')
+        # an optional object: partly filled, its required field is asked for; emptied, not
+        page.fill('input[data-path="/escalation/why"]', "unsure")
+        assert beside(page, "/escalation/to")
+        page.fill('input[data-path="/escalation/why"]', "")
+        assert beside(page, "/escalation/to") == ""
+        # a rule only the server checks (a note when the customer is told): its refusal is shown
+        # beside the field it names, in words, and the action still waits
+        page.click("#submit-button")
+        expect(page.locator('.field:has([data-path="/note"]) .field-error')).to_be_visible()
+        assert beside(page, "/note") and not POINTER.search(beside(page, "/note"))
+        assert beside(page, "/score") == ""
+        assert runtime.store.action(first["action_id"]).state == "pending"  # type: ignore[union-attr]
+        typed["note"] = "Checked twice."
+        page.fill('input[data-path="/note"]', typed["note"])
+        assert beside(page, "/note") == ""  # edited: the server's message goes
+        expect(page.locator("#form-errors")).to_be_hidden()
+        assert page.locator('#submit-form [aria-invalid="true"]').count() == 0
+        shots.take(page, "errors-cleared")
+
+        # valid: the server receives what was typed; the page confirms it, in the form's words
+        page.click("#submit-button")
+        page.wait_for_selector("#result:not([hidden])")
+        record = runtime.store.action(first["action_id"])
+        assert record is not None and record.state == "submitted"
+        assert record.resume == typed
+        sent = page.eval_on_selector("#confirmation-values > dl", PAIRS)
+        assert sent[labels["/decision"]] == typed["decision"]
+        assert sent[labels["/score"]] == str(typed["score"])
+        assert sent[labels["/note"]] == typed["note"]
+        assert all(tag in sent[labels["/tags"]] for tag in typed["tags"])
+        assert typed["reviewer"]["name"] in page.inner_text("#confirmation-values")
+        assert "approve" in page.inner_text("#result-body")  # what the tool returned
         call = runtime.store.call(first["call_id"])
         assert call is not None and call.state == "settled"
         for each in (page, other):
-            each.wait_for_function("document.querySelectorAll('#actions li').length === 2")
-        page.screenshot(path=str(tmp_path / "inbox-resolved.png"), full_page=True)
+            expect(each.locator("#actions li")).to_have_count(2)
+        shots.take(page, "confirmation")
 
         # the second page has one open that is resolved elsewhere (the API): it says so
         other.bring_to_front()
@@ -260,11 +410,10 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         other.wait_for_selector("#detail:not([hidden])")
         cancelled = http.post(f"/v1/actions/{second['action_id']}/cancel", headers=ALICE)
         assert cancelled.status_code == 200
-        other.wait_for_selector("#detail-gone:not([hidden])")
-        other.wait_for_function("document.querySelectorAll('#actions li').length === 1")
+        expect(other.locator("#detail-gone")).to_contain_text("cancelled")
+        expect(other.locator("#actions li")).to_have_count(1)
         assert other.is_hidden("#submit-form")
-        left = other.eval_on_selector_all("#actions li", "els => els.map(e => e.dataset.actionId)")
-        assert left == [refund["action"]["action_id"]]
+        assert listed(other) == [refund["action"]["action_id"]]
         # bob's inbox (under the page's own CSP) shows only bob's action
         bobs = browser.new_page()
         console: list[str] = []
@@ -272,8 +421,11 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         bobs.goto(f"{server.url}/inbox#token=token-bob")
         expect(bobs.locator("#actions li")).to_have_count(1)
         assert bobs.get_attribute("#actions li", "data-action-id") == theirs["action_id"]
+        expect(bobs.locator("#actions li .who")).to_contain_text(TOKENS["token-bob"].id)
         bobs.click("#actions li button")
         expect(bobs.locator('select[data-path="/decision"]')).to_be_visible()
+        bobs.click("#submit-button")
+        expect(bobs.locator('.field:has([data-path="/decision"]) .field-error')).to_be_visible()
         assert not [m for m in console if "Content Security Policy" in m], console
         # no token: the page says the API refused it, and lists nothing
         anonymous = browser.new_page()
@@ -282,22 +434,151 @@ def test_the_inbox_lists_opens_refuses_and_resolves_in_a_real_browser(
         expect(anonymous.locator("#actions li")).to_have_count(0)
         # everything the page loaded came from this server
         assert all(u.startswith(server.url) for u in requests), requests
-    shots = [tmp_path / "inbox-invalid.png", tmp_path / "inbox-resolved.png"]
-    assert all(shot.stat().st_size > 10_000 for shot in shots)
-    keep = os.environ.get("BLADE_TEST_ARTIFACTS")  # pytest's tmp folders rotate: keep a copy
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        for shot in shots:
-            shutil.copy(shot, Path(keep) / shot.name)
-    print("screenshots:", *shots)
+    shots.keep()
 
 
-def test_an_expired_action_leaves_the_inbox_live_and_a_deep_link_opens_one(
+def test_a_permission_request_offers_its_input_and_leaves_it_out_unless_changed(
+    tmp_path: Path, inbox_package: Any, browser: Any
+) -> None:
+    """A permission request's answer has an optional ``input`` object whose fields are required
+    (issue 29.10's case): the form shows the input as it would run; approved as it is, no
+    ``input`` is sent; changed, the whole input is sent and must be complete."""
+    from playwright.sync_api import expect
+
+    shots = Shots(tmp_path)
+
+    def policy(request: PermissionRequest) -> Any:
+        return Ask() if request.name == "refund_payment" else ALLOW
+
+    runtime = Runtime(store=SQLiteStore(tmp_path / "asks.db"), permission=policy)
+    Tools().register(runtime)
+    app = create_app(runtime, authenticate=authenticate)
+    with serving(app) as server, httpx.Client(base_url=server.url) as http:
+        asks = [
+            http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE).json()["action"]
+            for _ in range(2)
+        ]
+        assert all(a["point"] == "@permission" for a in asks)
+        page = scripted(browser).new_page()
+        page.goto(f"{server.url}/inbox#token=token-alice")
+        expect(page.locator("#actions li")).to_have_count(2)
+        first, second = (a["action_id"] for a in asks)
+        summary = item(page, first, "summary")  # the tool's input, in words
+        assert REFUND["payment_id"] in summary and "1250" in summary
+        assert "refund_payment" in item(page, first, "name")
+
+        page.click(f'#actions li[data-action-id="{first}"] button')
+        expect(page.locator('fieldset[data-path="/input"]')).to_be_visible()
+        assert page.input_value('[data-path="/input/payment_id"]') == REFUND["payment_id"]
+        assert page.input_value('[data-path="/input/reason"]') == REFUND["reason"]
+        page.select_option('select[data-path="/decision"]', label="approve")
+        decision = page.evaluate(LABEL, "/decision")
+        # changed: the input is sent, so what it needs is asked for, beside each field
+        page.fill('[data-path="/input/payment_id"]', "")
+        page.fill('[data-path="/input/reason"]', "x" * 501)
+        page.click("#submit-button")
+        expect(page.locator("#form-errors")).to_be_visible()
+        assert beside(page, "/input/payment_id")
+        assert "500" in beside(page, "/input/reason")
+        assert beside(page, "/decision") == "" and beside(page, "/message") == ""
+        assert not POINTER.search(page.inner_text("#submit-form"))
+        shots.take(page, "permission-changed")
+        # as it was again: nothing to fix, and no input is sent
+        page.fill('[data-path="/input/payment_id"]', REFUND["payment_id"])  # type: ignore[arg-type]
+        page.fill('[data-path="/input/reason"]', REFUND["reason"])  # type: ignore[arg-type]
+        assert page.locator('#submit-form [aria-invalid="true"]').count() == 0
+        expect(page.locator("#form-errors")).to_be_hidden()
+        page.click("#submit-button")
+        page.wait_for_selector("#result:not([hidden])")
+        record = runtime.store.action(first)
+        assert record is not None and record.state == "submitted"
+        assert record.resume == {"decision": "approve"}
+        assert page.eval_on_selector("#confirmation-values > dl", PAIRS) == {decision: "approve"}
+        # approved: the tool ran and now waits for its own approval, which the page offers
+        expect(page.locator("#result-status button")).to_contain_text("approval")
+        expect(page.locator("#actions li")).to_have_count(2)
+        page.click("#result-status button")
+        expect(page.locator('[data-path="/approver"]')).to_be_visible()
+
+        # the second, approved with a changed reason: the whole input is sent, as shown
+        page.click(f'#actions li[data-action-id="{second}"] button')
+        expect(page.locator('fieldset[data-path="/input"]')).to_be_visible()
+        page.select_option('select[data-path="/decision"]', label="approve")
+        page.fill('[data-path="/input/reason"]', "arrived broken")
+        page.click("#submit-button")
+        page.wait_for_selector("#result:not([hidden])")
+        record = runtime.store.action(second)
+        assert record is not None
+        assert record.resume == {
+            "decision": "approve",
+            "input": {**REFUND, "reason": "arrived broken"},
+        }
+        assert "arrived broken" in page.inner_text("#confirmation-values")
+    shots.keep()
+
+
+def test_the_list_filters_by_tool_and_by_age(
+    tmp_path: Path, inbox_package: Any, browser: Any
+) -> None:
+    from blade_inbox.orders import review_order_v1 as review
+    from playwright.sync_api import expect
+
+    shots = Shots(tmp_path)
+    store = Backdated(tmp_path / "ages.db")
+    store.ago = {"ord_old": 2 * 3600 + 120}  # waiting over two hours
+    runtime = review_runtime(store, review)
+    app = create_app(runtime, authenticate=authenticate)
+    with serving(app) as server, httpx.Client(base_url=server.url) as http:
+
+        def ask(order: str) -> str:
+            body = {"order_id": order, "total_minor": 10}
+            made = http.post("/v1/tools/review_order/calls", json=body, headers=ALICE)
+            return str(made.json()["action"]["action_id"])
+
+        old, new = ask("ord_old"), ask("ord_new")
+        refund = http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
+        refunding = refund.json()["action"]["action_id"]
+        page = scripted(browser).new_page()
+        page.goto(f"{server.url}/inbox#token=token-alice")
+        expect(page.locator("#actions li")).to_have_count(3)
+        assert "2 h" in item(page, old, "age") and " h" not in item(page, new, "age")
+
+        tools = page.eval_on_selector_all("#filter-tool option", "els => els.map(e => e.value)")
+        assert {"review_order", "refund_payment"} <= set(tools)
+        page.select_option("#filter-tool", "refund_payment")
+        expect(page.locator("#actions li")).to_have_count(1)
+        assert listed(page) == [refunding]
+        assert "1" in page.inner_text("#filter-count") and "3" in page.inner_text("#filter-count")
+        shots.take(page, "filtered-by-tool")
+        page.wait_for_timeout(1200)  # a refresh keeps the filter
+        assert listed(page) == [refunding]
+
+        page.select_option("#filter-tool", "")
+        page.select_option("#filter-age", "gt:3600")
+        expect(page.locator("#actions li")).to_have_count(1)
+        assert listed(page) == [old]
+        shots.take(page, "filtered-by-age")
+        page.select_option("#filter-age", "lt:900")
+        expect(page.locator("#actions li")).to_have_count(2)
+        assert set(listed(page)) == {new, refunding}
+        page.select_option("#filter-tool", "review_order")
+        expect(page.locator("#actions li")).to_have_count(1)
+        assert listed(page) == [new]
+        # nothing matches: the list says so, rather than that nothing waits
+        page.select_option("#filter-age", "gt:86400")
+        expect(page.locator("#actions li")).to_have_count(0)
+        expect(page.locator("#empty")).to_be_visible()
+        assert page.inner_text("#empty") != "Nothing waits for you."
+    shots.keep()
+
+
+def test_an_expiring_action_says_so_and_a_deep_link_opens_one(
     tmp_path: Path, inbox_package: Any, browser: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from blade_inbox.orders import hold_seat_v1 as hold
     from playwright.sync_api import expect
 
+    shots = Shots(tmp_path)
     runtime, _ = runtime_of(SQLiteStore(tmp_path / "expiry.db"))
 
     async def hold_impl(ctx: Any) -> Any:
@@ -307,19 +588,23 @@ def test_an_expired_action_leaves_the_inbox_live_and_a_deep_link_opens_one(
     app = create_app(runtime, authenticate=authenticate)
     with serving(app) as server, httpx.Client(base_url=server.url) as http:
         held = http.post("/v1/tools/hold_seat/calls", json={"seat": "12A"}, headers=ALICE)
-        action_id = held.json()["action"]["action_id"]
-        page = browser.new_page()
+        action = held.json()["action"]
+        page = scripted(browser).new_page()
         page.goto(f"{server.url}/inbox#token=token-alice")
         expect(page.locator("#actions li")).to_have_count(1)
-        expect(page.locator("#actions li .meta")).to_contain_text("expires in")
+        expect(page.locator("#actions li .expiry")).to_contain_text("expires in")
+        assert "soon" in (page.get_attribute("#actions li .expiry", "class") or "")
+        assert "12A" in item(page, action["action_id"], "summary")
         page.click("#actions li button")
         expect(page.locator('input[data-path="/ok"]')).to_have_attribute("type", "checkbox")
-        time.sleep(1.6)
+        expect(page.locator("#detail-facts")).to_contain_text("in ")
+        shots.take(page, "expiring")
+        time.sleep(max(0.0, action["expires_at"] - time.time()) + 0.1)
         server.run(runtime.recover())  # a worker's sweep settles it as TIMEOUT
         expect(page.locator("#actions li")).to_have_count(0)
-        expect(page.locator("#detail-gone")).to_be_visible()
+        expect(page.locator("#detail-gone")).to_contain_text("expired")
         expect(page.locator("#empty")).to_be_visible()
-        record = runtime.store.action(action_id)
+        record = runtime.store.action(action["action_id"])
         assert record is not None and record.state == "expired"
 
         # a deep link (as an MCP elicitation gives) opens its action; a token with "+" survives
@@ -328,10 +613,11 @@ def test_an_expired_action_leaves_the_inbox_live_and_a_deep_link_opens_one(
         linked = second.json()["action"]["action_id"]
         deep = browser.new_page()
         deep.goto(f"{server.url}/inbox#token=a%2Bb%2Fc%3D&action={linked}")
-        expect(deep.locator("#detail-title")).to_have_text("hold_seat.confirm")
+        expect(deep.locator("#detail-title")).to_contain_text("hold_seat")
         expect(deep.locator("#detail-payload")).to_contain_text("14C")
         assert deep.url.endswith(f"/inbox#action={linked}")  # the token left the address bar
         gone = browser.new_page()
         gone.goto(f"{server.url}/inbox#token=token-bob&action={linked}")
         expect(gone.locator("#status")).to_contain_text("is not pending for you")
         expect(gone.locator("#detail")).to_be_hidden()
+    shots.keep()

@@ -431,6 +431,9 @@ class Api:
 
     def action_json(self, record: ActionRecord) -> dict[str, JsonValue]:
         registration = self.registration(record.name)
+        call = self.runtime.store.call(record.call_id)  # who asked: the call's principal
+        context = None if call is None else CallContext.from_json(call.context)
+        asker = None if context is None or context.principal is None else context.principal.id
         return {
             "kind": record.spec_id if record.point is None else f"{record.spec_id}#{record.point}",
             "action_id": record.action_id,
@@ -440,6 +443,7 @@ class Api:
             "point": record.point,
             "call_id": record.call_id,
             "run_id": record.run_id,
+            "principal_id": asker,
             "suspended_at": record.suspended_at,
             "input": record.payload,
             "state": record.state,
