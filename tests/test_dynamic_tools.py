@@ -445,3 +445,16 @@ def test_an_enabled_or_describe_callback_that_raises_is_a_value_not_an_exception
     shown.register(deploy.SPEC, deployed, describe=describe)
     (tool,) = shown.export("openai").document  # type: ignore[misc]
     assert tool["function"]["description"] == deploy.SPEC.description  # the spec's own
+
+
+def test_a_lone_surrogate_in_a_string_value_is_invalid_input(deploy: Any) -> None:
+    async def reads(ctx: Any) -> Any:
+        ctx.input.service  # noqa: B018 - the typed input is built here
+        return await deployed(ctx)
+
+    runtime = Runtime()
+    runtime.register(deploy.SPEC, reads)
+    bad = GOOD | {"service": "api\ud800"}
+    result = run(runtime.call("deploy_service", bad))
+    assert isinstance(result, ToolError) and result.code == ErrorCode.INVALID_INPUT, result
+    assert "lone surrogate" in result.message

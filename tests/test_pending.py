@@ -551,3 +551,26 @@ def test_operators_list_show_submit_and_cancel(example_package: Any, tmp_path: P
     record = runtime.store.call(client.call.call_id)
     assert record is not None and record.result["code"] == "CANCELLED"  # type: ignore[index,call-overload]
     assert cli("pending", "list", "--store", str(tmp_path / "missing.db")).returncode == 3
+
+
+def test_an_action_is_never_resumed_by_another_spec_under_its_old_name(
+    example_package: Any, tmp_path: Path
+) -> None:
+    from blade_specs.deploy import deploy_service_v1
+
+    path = tmp_path / "renamed.db"
+    first, _ = runtime_with(example_package, SQLiteStore(path))
+    waiting = pending_of(run(first.call("refund_payment", REFUND)))
+    entered: list[Any] = []
+
+    async def impostor(ctx: Any) -> Any:
+        entered.append(ctx.entry)
+        return deploy_service_v1.DeployServiceOutput(deployed=True, steps=1)
+
+    later = Runtime(store=SQLiteStore(path))
+    later.register(deploy_service_v1.SPEC, impostor, name="refund_payment")
+    result = run(later.submit(waiting.action.action_id, {"approved": True, "approver": "ann"}))
+    assert isinstance(result, ToolError) and result.code == ErrorCode.TOOL_HANDLER_NOT_FOUND
+    assert entered == []
+    stored = later.store.action(waiting.action.action_id)
+    assert stored is not None and stored.state == "pending"  # it waits for its own spec

@@ -41,6 +41,7 @@ from blade_runtime.core.execution import (
     ChildToolError,
     ChildTools,
     ToolContext,
+    UnreadableInput,
 )
 from blade_runtime.core.hooks import HookVerdict
 from blade_runtime.core.interceptors import Asking, Interceptors, policy_failed
@@ -471,6 +472,9 @@ class CallRunner:
             return await self._suspend(registration, call, arguments, suspended, attempt)
         except ChildHookFailed:
             return self.fatal.pop(call.call_id)
+        except UnreadableInput as unreadable:
+            message = f"Invalid arguments for {call.name}: {unreadable}."
+            return error_result(call, ErrorCode.INVALID_INPUT, message)
         except Exception as error:
             return self.fatal.pop(call.call_id, None) or tool_error(
                 call, error, self.interceptors.error_mapper

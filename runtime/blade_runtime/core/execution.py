@@ -24,7 +24,7 @@ from blade_runtime.core.context import (
     SuspensionEpisode,
     ToolFailed,
 )
-from blade_runtime.core.jsonvalue import NotJson, checked, lossless, model_of
+from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
 from blade_runtime.core.permissions import STEP, PermissionAnswer, step_payload
 from blade_runtime.core.registry import Point, Typed
 from blade_runtime.core.spec import JsonObject, ToolSpec
@@ -45,6 +45,11 @@ class SuspendRejected(ValueError):
 
 class InputModelMismatch(Exception):
     """The generated input model rejected input its JSON Schema accepted: a toolchain bug."""
+
+
+class UnreadableInput(Exception):
+    """Arguments no JSON text could carry (a lone surrogate in a string from Python): JSON
+    Schema accepts them, no typed model can hold them. The call is INVALID_INPUT."""
 
 
 class CallData:
@@ -229,6 +234,10 @@ class ToolContext:
             try:
                 self._input = model_of(self._build_input, self._arguments)
             except ValidationError as error:
+                if not encodable_tree(self._arguments):
+                    raise UnreadableInput(
+                        "the text is not valid Unicode (a lone surrogate)"
+                    ) from None
                 raise InputModelMismatch(
                     f"{self.call.spec_id}: the generated input model rejected input its JSON "
                     f"Schema accepts (rebuild with the current blade-codegen): {error}"

@@ -51,6 +51,22 @@ def checked(value: Any, at: str = "") -> JsonValue:
     raise NotJson(f"at {at or '/'}: a {type(value).__name__} has no JSON form")
 
 
+def encodable_tree(value: Any) -> bool:
+    """Whether every string of a JSON value (keys included) has a UTF-8 form: no lone
+    surrogate. A deep walk: used only to explain a failure."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(encodable_tree(k) and encodable_tree(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(encodable_tree(item) for item in value)
+    return True
+
+
 def model_of(validate: Callable[[Any], T], value: Any) -> T:
     """``validate(value)``, tolerant of one gap between JSON Schema and pydantic.
 

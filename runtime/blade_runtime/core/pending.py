@@ -104,7 +104,7 @@ class PendingActions:
         invalid = actions.invalid_submission(action, value)
         if invalid is not None:
             return error_result(call, ErrorCode.INVALID_SUBMISSION, invalid)
-        registration = self.tools.by_name.get(action.name)
+        registration = self.tools.of(action.name, action.spec_id)
         if action.point is None:
             return await self._complete_client(registration, call, action, value)
         known = registration is not None and (
@@ -275,7 +275,7 @@ class PendingActions:
         return [self.view(a) for a in found]
 
     def view(self, action: ActionRecord) -> PendingAction[Any]:
-        registration = self.tools.by_name.get(action.name)
+        registration = self.tools.of(action.name, action.spec_id)
         typed: Any = action.payload
         if action.point in POINTS:
             typed = model_of(PermissionPrompt.model_validate, action.payload)

@@ -185,6 +185,13 @@ class Tools:
             chosen.append(entry.exported(context))
         return export_tools(chosen, format)
 
+    def of(self, name: str, spec_id: str) -> Registration[Any] | None:
+        """The registration ``name`` if it is still of the spec ``spec_id``: a stored call or
+        action is taken up only by the spec it was made with, never by another spec registered
+        under its old name."""
+        found = self.by_name.get(name)
+        return found if found is not None and found.spec.id == spec_id else None
+
     def is_allowed(self, name: str) -> bool:
         if name in self._disallowed:
             return False
