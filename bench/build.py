@@ -262,7 +262,8 @@ def main() -> None:
         noop, noop_cpu = min(timed_cpu(build_cmd(large_specs, out), work) for _ in range(3))
         changed = []
         for round_ in range(3):
-            path = large_specs / "bench" / f"tool-{round_ * 7:04d}.v1.json"
+            # Specs 0, 7 and 14 (of fewer, any three): --large below 15 no longer fails.
+            path = large_specs / "bench" / f"tool-{round_ * 7 % args.large:04d}.v1.json"
             spec = json.loads(path.read_text())
             spec["inputSchema"]["properties"]["account_id"]["description"] = f"changed {round_}"
             path.write_text(json.dumps(spec, indent=2))

@@ -1,6 +1,7 @@
 """Fidelity report: how faithful the generated models are to their JSON Schemas, on real corpora.
 
-Per corpus (read from ../shared/corpus, or $BLADE_CORPUS):
+Per corpus (tests/corpus/, the copy of the shared corpus this repository ships with its
+licences, or the folder $BLADE_CORPUS names):
   - MCP tools (mcp-tools.jsonl): imported per server with the importer, built, type-checked with
     mypy --strict; for every input and output schema, up to 50 instances drawn from the schema
     (tests/strategies.py) that the validator accepts: each must be accepted by its model
@@ -38,10 +39,15 @@ from strategies import round_trip, valid_instances  # noqa: E402
 
 
 def corpus() -> Path:
-    for candidate in (os.environ.get("BLADE_CORPUS"), ROOT.parent / "shared" / "corpus"):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    sys.exit("no corpus: set BLADE_CORPUS or check out ../shared/corpus")
+    """$BLADE_CORPUS, else tests/corpus/: the same files as the shared corpus (mcp-tools.jsonl,
+    schemastore/), so that the bench runs in a fresh clone."""
+    chosen = os.environ.get("BLADE_CORPUS")
+    root = Path(chosen) if chosen else ROOT / "tests" / "corpus"
+    needed = [root / "mcp-tools.jsonl", root / "schemastore" / "instances.jsonl"]
+    missing = [str(path) for path in needed if not path.is_file()]
+    if missing:
+        sys.exit(f"no corpus at {root}: missing {', '.join(missing)} (set BLADE_CORPUS)")
+    return root
 
 
 def typecheck(out: Path, package: str) -> tuple[int, int]:

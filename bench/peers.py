@@ -1,6 +1,7 @@
-"""Peers benchmark: the medium tool (../shared/bench/cal) through agent frameworks and MCP.
+"""Peers benchmark: the medium tool (bench/workload/) through agent frameworks and MCP.
 
-One run, every figure measured in it, on the medium tool of ``../shared/bench/`` (12 input fields,
+One run, every figure measured in it, on the medium tool of ``bench/workload/`` (a copy of the
+shared bench's ``cal/``, shipped so that a fresh clone runs it; 12 input fields,
 a nested object, an array of objects, enums, patterns, formats, uniqueItems) with its valid
 payload:
 
@@ -40,8 +41,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "bench" / "cal"
+WORKLOAD = ROOT / "bench" / "workload"
 PACKAGE = "blade_bench_peers"
+
+
+def payloads_of(spec: Path) -> Path:
+    """The payloads file beside ``spec``: NAME.payloads.json (bench/workload/), or
+    NAME.payloads.json.txt (the shared bench's name, where it is not a spec file)."""
+    stem = spec.name.removesuffix(".json")
+    candidates = [spec.with_name(f"{stem}.payloads.json{suffix}") for suffix in ("", ".txt")]
+    return next((path for path in candidates if path.is_file()), candidates[0])
 
 
 def build(spec_path: Path, work: Path) -> Any:
@@ -368,11 +377,16 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per timed round")
     parser.add_argument("--http-seconds", type=float, default=2.0, help="per server and round")
     parser.add_argument("--http-rounds", type=int, default=3, help="rounds per HTTP server")
-    parser.add_argument("--spec", type=Path, default=SHARED / "schedule.v1.json")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        default=WORKLOAD / "schedule.v1.json",
+        help="the spec; its payloads beside it (NAME.payloads.json, or .json.txt)",
+    )
     args = parser.parse_args()
     here = Path(__file__).resolve().parent  # bench/http.py would shadow the standard library's http
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    payloads = json.loads((args.spec.parent / "schedule.v1.payloads.json.txt").read_text())
+    payloads = json.loads(payloads_of(args.spec).read_text("utf-8"))
     valid = payloads["valid"]
 
     import logging

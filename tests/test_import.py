@@ -143,7 +143,7 @@ def test_import_is_reproducible_and_never_overwrites_without_force(tmp_path: Pat
     assert json.loads(target.read_text())["description"] == "Find things."
 
 
-def test_bad_input_is_refused_with_the_place_and_nothing_is_written(tmp_path: Path) -> None:
+def test_each_bad_tool_is_refused_at_its_place_and_the_others_are_written(tmp_path: Path) -> None:
     tools = [
         {"name": "ok", "input_schema": SEARCH},
         {
@@ -155,30 +155,70 @@ def test_bad_input_is_refused_with_the_place_and_nothing_is_written(tmp_path: Pa
         },
         {"name": "nameless_schema"},
     ]
-    done = cli(
-        "--from",
-        "anthropic",
-        str(write(tmp_path / "t.json", tools)),
-        "--namespace",
-        "x",
-        "--out",
-        str(tmp_path / "specs"),
-    )
+    source = tmp_path / "t.json"
+    source.write_text(json.dumps(tools, indent=2), "utf-8")
+    specs = tmp_path / "specs"
+    done = cli("--from", "anthropic", str(source), "--namespace", "x", "--out", str(specs))
     assert done.returncode == 3 and "Traceback" not in done.stderr
-    remote = (
-        "t.json: tools[1]: remote: /inputSchema/properties/a/$ref: 'https://example.com/a.json'"
+    # One line per refused tool, in the file's order: file:line:col, the JSON pointer in the
+    # file, the tool, the problem and the fix.
+    remote, nameless, summary = done.stderr.splitlines()
+    assert remote == (
+        "t.json:22:11: /1/input_schema/properties/a/$ref: remote: 'https://example.com/a.json' "
+        "is not local: nothing is fetched (copy the schema it names into $defs and point the "
+        "$ref at it)"
     )
-    assert f"{remote} is not local" in done.stderr
-    assert "t.json: tools[2]: nameless_schema: the input schema is missing" in done.stderr
-    assert not (tmp_path / "specs").exists()
+    assert nameless == (
+        "t.json:27:3: /2: nameless_schema: the input schema is missing or not an object "
+        '(give it an "input_schema" object schema)'
+    )
+    assert summary.startswith("2 of 3 tool(s) not imported, listed above")
+    assert sorted(p.name for p in specs.rglob("*")) == ["ok.v1.json", "x"]  # nothing else
+    assert json.loads((specs / "x" / "ok.v1.json").read_text())["inputSchema"] == SEARCH
+    from blade_codegen.build import build
+
+    build(specs, tmp_path / "out", "kept")  # what it wrote builds
+    # Fixed and imported again: the new one is written, the one there is unchanged.
+    tools[1]["input_schema"] = SEARCH
+    tools[2]["input_schema"] = SEARCH
+    source.write_text(json.dumps(tools), "utf-8")
+    again = cli("--from", "anthropic", str(source), "--namespace", "x", "--out", str(specs))
+    assert again.returncode == 0, again.stderr
+    assert "3 tool(s) into" in again.stdout and "2 written, 1 unchanged" in again.stdout
     not_json = tmp_path / "broken.json"
     not_json.write_text("[{")
     broken = cli(
-        "--from", "openai", str(not_json), "--namespace", "x", "--out", str(tmp_path / "specs")
+        "--from", "openai", str(not_json), "--namespace", "x", "--out", str(tmp_path / "b")
     )
     assert broken.returncode == 3 and "broken.json:1:" in broken.stderr
+    assert broken.stderr.splitlines()[-1] == "nothing was written"
+    assert not (tmp_path / "b").exists()
     # A namespace that breaks the rule is a usage error (cli.py's check, before the file).
     assert cli("--from", "openai", str(not_json), "--namespace", "Bad NS").returncode == 2
+
+
+def test_json_lines_refusals_name_the_line_and_every_format_its_own_keys(tmp_path: Path) -> None:
+    remote = {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}
+    jsonl = tmp_path / "tools.jsonl"
+    jsonl.write_text(
+        json.dumps({"name": "fine", "inputSchema": SEARCH})
+        + "\n"
+        + json.dumps({"name": "far", "inputSchema": SEARCH, "outputSchema": remote})
+        + "\n",
+        "utf-8",
+    )
+    done = cli("--from", "mcp", str(jsonl), "--namespace", "x", "--out", str(tmp_path / "s"))
+    assert done.returncode == 3
+    assert done.stderr.startswith("tools.jsonl:2:")
+    assert ": /outputSchema/properties/a/$ref: far: 'other.json#/x' is not local" in done.stderr
+    assert (tmp_path / "s" / "x" / "fine.v1.json").exists()
+    assert not (tmp_path / "s" / "x" / "far.v1.json").exists()
+    chat = [{"type": "function", "function": {"name": "far", "parameters": remote}}]
+    openai = cli("--from", "openai", str(write(tmp_path / "o.json", chat)), "--namespace", "x")
+    assert openai.returncode == 3
+    assert "o.json:1:" in openai.stderr
+    assert ": /0/function/parameters/properties/a/$ref: far: " in openai.stderr
+    assert openai.stderr.splitlines()[-1].endswith("nothing was written")
 
 
 LISTS = {
@@ -577,7 +617,7 @@ def test_draft_04_forms_without_schema_and_nested_schema_declarations_convert() 
         convert({"type": "object", "properties": {"x": {"required": True}}})  # draft-03
 
 
-def test_import_writes_only_valid_specs_and_nothing_when_one_is_refused(tmp_path: Path) -> None:
+def test_import_writes_only_valid_specs_and_refuses_each_invalid_one(tmp_path: Path) -> None:
     tools = {
         "tools": [
             {"name": "old", "inputSchema": UNDECLARED},
@@ -591,15 +631,23 @@ def test_import_writes_only_valid_specs_and_nothing_when_one_is_refused(tmp_path
     specs = tmp_path / "specs"
     refused = run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs))
     assert refused.exit_code == 3 and "Traceback" not in refused.output
-    assert "tools.json: tools[1]: draft3: /inputSchema/properties/x/required:" in refused.stderr
-    assert not specs.exists()
-    # A clash with a spec already in the tree is found before writing, too.
+    assert ": /tools/1/inputSchema/properties/x/required: draft3: not valid in JSON Schema" in (
+        refused.stderr
+    )
+    assert "note: tools.json:1:" in refused.stderr
+    assert ": /tools/0/inputSchema/properties/n/exclusiveMinimum: old: boolean" in refused.stderr
+    assert sorted(p.name for p in (specs / "x").iterdir()) == ["old.v1.json"]
+    from blade_codegen.build import build
+
+    build(specs, tmp_path / "out", "imported")  # what it wrote builds
+    (specs / "x" / "old.v1.json").unlink()
+    # A clash with a spec already in the tree is found before writing, and refuses that tool
+    # alone.
     write_spec = specs / "x" / "taken.v1.json"
-    write_spec.parent.mkdir(parents=True)
     write_spec.write_text(
         json.dumps({"id": "x.taken.v1", "name": "old", "description": "d", "inputSchema": SEARCH})
     )
-    tools["tools"] = tools["tools"][:1]
+    tools["tools"] = [tools["tools"][0], {"name": "new", "inputSchema": SEARCH}]
     write(source, tools)
     clash = run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs))
     assert clash.exit_code == 3
@@ -608,15 +656,94 @@ def test_import_writes_only_valid_specs_and_nothing_when_one_is_refused(tmp_path
         and "'old' is already used" in clash.stderr
     )
     assert not (specs / "x" / "old.v1.json").exists()
+    assert (specs / "x" / "new.v1.json").exists()
     write_spec.unlink()
     done = run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs))
     assert done.exit_code == 0, done.output
-    assert "note: tools.json: tools[0]: old: /inputSchema/properties/n/exclusiveMinimum:" in (
-        done.stderr
-    )
-    from blade_codegen.build import build
+    build(specs, tmp_path / "out", "imported")
 
-    build(specs, tmp_path / "out", "imported")  # what it wrote builds
+
+def test_two_imported_tools_that_clash_keep_the_first(tmp_path: Path) -> None:
+    """Names that collide inside one import: the second is refused, the first written, and
+    the check runs again without the refused one (the first alone is valid)."""
+    tools = {
+        "tools": [
+            {"name": "find", "inputSchema": SEARCH},
+            {"name": "Find", "inputSchema": SEARCH},  # the same module and id
+            {"name": "find_it", "inputSchema": SEARCH},
+        ]
+    }
+    specs = tmp_path / "specs"
+    done = run_import(
+        "--from",
+        "mcp",
+        str(write(tmp_path / "t.json", tools)),
+        "--namespace",
+        "x",
+        "--out",
+        str(specs),
+    )
+    assert done.exit_code == 3
+    assert "/tools/1: Find: another tool of t.json also imports as x.find.v1" in done.stderr
+    assert sorted(p.name for p in (specs / "x").iterdir()) == ["find-it.v1.json", "find.v1.json"]
+
+
+def test_existing_files_with_other_content_are_kept_and_the_rest_written(tmp_path: Path) -> None:
+    specs = tmp_path / "specs"
+    first = {"tools": [{"name": "a", "description": "A", "inputSchema": SEARCH}]}
+    source = write(tmp_path / "t.json", first)
+    assert (
+        run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs)).exit_code
+        == 0
+    )
+    before = (specs / "x" / "a.v1.json").read_bytes()
+    changed = {
+        "tools": [
+            {"name": "a", "description": "A, now better", "inputSchema": SEARCH},
+            {"name": "b", "inputSchema": SEARCH},
+        ]
+    }
+    write(source, changed)
+    done = run_import("--from", "mcp", str(source), "--namespace", "x", "--out", str(specs))
+    assert done.exit_code == 1
+    assert f"{specs / 'x' / 'a.v1.json'}: exists with other content (pass --force" in done.stderr
+    assert (specs / "x" / "a.v1.json").read_bytes() == before
+    assert (specs / "x" / "b.v1.json").exists()
+    assert [p.name for p in (specs / "x").iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_write_that_fails_leaves_whole_files_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import blade_codegen.importer as importer
+    import blade_codegen.write as write_module
+
+    calls: list[Path] = []
+    real = write_module.os.replace
+
+    def replace_then_fail(source: Any, target: Any) -> None:
+        calls.append(Path(target))
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(source, target)
+
+    monkeypatch.setattr(write_module.os, "replace", replace_then_fail)
+    tools = {"tools": [{"name": n, "inputSchema": SEARCH} for n in ("a", "b", "c")]}
+    specs = tmp_path / "specs"
+    done = run_import(
+        "--from",
+        "mcp",
+        str(write(tmp_path / "t.json", tools)),
+        "--namespace",
+        "x",
+        "--out",
+        str(specs),
+    )
+    assert done.exit_code == 4 and "Traceback" not in done.output
+    assert "No space left on device; written before it: x/a.v1.json" in done.stderr
+    assert sorted(p.name for p in (specs / "x").iterdir()) == ["a.v1.json"]
+    assert json.loads((specs / "x" / "a.v1.json").read_text())["name"] == "a"
+    assert importer.write_file is write_module.write_file
 
 
 def test_the_side_effect_of_imported_tools_is_the_users_word(tmp_path: Path) -> None:

@@ -143,3 +143,80 @@ def test_no_pattern_makes_a_module_fail_at_import(tmp_path: Path) -> None:
     assert value.model_dump(exclude_unset=True) == {"word": "Élan", "digits": "42", "letters": "é"}
     with pytest.raises(ValueError):
         module.PatternsInput(digits="٣")  # the runtime's \d is ASCII: so is the model's
+
+
+# Escapes as a spec's JSON holds them once parsed: \xHH, \uHHHH, \u{...}, control and identity
+# escapes, beside characters a Python string literal must escape (quotes, backslashes, line
+# breaks, NUL, U+2028) and ones it need not.
+ESCAPES = [
+    "\\x41",
+    "\\x7f",
+    "\\xff",
+    "\\x00",
+    "\\x{41}",
+    "\\u0041",
+    "\\u{1F600}",
+    "\\uD83D\\uDE00",
+    "\\cJ",
+    "\\t",
+    "\\n",
+    "\\f",
+    "\\v",
+    "\\/",
+    "\\-",
+    "\\\\",
+    '\\"',
+    '"',
+    "'",
+    '"""',
+    "\n",
+    "\x00",
+    "\u2028",
+    "é",
+    "[\\x41-\\x5A]",
+    "\\d",
+    "a",
+    "{2}",
+    "^",
+    "$",
+]
+
+
+@settings(max_examples=4, deadline=None)
+@given(patterns=st.lists(st.lists(st.sampled_from(ESCAPES), min_size=1, max_size=5), min_size=8))
+def test_patterns_with_escapes_build_modules_that_import_and_keep_each_pattern(
+    tmp_path_factory: pytest.TempPathFactory, patterns: list[list[str]]
+) -> None:
+    """Every pattern the runtime compiles builds into a module that imports, its model's field
+    holding the translated pattern exactly (a literal's escaping lost nothing): the issue's
+    ^\\x41+$ among them."""
+    kept = [
+        "^\\x41+$",
+        *dict.fromkeys("".join(p) for p in patterns if ecma_problem("".join(p)) is None),
+    ]
+    properties = {f"p{i}": {"type": "string", "pattern": p} for i, p in enumerate(kept)}
+    schema = {"type": "object", "properties": properties}
+    root = tmp_path_factory.mktemp("escapes")
+    add_spec(root / "specs", spec("t.escapes.v1", inputSchema=schema))
+    package = f"escapes_{root.name.replace('-', '_')}"
+    build(root / "specs", root / "out", package)
+    module = import_generated(root / "out", f"{package}.t.escapes_v1")
+    fields = module.EscapesInput.model_fields
+    for i, pattern in enumerate(kept):
+        found = [m.pattern for m in fields[f"p{i}"].metadata if getattr(m, "pattern", None)]
+        assert found == ([] if model_pattern(pattern) is None else [model_pattern(pattern)])
+    assert module.EscapesInput.model_validate({"p0": "AAA"}).p0 == "AAA"
+    with pytest.raises(ValueError):
+        module.EscapesInput.model_validate({"p0": "B"})
+
+
+@pytest.mark.parametrize("pattern", ["\\x4", "\\xZZ", "a\\x", "[\\x4]"])
+def test_an_incomplete_hex_escape_is_refused_at_build(tmp_path: Path, pattern: str) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}}
+    add_spec(tmp_path / "specs", spec("t.hex.v1", inputSchema=schema))
+    with pytest.raises(SpecError) as raised:
+        build(tmp_path / "specs", tmp_path / "out", "pkg")
+    [problem] = raised.value.problems
+    assert problem.pointer == "/inputSchema/properties/code/pattern"
+    assert "incomplete escape" in problem.message
+    assert not (tmp_path / "out").exists()

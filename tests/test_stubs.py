@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE_SPECS, add_spec, run_cli, run_mypy, run_ruff, spec
+from conftest import EXAMPLE_SPECS, add_spec, import_generated, run_cli, run_mypy, run_ruff, spec
 
 from blade_codegen.build import build
 
@@ -143,3 +145,28 @@ def test_the_readmes_project_flow_stays_green_in_ci(tmp_path: Path) -> None:
     spec.write_text(spec.read_text().replace('"description": "', '"description": "Now: ', 1))
     stale = run_cli("build", "--check", cwd=tmp_path)  # a change that is output still is
     assert stale.returncode == 1 and "stale" in stale.stderr
+
+
+def test_what_init_new_build_and_stub_write_passes_ruff_at_its_default_line_length(
+    tmp_path: Path,
+) -> None:
+    """The README's project flow, then ruff with its defaults (line length 88) and its
+    line-length rule: `new`'s description (73 characters) made a 91-column line in SPEC, which
+    fits a line of its own but was left where it was."""
+    steps = (["init", "--package", "flow_pkg"], ["new", "crm.find-order.v1"], ["build"])
+    for step in (*steps, ["stub", "crm.find-order.v1"]):
+        done = run_cli(*step, cwd=tmp_path)
+        assert done.returncode == 0, (step, done.stderr)
+    written = [tmp_path / "generated", tmp_path / "find_order_v1.py"]
+    for rules in ((), ("--extend-select", "E501,W")):
+        linted = subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", *rules]
+            + [str(path) for path in written],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert linted.returncode == 0, linted.stdout
+    module = import_generated(tmp_path / "generated", "flow_pkg.crm.find_order_v1")
+    skeleton = json.loads((tmp_path / "specs" / "crm" / "find-order.v1.json").read_text())
+    assert module.SPEC.description == skeleton["description"]

@@ -569,14 +569,17 @@ def import_(
 ) -> None:
     """Write spec files for the tools in FILE (schemas brought to JSON Schema 2020-12).
 
-    Exit codes: 0 written (or unchanged), 1 a spec file exists with other content (nothing
-    written; --force replaces), 2 usage, 3 a tool cannot be imported (nothing written), 4 the
-    folder cannot be written.
+    Each tool that converts is written, each file whole; each tool that does not is listed, one
+    line at its place in FILE with the fix. Exit codes: 0 written (or unchanged), 1 a spec file
+    exists with other content (left alone; --force replaces), 2 usage, 3 a tool was not
+    imported (the others were) or FILE is not a tool list (nothing written), 4 the folder
+    cannot be written.
     """
     from blade_codegen.importer import (
         ImportRefused,
-        check_imported,
-        import_tools,
+        WriteStopped,
+        check_each,
+        import_each,
         namespace_problem,
         read_tools,
         write_imported,
@@ -590,33 +593,42 @@ def import_(
     kind = cast("Literal['mcp', 'openai', 'anthropic']", source)
     try:
         tools, unreadable = read_tools(file, kind)
-        files = import_tools(
+        files, refused = import_each(
             tools, kind, namespace, file.name, name_prefix, unreadable, side_effect
         )
-        invalid = check_imported(specs, files, defaults.package)
-        if invalid:
-            raise ImportRefused(invalid)
-    except ImportRefused as refused:
-        for problem in refused.problems:
+    except ImportRefused as not_a_list:
+        for problem in not_a_list.problems:
             click.echo(problem, err=True)
         click.echo("nothing was written", err=True)
         sys.exit(EXIT_INVALID)
+    files, invalid = check_each(specs, files, defaults.package)
+    refused.extend(invalid)
     for file_ in files:
         for note in file_.notes:
             click.echo(f"note: {note}", err=True)
     try:
-        written, unchanged = write_imported(specs, files, force)
-    except ImportRefused as clash:
-        for problem in clash.problems:
-            click.echo(problem, err=True)
-        sys.exit(EXIT_STALE)
-    except OSError as error:
-        click.echo(f"error: cannot write {specs}: {error.strerror or error}", err=True)
-        sys.exit(EXIT_WRITE)
+        written, unchanged, clashes = write_imported(specs, files, force)
+    except WriteStopped as stopped:
+        done = f"; written before it: {', '.join(stopped.written)}" if stopped.written else ""
+        _fail(f"cannot write {specs}: {stopped.strerror or stopped}{done}", EXIT_WRITE)
+    for line in [*refused, *clashes]:
+        click.echo(line, err=True)
     click.echo(
-        f"imported {len(files)} tool(s) into {specs}: {len(written)} written, "
+        f"imported {len(files) - len(clashes)} tool(s) into {specs}: {len(written)} written, "
         f"{len(unchanged)} unchanged"
     )
+    total = len(tools) + len(unreadable)
+    missing = total - len(files)
+    if missing:
+        outcome = "the others were imported" if files else "nothing was written"
+        click.echo(
+            f"{missing} of {total} tool(s) not imported, listed above (fix them and import "
+            f"again); {outcome}",
+            err=True,
+        )
+        sys.exit(EXIT_INVALID)
+    if clashes:
+        sys.exit(EXIT_STALE)
 
 
 SPECS_OPTION = click.option(

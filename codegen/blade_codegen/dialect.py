@@ -21,7 +21,7 @@ Refused, with the JSON pointer and the reason: remote references, embedded resou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from blade_codegen.problems import pointer
@@ -31,7 +31,6 @@ from blade_codegen.schemas import (
     SCHEMA_MAPS,
     SCHEMA_SINGLE,
     resolve_pointer,
-    subschemas,
 )
 
 DIALECTS = {
@@ -49,6 +48,7 @@ class Refusal:
 
     pointer: str
     reason: str
+    hint: str = "edit the schema there, then import again"
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,15 @@ def dialect_of(schema: Any, at: str = "") -> str:
         .replace("https://json-schema.org/draft-0", "http://json-schema.org/draft-0")
     )
     if key not in DIALECTS:
-        raise NotConvertible([Refusal(f"{at}/$schema", f"unknown dialect {declared!r}")])
+        raise NotConvertible(
+            [
+                Refusal(
+                    f"{at}/$schema",
+                    f"unknown dialect {declared!r}",
+                    "declare draft-04, -06, -07, 2019-09 or 2020-12, or remove $schema",
+                )
+            ]
+        )
     return DIALECTS[key]
 
 
@@ -103,11 +111,14 @@ def convert(schema: Any) -> Converted:
     document = schema
     if isinstance(schema, dict):
         document = {k: v for k, v in schema.items() if k != "$schema"}
-    document = _Converter(dialect, declared, refusals, notes).convert(document, "", root=True)
-    _check_references(document, "", refusals)
+    converter = _Converter(dialect, declared, refusals, notes)
+    document = converter.convert(document, "", root=True)
     if not refusals:
         document = _inline_root_ref(document)
-        refusals.extend(_invalid_2020_12(document))
+        refusals.extend(
+            replace(refusal, pointer=_source_pointer(document, refusal.pointer, converter.origins))
+            for refusal in _invalid_2020_12(document)
+        )
     if refusals:
         raise NotConvertible(refusals)
     return Converted(document, tuple(notes))
@@ -161,8 +172,17 @@ class _Converter:
         self.rename_definitions = dialect != "2020-12"  # the root's dialect, for every node
         self.refusals = refusals
         self.notes = notes
+        # id of each converted node -> its source pointer (and the node, kept alive: an id is
+        # only unique among objects that live)
+        self.origins: dict[int, tuple[str, Any]] = {}
 
     def convert(self, node: Any, at: str, root: bool = False) -> Any:
+        converted = self._convert(node, at, root)
+        if isinstance(converted, dict):
+            self.origins[id(converted)] = (at, converted)
+        return converted
+
+    def _convert(self, node: Any, at: str, root: bool) -> Any:
         if not isinstance(node, dict):
             return node
         if not root and "$schema" in node:
@@ -171,23 +191,43 @@ class _Converter:
         self._identifiers(node, at, root)
         if "deprecated" in node and not isinstance(node["deprecated"], bool):
             node["deprecated"] = True  # an annotation; a message there is not 2020-12
+        older = self.dialect != "2020-12"
+        if older:
+            if "$recursiveRef" in node or "$recursiveAnchor" in node:
+                self.refusals.append(
+                    Refusal(
+                        at,
+                        "$recursiveRef has no 2020-12 equivalent here",
+                        "write the recursion as a $ref to a definition",
+                    )
+                )
+            if isinstance(node.get("$ref"), str) and self.dialect != "2019-09":
+                # Those drafts ignore assertions beside a $ref: keep annotations, and
+                # definitions (still reachable by pointer).
+                kept = ("$ref", "definitions", "$defs", *ANNOTATIONS)
+                node = {k: v for k, v in node.items() if k in kept}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            self.refusals.append(
+                Refusal(
+                    f"{at}/$ref",
+                    f"{ref!r} is not local: nothing is fetched",
+                    "copy the schema it names into $defs and point the $ref at it",
+                )
+            )
+        # Subschemas first, under the keywords the source names them by: every refusal and
+        # note points at a place of the schema as it was written.
+        self._children(node, at)
         if self.rename_definitions:
             # A $ref's "#" is the document's root, so pointers follow the root's dialect.
             if isinstance(node.get("$ref"), str):
                 node["$ref"] = _definitions_to_defs(node["$ref"])
             if isinstance(node.get("definitions"), dict):
                 node["$defs"] = {**node.pop("definitions"), **node.get("$defs", {})}
-        if self.dialect == "2020-12":
+        if not older:
             if not self.declared:
                 self._older_forms(node, at)
-            return self._children(node, at)
-        if "$recursiveRef" in node or "$recursiveAnchor" in node:
-            self.refusals.append(Refusal(at, "$recursiveRef has no 2020-12 equivalent here"))
-        if isinstance(node.get("$ref"), str) and self.dialect != "2019-09":
-            # Those drafts ignore assertions beside a $ref: keep annotations, and
-            # definitions (still reachable by pointer).
-            kept = ("$ref", "definitions", "$defs", *ANNOTATIONS)
-            node = {k: v for k, v in node.items() if k in kept}
+            return node
         if isinstance(node.get("items"), list):
             node["prefixItems"] = node.pop("items")
             if "additionalItems" in node:
@@ -204,7 +244,7 @@ class _Converter:
             for name, value in node.pop("dependencies").items():
                 target = "dependentRequired" if isinstance(value, list) else "dependentSchemas"
                 node.setdefault(target, {})[name] = value
-        return self._children(node, at)
+        return node
 
     def _nested_dialect(self, node: dict[str, Any], at: str) -> Any:
         """A subschema declaring its own dialect (SchemaStore schemas do) is converted from it,
@@ -217,6 +257,7 @@ class _Converter:
         rest = {k: v for k, v in node.items() if k != "$schema"}
         nested = _Converter(dialect, True, self.refusals, self.notes)
         nested.rename_definitions = self.rename_definitions
+        nested.origins = self.origins
         return nested.convert(rest, at)
 
     def _older_forms(self, node: dict[str, Any], at: str) -> None:
@@ -254,18 +295,25 @@ class _Converter:
                 # a $ref could use that its pointer does not: dropping it keeps the meaning.
                 if not root and not (identifier == "#" or identifier.startswith("#/")):
                     self.refusals.append(
-                        Refusal(f"{at}/{key}", f"{identifier!r} starts an embedded resource")
+                        Refusal(
+                            f"{at}/{key}",
+                            f"{identifier!r} starts an embedded resource",
+                            f"remove {key} and reference the schema by its JSON pointer",
+                        )
                     )
                 del node[key]
 
-    def _children(self, node: dict[str, Any], at: str) -> dict[str, Any]:
-        for key in (*SCHEMA_MAPS, "$defs", "dependentSchemas"):
+    def _children(self, node: dict[str, Any], at: str) -> None:
+        """Each subschema of ``node`` converted in place, where the source has it (each once:
+        the keyword lists name ``$defs`` and ``dependentSchemas`` once)."""
+        maps = (*SCHEMA_MAPS, "dependencies") if self.dialect != "2020-12" else SCHEMA_MAPS
+        for key in maps:
             if isinstance(node.get(key), dict):
                 node[key] = {
                     name: self.convert(sub, at + pointer(key, name))
                     for name, sub in node[key].items()
                 }
-        for key in (*SCHEMA_LISTS, "prefixItems"):
+        for key in (*SCHEMA_LISTS, "items"):
             if isinstance(node.get(key), list):
                 node[key] = [
                     self.convert(sub, f"{at}/{key}/{i}") for i, sub in enumerate(node[key])
@@ -273,7 +321,6 @@ class _Converter:
         for key in SCHEMA_SINGLE:
             if isinstance(node.get(key), dict):
                 node[key] = self.convert(node[key], f"{at}/{key}")
-        return node
 
 
 def _definitions_to_defs(ref: str) -> str:
@@ -288,9 +335,19 @@ def _definitions_to_defs(ref: str) -> str:
     return "#/" + "/".join(out)
 
 
-def _check_references(node: Any, at: str, refusals: list[Refusal]) -> None:
-    for path, sub in subschemas(node):
-        ref = sub.get("$ref")
-        if isinstance(ref, str) and not ref.startswith("#"):
-            where = at + pointer(*path)
-            refusals.append(Refusal(f"{where}/$ref", f"{ref!r} is not local: nothing is fetched"))
+def _source_pointer(document: Any, at: str, origins: dict[int, tuple[str, Any]]) -> str:
+    """The place in the source of ``at``, a pointer into the converted ``document``: the
+    nearest converted node on the way that came from the source, then the rest of the way."""
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in at.split("/")[1:]]
+    found, rest = origins.get(id(document), ("", None))[0], parts
+    node = document
+    for i, part in enumerate(parts):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            break
+        if id(node) in origins:
+            found, rest = origins[id(node)][0], parts[i + 1 :]
+    return found + pointer(*rest)

@@ -131,8 +131,8 @@ def wrap_long_lines(code: str, limit: int = LINE_LENGTH) -> str:
             at = col if alone else indent
             width = at if sole and alone else at + 4
             pieces = _pieces(token.string, limit - width)
-            if len(pieces) < 2:
-                continue
+            if len(pieces) < 2 and (alone or width + len(token.string) > limit):
+                continue  # nothing to gain: a literal alone, or one no line of its own holds
             inner = "\n".join(" " * width + p for p in pieces)
             if sole and alone:
                 text = inner[width:]

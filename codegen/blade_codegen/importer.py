@@ -12,8 +12,13 @@ parsing, not by its first characters. A tool written in another format than the 
 MCP ``inputSchema`` read as OpenAI, whose ``parameters`` may be left out) is refused, naming the
 format it looks like: read as asked, its schemas would be lost. The same input gives the same
 files. Every spec is validated as the build would validate it before anything is written
-(``check_imported``); an existing spec file is never overwritten with different content unless
-``force``; nothing is written when any tool is refused.
+(``check_each``); an existing spec file is never overwritten with different content unless
+``force``. A tool that cannot be imported is refused on its own, one line at its place in the
+file (``file:line:col: pointer: tool: problem (fix)``), and the others are still written, each
+file whole (``import_each``, ``write_imported``): a list of forty tools with one remote
+reference gives thirty-nine specs and one line to act on, and importing again once it is fixed
+writes the fortieth and leaves the others unchanged. A file that cannot be read as a tool list
+at all writes nothing.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,6 +79,42 @@ class Tool:
     output_schema: Any
     annotations: dict[str, Any]
     where: str  # "tools[3]" or "line 4": to say which one a problem is about
+    # Where the record is, to point at its places: the file (or its line, in JSON Lines) and
+    # the record's pointer in it, and where each schema slot sits in the record.
+    source: SourceFile | None = None
+    line: int = 0  # the record's line in JSON Lines (0: in one document)
+    at: Segments = ()
+    slots: Mapping[str, Segments] = field(
+        default_factory=lambda: {"inputSchema": ("inputSchema",), "outputSchema": ("outputSchema",)}
+    )
+
+    def problem(self, segments: Segments, message: str, hint: str = "") -> str:
+        """One line about the place ``segments`` of this record: file:line:col: pointer: ..."""
+        return _located(self.source, self.line, self.at, segments, message, hint, self.where)
+
+    def slot_problem(self, slot: str, inner: str, message: str, hint: str = "") -> str:
+        """One line about the place ``inner`` (a JSON pointer) of the schema slot ``slot``."""
+        return self.problem((*self.slots.get(slot, (slot,)), *_segments(inner)), message, hint)
+
+
+def _located(
+    source: SourceFile | None,
+    line: int,
+    at: Segments,
+    segments: Segments,
+    message: str,
+    hint: str,
+    where: str,
+) -> str:
+    if source is None:  # a tool made in code: no text to point into
+        return str(Problem(where, 0, 0, "/".join(map(str, segments)), message, hint))
+    problem = source.problem((*at, *segments), message, hint)
+    return str(replace(problem, line=line) if line else problem)
+
+
+def _segments(at: str) -> Segments:
+    """The segments of the JSON pointer ``at`` (RFC 6901 escapes undone)."""
+    return tuple(p.replace("~1", "/").replace("~0", "~") for p in at.split("/")[1:])
 
 
 def read_tools(path: Path, source: Source) -> tuple[list[Tool], list[str]]:
@@ -98,12 +139,29 @@ def read_tools(path: Path, source: Source) -> tuple[list[Tool], list[str]]:
     _refuse_foreign(label, text, records, source)
     problems: list[str] = []
     tools: list[Tool] = []
-    for where, _, _, record in records:
+    document = SourceFile(Path(), label, text, None, "")
+    lines = text.splitlines()
+    for where, line, at, record in records:
+        place = SourceFile(Path(), label, lines[line - 1], None, "") if line else document
         tool = _tool(record, source)
-        if isinstance(tool, str):
-            problems.append(f"{label}: {where}: {tool}")
+        if isinstance(tool, _Unreadable):
+            problems.append(_located(place, line, at, tool.at, tool.message, tool.hint, where))
         else:
-            tools.append(Tool(*tool, where=where))
+            name, description, input_schema, output_schema, annotations, slots = tool
+            tools.append(
+                Tool(
+                    name,
+                    description,
+                    input_schema,
+                    output_schema,
+                    annotations,
+                    where,
+                    source=place,
+                    line=line,
+                    at=at,
+                    slots=slots,
+                )
+            )
     return tools, problems
 
 
@@ -211,16 +269,34 @@ def _refuse_foreign(label: str, text: str, records: list[Record], source: Source
         raise ImportRefused([str(problem)])
 
 
-def _tool(record: Any, source: Source) -> tuple[str, str, Any, Any, dict[str, Any]] | str:
+@dataclass(frozen=True)
+class _Unreadable:
+    """Why a record is not a tool, and where in it."""
+
+    at: Segments
+    message: str
+    hint: str
+
+
+def _tool(
+    record: Any, source: Source
+) -> tuple[str, str, Any, Any, dict[str, Any], dict[str, Segments]] | _Unreadable:
     if not isinstance(record, dict):
-        return "a tool must be a JSON object"
+        return _Unreadable((), "a tool must be a JSON object", "remove it from the list")
     fields: tuple[Any, Any, Any, Any, Any]
+    body: Any = record
+    within: Segments = ()
     if source == "openai":
-        body = (
-            record.get("function", record) if record.get("type", "function") == "function" else None
-        )
+        if record.get("type", "function") != "function":
+            return _Unreadable(
+                ("type",),
+                f"only function tools can be imported (type {record.get('type')!r})",
+                "remove it from the list, or write its spec by hand",
+            )
+        if "function" in record:
+            body, within = record["function"], ("function",)
         if not isinstance(body, dict):
-            return f"only function tools can be imported (type {record.get('type')!r})"
+            return _Unreadable(within, "function must be a JSON object", "fix the record")
         fields = (
             body.get("name"),
             body.get("description"),
@@ -228,6 +304,7 @@ def _tool(record: Any, source: Source) -> tuple[str, str, Any, Any, dict[str, An
             None,
             {},
         )
+        slots = {"inputSchema": (*within, "parameters")}
     elif source == "anthropic":
         fields = (
             record.get("name"),
@@ -236,6 +313,7 @@ def _tool(record: Any, source: Source) -> tuple[str, str, Any, Any, dict[str, An
             None,
             {},
         )
+        slots = {"inputSchema": ("input_schema",)}
     else:
         fields = (
             record.get("name"),
@@ -244,17 +322,24 @@ def _tool(record: Any, source: Source) -> tuple[str, str, Any, Any, dict[str, An
             record.get("outputSchema"),
             record.get("annotations") or {},
         )
+        slots = {"inputSchema": ("inputSchema",), "outputSchema": ("outputSchema",)}
     name, description, input_schema, output_schema, annotations = fields
     if not isinstance(name, str) or not name:
-        return "the tool has no name"
+        return _Unreadable(within, "the tool has no name", 'give it a "name"')
     if not isinstance(input_schema, dict):
-        return f"{name}: the input schema is missing or not an object"
+        key = slots["inputSchema"]
+        return _Unreadable(
+            key if key[-1] in body else within,
+            f"{name}: the input schema is missing or not an object",
+            f'give it an "{key[-1]}" object schema',
+        )
     return (
         name,
         description if isinstance(description, str) else "",
         input_schema,
         output_schema,
         dict(annotations),
+        slots,
     )
 
 
@@ -274,8 +359,28 @@ def import_tools(
     problems: Iterable[str] = (),
     side_effect: str | None = None,
 ) -> list[Imported]:
-    """The spec files for ``tools``; ImportRefused lists every tool that cannot be imported
-    (after the ``problems`` reading the file found)."""
+    """The spec files for ``tools``, all of them; ImportRefused lists every tool that cannot be
+    imported (after the ``problems`` reading the file found)."""
+    files, refused = import_each(
+        tools, source, namespace, label, name_prefix, problems, side_effect
+    )
+    if refused:
+        raise ImportRefused(refused)
+    return files
+
+
+def import_each(
+    tools: Iterable[Tool],
+    source: Source,
+    namespace: str,
+    label: str,
+    name_prefix: str = "",
+    problems: Iterable[str] = (),
+    side_effect: str | None = None,
+) -> tuple[list[Imported], list[str]]:
+    """The spec files of the tools that convert, and one line for each that does not (after
+    the ``problems`` reading the file found); ImportRefused for a bad ``namespace`` only.
+    ``label`` names the file for tools made in code."""
     wrong = namespace_problem(namespace)
     if wrong is not None:
         raise ImportRefused([wrong])
@@ -287,25 +392,48 @@ def import_tools(
         path = f"{namespace.replace('.', '/')}/{slug}.v1.json"
         if path in files:
             found.append(
-                f"{label}: {tool.where}: {tool.name}: another tool also imports as {spec_id}"
+                tool.problem(
+                    (),
+                    f"{tool.name}: another tool of {label} also imports as {spec_id}",
+                    "rename one of them in the file, or import them into two namespaces",
+                )
             )
             continue
-        notes: list[str] = []
+        notes: list[tuple[str, str, str]] = []
         try:
             spec = _spec(tool, source, spec_id, name_prefix, notes, side_effect)
-        except NotConvertible as refused:
+        except _SlotRefused as refused:
             found.extend(
-                f"{label}: {tool.where}: {tool.name}: {r.pointer}: {r.reason} "
-                "(it cannot be kept as JSON Schema 2020-12: edit the schema, then import again)"
+                tool.slot_problem(
+                    refused.slot,
+                    r.pointer,
+                    f"{tool.name}: {r.reason}",
+                    r.hint,
+                )
                 for r in refused.refusals
             )
             continue
         text = json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
-        where = f"{label}: {tool.where}: {tool.name}"
-        files[path] = Imported(path, text, tuple(f"{where}: {note}" for note in notes))
-    if found:
-        raise ImportRefused(found)
-    return list(files.values())
+        lines = tuple(
+            tool.slot_problem(slot, at, f"{tool.name}: {note}") for slot, at, note in notes
+        )
+        files[path] = Imported(path, text, lines)
+    return list(files.values()), sorted(found, key=lambda line: _position(line, label))
+
+
+def _position(line: str, label: str) -> tuple[int, int]:
+    """Where a problem line of the file ``label`` points (line, column): its place in order."""
+    head = line[len(label) + 1 :].split(":", 2) if line.startswith(f"{label}:") else []
+    return (int(head[0]), int(head[1])) if len(head) == 3 and head[1].isdigit() else (0, 0)
+
+
+class _SlotRefused(Exception):
+    """A schema slot of a tool that cannot be converted: the slot and the refusals in it."""
+
+    def __init__(self, slot: str, refusals: list[Refusal]) -> None:
+        super().__init__(slot)
+        self.slot = slot
+        self.refusals = refusals
 
 
 def _spec(
@@ -313,7 +441,7 @@ def _spec(
     source: Source,
     spec_id: str,
     name_prefix: str,
-    notes: list[str],
+    notes: list[tuple[str, str, str]],
     side_effect: str | None = None,
 ) -> dict[str, Any]:
     name = name_prefix + (tool.name if NAME_RULE.fullmatch(tool.name) else _safe_name(tool.name))
@@ -330,9 +458,9 @@ def _spec(
     # only the user says so (--side-effect); else the conservative non_idempotent default.
     if side_effect is not None:
         spec["sideEffect"] = side_effect
-    spec["inputSchema"] = _arguments(_converted(tool.input_schema, "/inputSchema", notes))
+    spec["inputSchema"] = _arguments(_converted(tool.input_schema, "inputSchema", notes))
     if isinstance(tool.output_schema, dict):
-        spec["outputSchema"] = _converted(tool.output_schema, "/outputSchema", notes)
+        spec["outputSchema"] = _converted(tool.output_schema, "outputSchema", notes)
     origin: dict[str, Any] = {"format": source, "name": tool.name}
     if hints:
         origin["annotations"] = hints
@@ -340,14 +468,14 @@ def _spec(
     return spec
 
 
-def _converted(schema: dict[str, Any], slot: str, notes: list[str]) -> Any:
+def _converted(schema: dict[str, Any], slot: str, notes: list[tuple[str, str, str]]) -> Any:
+    """``schema`` in 2020-12, its notes added to ``notes`` as (slot, pointer, message);
+    _SlotRefused names the slot of the places that cannot be converted."""
     try:
         converted = convert(schema)
     except NotConvertible as refused:
-        raise NotConvertible(
-            [Refusal(f"{slot}{r.pointer}", r.reason) for r in refused.refusals]
-        ) from None
-    notes.extend(f"{slot}{note.pointer}: {note.message}" for note in converted.notes)
+        raise _SlotRefused(slot, refused.refusals) from None
+    notes.extend((slot, note.pointer, note.message) for note in converted.notes)
     return converted.schema
 
 
@@ -379,6 +507,29 @@ def check_imported(specs: Path, files: list[Imported], package: str = DEFAULT_PA
     """What the build would find in ``files`` once written under ``specs`` beside the specs
     already there (ids and names unique, module, class and client method names free), one line
     each: checked before anything is written. ``package`` only words the messages."""
+    return [line for _, line in _check(specs, files, package)]
+
+
+def check_each(
+    specs: Path, files: list[Imported], package: str = DEFAULT_PACKAGE
+) -> tuple[list[Imported], list[str]]:
+    """``files`` less those the build would refuse beside the specs under ``specs`` and beside
+    each other, and a line for each problem of those left out. Checked again without them until
+    none is left out: a file refused for a clash with another imported one (a taken name) frees
+    that one."""
+    refused: list[str] = []
+    while files:
+        found = _check(specs, files, package)
+        if not found:
+            break
+        bad = {path for path, _ in found}
+        refused.extend(line for _, line in found)
+        files = [f for f in files if f.path not in bad]
+    return files, refused
+
+
+def _check(specs: Path, files: list[Imported], package: str) -> list[tuple[str, str]]:
+    """(path, line) for each problem the build would find in ``files``."""
     from blade_codegen.dependencies import with_dependencies
     from blade_codegen.plan import plan
     from blade_codegen.resolve import resolve
@@ -405,31 +556,45 @@ def check_imported(specs: Path, files: list[Imported], package: str = DEFAULT_PA
         except SpecError as error:
             problems = list(error.problems)
     return [
-        str(replace(problem, path=str(specs / problem.path)))
+        (problem.path, str(replace(problem, path=str(specs / problem.path))))
         for problem in problems
         if problem.path in new
     ]
 
 
-def write_imported(specs: Path, files: list[Imported], force: bool) -> tuple[list[str], list[str]]:
-    """Write ``files`` under ``specs``: (written, unchanged). Existing files with other content
-    are left alone unless ``force``: ImportRefused names them and nothing is written."""
+def write_imported(
+    specs: Path, files: list[Imported], force: bool
+) -> tuple[list[str], list[str], list[str]]:
+    """Write ``files`` under ``specs``, each in one step: (written, unchanged, clashes). A file
+    that exists with other content is left alone unless ``force``, and named in ``clashes`` (one
+    line each); the others are still written. OSError stops at the file that cannot be written:
+    the ones before it are whole, and ``WriteStopped`` names them."""
     existing = {
         f.path: (specs / f.path).read_text("utf-8") for f in files if (specs / f.path).exists()
     }
-    clashes = [f.path for f in files if existing.get(f.path, f.text) != f.text]
-    if clashes and not force:
-        raise ImportRefused(
-            [
-                f"{specs / path}: exists with other content (pass --force to replace it)"
-                for path in clashes
-            ]
-        )
-    written, unchanged = [], []
+    clashes = [
+        f"{specs / f.path}: exists with other content (pass --force to replace it)"
+        for f in files
+        if existing.get(f.path, f.text) != f.text and not force
+    ]
+    written: list[str] = []
+    unchanged: list[str] = []
     for file in files:
-        if existing.get(file.path) == file.text:
+        before = existing.get(file.path)
+        if before == file.text:
             unchanged.append(file.path)
-            continue
-        write_file(specs / file.path, file.text)
-        written.append(file.path)
-    return written, unchanged
+        elif before is None or force:
+            try:
+                write_file(specs / file.path, file.text)
+            except OSError as error:
+                raise WriteStopped(error, written) from error
+            written.append(file.path)
+    return written, unchanged, clashes
+
+
+class WriteStopped(OSError):
+    """A spec file could not be written; ``written`` were, whole, before it."""
+
+    def __init__(self, error: OSError, written: list[str]) -> None:
+        super().__init__(error.errno, error.strerror or str(error), error.filename)
+        self.written = written

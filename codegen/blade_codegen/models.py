@@ -71,8 +71,9 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # 13: scalar item roots inlined, numeric bounds per member, validate_by_name only with aliases,
 # no protected namespaces where a field is named model_dump_ or model_validate_; 14: ruff's
 # layout before black's (black's result can differ from black alone in rare cases); 15: lines and
-# columns counted as the parser counts them (a U+2028 in a literal; edits after non-ASCII text).
-POSTPROCESS_REVISION = 15
+# columns counted as the parser counts them (a U+2028 in a literal; edits after non-ASCII text);
+# 16: a literal that fits a line of its own but not its line is moved to one (in parentheses).
+POSTPROCESS_REVISION = 16
 
 
 OPTIONS_SIGNATURE = canonical_json(

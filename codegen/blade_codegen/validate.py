@@ -250,21 +250,19 @@ def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any)
         return []
     if not isinstance(schema, dict):
         return [source.problem(at, "a schema must be an object or a boolean", "")]
-    dialect = schema.get("$schema")
-    if dialect is not None and dialect.rstrip("#") != DIALECT:
-        return [
-            source.problem(
-                (*at, "$schema"),
-                f"schema dialect {dialect!r} is not supported",
-                f"write JSON Schema 2020-12 ({DIALECT}) or import it with blade-codegen import",
-            )
-        ]
+    wrong = _dialect_problem(source, at, schema.get("$schema"), nested=False)
+    if wrong is not None:
+        return [wrong]
     problems = [
         source.problem((*at, *where), message, hint)
         for where, message, hint in schema_errors(schema)
     ]
     walked = list(subschemas(schema, at))  # one walk for every check below
     for path, sub in walked:
+        if "$schema" in sub and path != at:
+            wrong = _dialect_problem(source, path, sub["$schema"], nested=True)
+            if wrong is not None:
+                problems.append(wrong)
         for keyword, hint in UNSUPPORTED_KEYWORDS.items():
             if keyword in sub and not (keyword == "$id" and path == () and source.is_shared):
                 problems.append(
@@ -277,6 +275,35 @@ def _check_schema(tree: SpecTree, source: SourceFile, at: Segments, schema: Any)
             problems.extend(_check_patterns(source, path, sub))
     problems.extend(_check_ref_cycles(source, at, schema, walked))
     return problems
+
+
+def _dialect_problem(
+    source: SourceFile, at: Segments, dialect: Any, nested: bool
+) -> Problem | None:
+    """Why the ``$schema`` at ``at`` cannot stand, or None: 2020-12 only, at a slot's root or
+    (the same dialect said again) below it. Another dialect below a 2020-12 root would be read
+    in its own way by some validators and as 2020-12 by others, so it is refused at its own
+    place, as the root's is."""
+    if dialect is None or (isinstance(dialect, str) and dialect.rstrip("#") == DIALECT):
+        return None
+    if nested and not isinstance(dialect, str):
+        return None  # the meta-schema's check says it must be a string
+    where = (*at, "$schema")
+    if not isinstance(dialect, str):
+        return source.problem(
+            where, "$schema must be a URI string", f"write {DIALECT}, or remove $schema"
+        )
+    fix = (
+        "remove it and write this subschema as JSON Schema 2020-12, the dialect of its slot"
+        if nested
+        else f"write JSON Schema 2020-12 ({DIALECT})"
+    )
+    return source.problem(
+        where,
+        f"schema dialect {dialect!r} is not supported",
+        f"{fix}; blade-codegen import converts drafts 04 to 2019-09 in MCP, OpenAI and "
+        "Anthropic tool lists",
+    )
 
 
 def _check_ref_cycles(

@@ -29,8 +29,12 @@ def write_file(path: Path, text: str) -> None:
     """Replace one file in one step (a staging file beside it, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(text, "utf-8")
-    os.replace(staging, path)
+    try:
+        staging.write_text(text, "utf-8")
+        os.replace(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)  # a full disk leaves no half-written staging file
+        raise
 
 
 def new_folder(parent: Path, prefix: str) -> Path:
