@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -563,3 +564,45 @@ def test_a_policy_that_fails_is_policy_failed_and_nothing_runs(deploy: Any, poli
     assert isinstance(result, ToolError) and result.code == ErrorCode.POLICY_FAILED
     assert deploys.inputs == []  # the implementation never ran
     assert "rules service" not in result.message  # the details go to the log only
+
+
+def test_a_person_s_denial_through_submit_is_observed_as_settled(deploy: Any) -> None:
+    runtime = Runtime(permission=lambda request: Ask("deploy?"))
+    deploys = Deploys(deploy)
+    runtime.register(deploy.SPEC, deploys)
+    recorder = Recorder()
+    runtime.observe(recorder)
+
+    async def scenario() -> Any:
+        action = asked(await runtime.call("deploy_service", GOOD))
+        return await runtime.submit(action.action_id, {"decision": "deny", "message": "frozen"})
+
+    denied = run(scenario())
+    assert isinstance(denied, ToolError) and denied.code == ErrorCode.PERMISSION_DENIED
+    assert recorder.seen == [
+        "scheduled",
+        "permission_requested",
+        "permission_resolved",
+        "settled",
+    ]
+
+
+def test_an_approval_through_the_operators_cli_is_observed_by_the_worker_taking_it_up(
+    deploy: Any, tmp_path: Path
+) -> None:
+    from blade_runtime.serving import cli
+
+    path = tmp_path / "cli.db"
+    asking = Runtime(store=SQLiteStore(path), permission=lambda request: Ask("deploy?"))
+    asking.register(deploy.SPEC, Deploys(deploy))
+    action = asked(run(asking.call("deploy_service", GOOD)))
+    approve = json.dumps({"decision": "approve", "message": "go"})
+    assert cli.main(["pending", "submit", action.action_id, approve, "--store", str(path)]) == 0
+    worker = Runtime(store=SQLiteStore(path), permission=lambda request: Ask("deploy?"))
+    deploys = Deploys(deploy)
+    worker.register(deploy.SPEC, deploys)
+    recorder = Recorder()
+    worker.observe(recorder)
+    (result,) = run(worker.recover())
+    assert isinstance(result, ToolSuccess) and len(deploys.inputs) == 1
+    assert recorder.seen == ["permission_resolved", "execution_started", "settled"]

@@ -150,6 +150,7 @@ class Runtime:
             runner=self.calls,
             pending=self.actions,
             tools=self.tools,
+            interceptors=self.interceptors,
             events=self.events,
             owner=self.owner,
             lease_s=lease_s,

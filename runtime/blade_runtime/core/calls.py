@@ -246,23 +246,8 @@ class CallRunner:
             result = await self.interceptors.finish(
                 registration, call, arguments, scope.signal, result
             )
-        if (
-            scope.observed
-            and registration is not None
-            and self.interceptors.observers.settled
-            and not isinstance(result, ToolPending)
-        ):
-            try:
-                await self.interceptors.observing(
-                    "settled",
-                    self.interceptors.observers.settled,
-                    registration,
-                    call,
-                    arguments,
-                    outcome=result,
-                )
-            except Exception as error:
-                result = self.interceptors.observer_failed("settled", call, error)
+        if scope.observed and registration is not None:
+            result = await self.interceptors.settled(registration, call, arguments, result)
         attempt: Attempt | None = scope.stored
         if isinstance(result, ToolPending) or (attempt is None and not self.events.active):
             return result

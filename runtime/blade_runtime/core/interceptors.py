@@ -333,6 +333,24 @@ class Interceptors:
             return methods[0](event)
         return _in_order(methods, event)
 
+    async def settled(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        result: ToolResult[Any],
+    ) -> ToolResult[Any]:
+        """The ``settled`` observers see ``result`` (a pending one is not settled): the result,
+        or OBSERVER_FAILED when one of them raised."""
+        methods = self.observers.settled
+        if not methods or isinstance(result, ToolPending):
+            return result
+        try:
+            await self.observing("settled", methods, registration, call, arguments, outcome=result)
+        except Exception as error:
+            return self.observer_failed("settled", call, error)
+        return result
+
     @staticmethod
     def observer_failed(boundary: str, call: CallInfo, error: Exception) -> ToolError:
         """An observer raised: the call stops, OBSERVER_FAILED (the details go to the log)."""

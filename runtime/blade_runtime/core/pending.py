@@ -125,7 +125,8 @@ class PendingActions:
         if isinstance(won, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, won)
         if resolution.call_state == "settled":  # a denied permission request
-            return error_result(call, ErrorCode.PERMISSION_DENIED, str(resolution.reason))
+            denied = error_result(call, ErrorCode.PERMISSION_DENIED, str(resolution.reason))
+            return await self.interceptors.settled(registration, call, won.call_input, denied)
         call.context = CallContext.from_json(won.call_context)
         if action.point == ADMISSION:  # approved: the first entry runs now, with the final input
             return await self.runner.run_claimed(registration, call, won.call_input)

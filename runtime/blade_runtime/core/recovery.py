@@ -25,10 +25,13 @@ from blade_runtime.core.caller import CallContext
 from blade_runtime.core.calls import Attempt, CallRunner
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import EventHub
+from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.outcomes import HOST, INTERRUPTED_MESSAGE, error_result, log
 from blade_runtime.core.pending import PendingActions
 from blade_runtime.core.permissions import ADMISSION
-from blade_runtime.core.results import ErrorCode, ToolResult
+from blade_runtime.core.registry import Registration
+from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
+from blade_runtime.core.spec import JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import Claimed
 from blade_runtime.core.tools import Tools
@@ -47,6 +50,7 @@ class Recovery:
         runner: CallRunner,
         pending: PendingActions,
         tools: Tools,
+        interceptors: Interceptors,
         events: EventHub,
         owner: str,
         lease_s: float,
@@ -56,6 +60,7 @@ class Recovery:
         self.runner = runner
         self.pending = pending
         self.tools = tools
+        self.interceptors = interceptors
         self.events = events
         self.owner = owner
         self.lease_s = lease_s
@@ -121,6 +126,36 @@ class Recovery:
             return live is None or live.closed  # a runtime of this process: open, or gone
         return await self.io(self.store.alive, owner) is False
 
+    async def _granted(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        entry: dict[str, Any],
+    ) -> ToolError | None:
+        """The ``permission_resolved`` observers see a grant made outside a runtime."""
+        methods = self.interceptors.observers.permission_resolved
+        if not methods:
+            return None
+        answer = entry.get("resume")
+        message = answer.get("message") if isinstance(answer, dict) else None
+        reason = message if isinstance(message, str) else None
+        action_id = entry.get("action_id")
+        try:
+            await self.interceptors.observing(
+                "permission_resolved",
+                methods,
+                registration,
+                call,
+                arguments,
+                "allow",
+                reason,
+                action_id if isinstance(action_id, str) else None,
+            )
+        except Exception as error:
+            return self.interceptors.observer_failed("permission_resolved", call, error)
+        return None
+
     async def _take_up(self, claimed: Claimed, replay: bool) -> ToolResult[Any]:
         """Resume, replay or interrupt one call this runtime just claimed."""
         record = claimed.call
@@ -142,7 +177,12 @@ class Recovery:
         entry = record.entry
         if isinstance(entry, dict) and entry.get("point") == ADMISSION:
             # Its permission was granted (and the final input stored with the decision): the
-            # first entry runs, without asking again.
+            # first entry runs, without asking again. Granted from outside a runtime (the
+            # operators' CLI), this worker is the first to see the decision.
+            if claimed.was == "resumable":
+                refused = await self._granted(registration, call, record.input, entry)
+                if refused is not None:
+                    return await self.runner.record_end(call, refused, Attempt(recorded=True))
             return await self.runner.run_claimed(registration, call, record.input)
         if isinstance(entry, dict) and entry.get("action_id"):
             action = await self.io(self.store.action, str(entry["action_id"]))
