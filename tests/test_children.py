@@ -44,6 +44,23 @@ def family(root: Path) -> Path:
             children=["kin.child.v1", "kin.other.v1"],
         ),
     )
+    add_spec(
+        specs,
+        spec(
+            "kin.asker.v1",
+            name="asker",
+            sideEffect="pure",
+            inputSchema=NUMBER,
+            outputSchema={"type": "object", "properties": {"sum": {"type": "integer"}}},
+            children=["kin.child.v1"],
+            suspend={
+                "confirm": {
+                    "suspendSchema": {"type": "object"},
+                    "resumeSchema": {"type": "object"},
+                }
+            },
+        ),
+    )
     return specs
 
 
@@ -161,3 +178,61 @@ def test_children_must_be_ordinary_backend_tools(tmp_path: Path, child: str, mes
     lines = [line for line in str(refused.value).splitlines() if "/children/0" in line]
     assert len(lines) == 1 and message in lines[0], str(refused.value)
     assert lines[0].startswith("kin/boss.v1.json:")
+
+
+def test_a_parent_calls_its_child_again_after_a_resume_and_after_a_replay(
+    kin: tuple[Path, Any], tmp_path: Path
+) -> None:
+    """Child call ids come from the parent's entry, and only the parent is a durable part: a
+    resumed parent calling its child again, and a pure parent replayed by recovery, work."""
+    from blade_runtime import ResumeEntry, ToolPending
+    from blade_runtime.stores.sqlite import SQLiteStore
+    from kin_pkg.kin import asker_v1, child_v1
+
+    children: list[str] = []
+    dead: list[str] = []  # the first entry of a7 hangs: its worker died there
+
+    async def child(ctx: Any) -> Any:
+        children.append(ctx.call.call_id)
+        return child_v1.ChildOutput(double=ctx.input.n * 2)
+
+    async def asker(ctx: Any) -> Any:
+        out = await ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=ctx.input.n))
+        if ctx.input.n == 7 and not dead:
+            dead.append(ctx.call.call_id)
+            await asyncio.Event().wait()  # the worker dies here (its lease lapses)
+        if not isinstance(ctx.entry, ResumeEntry) and ctx.input.n == 1:
+            ctx.suspend("confirm", asker_v1.AskerConfirmSuspend())
+        return asker_v1.AskerOutput(sum=out.double)
+
+    def runtime(lease_s: float = 5.0) -> Runtime:
+        made = Runtime(store=SQLiteStore(tmp_path / "kin.db"), lease_s=lease_s)
+        made.register(child_v1.SPEC, child)
+        made.register(asker_v1.SPEC, asker)
+        return made
+
+    async def scenario() -> None:
+        first = runtime()
+        waiting = await first.call("asker", {"n": 1}, call_id="a1")
+        assert isinstance(waiting, ToolPending), waiting
+        resumed = await first.submit(waiting.action.action_id, {})
+        assert isinstance(resumed, ToolSuccess), resumed
+        assert children == ["a1/child/1", f"a1/{waiting.action.action_id}/child/1"]
+
+        dying = runtime(lease_s=0.3)
+        task = asyncio.create_task(dying.call("asker", {"n": 7}, call_id="a7"))
+        while "a7/child/1" not in children:
+            await asyncio.sleep(0.01)
+        dying.leases.close()  # its heartbeat stops: the lease lapses
+        await asyncio.sleep(0.5)
+        later = runtime()
+        (replayed,) = await later.recover()
+        assert isinstance(replayed, ToolSuccess) and replayed.output.sum == 14, replayed
+        assert children.count("a7/child/1") == 2  # run again, under the same id
+        assert later.store.call("a7/child/1") is None  # never a durable part of its own
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await first.close()
+        await later.close()
+
+    asyncio.run(scenario())

@@ -434,6 +434,7 @@ class CallRunner:
             ctx.tools = ChildTools(
                 self._call_child,
                 call,
+                entry.action.action_id if isinstance(entry, ResumeEntry) else "",
                 registration.children,
                 self._disabled_children(registration, call) if self.tools.dynamic else frozenset(),
             )
@@ -522,7 +523,10 @@ class CallRunner:
     ) -> Attempt:
         """Record the start of an entry where the store keeps it (committed before the tool
         runs, under this runtime's lease), announce it, and open its ToolData writer."""
-        attempt = Attempt(self.durable or claimed)
+        # Only the outer call is a durable part: a child's start and end are not stored as a call
+        # of their own, so a replayed parent never meets its children's ids again and recovery
+        # never claims a child alone.
+        attempt = Attempt((self.durable and call.parent is None) or claimed)
         if attempt.recorded and not claimed:  # a claimed entry's start was recorded by its claim
             record = self._record(registration, call, arguments, "running")
             await self._emit(self.store.begin, record, self._event(call, "started", None))
@@ -574,7 +578,7 @@ class CallRunner:
         """Record the end of a stored call (with its event), or just announce it. What the caller
         is told is what the store holds: when another worker took the call over, its record."""
         stored = result_json(result)
-        if attempt is None or not attempt.stored:
+        if attempt is None or not attempt.stored or call.parent is not None:
             if self.events.active:
                 self.events.publish(self._event(call, "result", stored))
             return result

@@ -141,12 +141,13 @@ class ChildTools:
     Each child call is a full call of its registration (hooks, validation, timeout), in the same
     run, with a call id under the parent's; cancelling the parent cancels it."""
 
-    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled")
+    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_prefix")
 
     def __init__(
         self,
         caller: ChildCaller,
         call: CallInfo,
+        entry: str,
         allowed: tuple[str, ...],
         disabled: frozenset[str] = frozenset(),
     ) -> None:
@@ -155,6 +156,9 @@ class ChildTools:
         self._allowed = allowed
         self._disabled = disabled  # decided when the parent started, for its whole length
         self._count = itertools.count(1)
+        # Child ids are the parent's entry's: the initial entry's, or the resume of an action's
+        # (a counter per entry, so that a resumed parent calling a child again gets a new id).
+        self._prefix = call.call_id if not entry else f"{call.call_id}/{entry}"
 
     async def call(self, tool: ToolSpec[Any, Any, Any], input: Any, /) -> Any:
         if tool.id not in self._allowed:
@@ -167,7 +171,7 @@ class ChildTools:
         if tool.id in self._disabled:
             raise ChildToolError(tool.id, "TOOL_NOT_ALLOWED", "not enabled for this call")
         child = CallInfo(
-            f"{self._call.call_id}/{tool.name}/{next(self._count)}",
+            f"{self._prefix}/{tool.name}/{next(self._count)}",
             self._call.run_id,
             tool.name,
             tool.id,
