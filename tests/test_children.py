@@ -185,9 +185,10 @@ def test_a_parent_calls_its_child_again_after_a_resume_and_after_a_replay(
 ) -> None:
     """Child call ids come from the parent's entry, and only the parent is a durable part: a
     resumed parent calling its child again, and a pure parent replayed by recovery, work."""
+    from kin_pkg.kin import asker_v1, child_v1
+
     from blade_runtime import ResumeEntry, ToolPending
     from blade_runtime.stores.sqlite import SQLiteStore
-    from kin_pkg.kin import asker_v1, child_v1
 
     children: list[str] = []
     dead: list[str] = []  # the first entry of a7 hangs: its worker died there
