@@ -64,9 +64,9 @@ def test_a_stored_call_is_projected_again_after_the_projection_changed(
     run(first.call("deploy_service", GOOD, call_id="c1"))
     later = Runtime(store=SQLiteStore(path))
     later.register(deploy.SPEC, deployed, project=lambda out: {"url": out.url})
-    assert later.reproject("c1") == {"url": "https://x/1"}
+    assert run(later.reproject("c1")) == {"url": "https://x/1"}
     with pytest.raises(KeyError):
-        later.reproject("missing")
+        run(later.reproject("missing"))
 
 
 def test_errors_bypass_the_projection(deploy: Any) -> None:
@@ -422,7 +422,7 @@ def test_reproject_never_hands_out_what_the_projection_hid(
 
         later.register(deploy.SPEC, deployed, project=broken)
     with pytest.raises(LookupError) as refused:
-        later.reproject("c1")
+        run(later.reproject("c1"))
     assert "https://x/1" not in str(refused.value)
 
 
@@ -458,3 +458,23 @@ def test_a_lone_surrogate_in_a_string_value_is_invalid_input(deploy: Any) -> Non
     result = run(runtime.call("deploy_service", bad))
     assert isinstance(result, ToolError) and result.code == ErrorCode.INVALID_INPUT, result
     assert "lone surrogate" in result.message
+
+
+def test_an_async_projection_reads_the_input_and_the_call_and_runs_again_alike(
+    deploy: Any, tmp_path: Path
+) -> None:
+    async def project(out: Any, *, input: Any, call: Any) -> str:
+        await asyncio.sleep(0)
+        return (
+            f"{input.service} {input.version} in {out.steps} steps ({call.call_id}, {call.run_id})"
+        )
+
+    path = tmp_path / "context.db"
+    first = Runtime(store=SQLiteStore(path))
+    first.register(deploy.SPEC, deployed, project=project)
+    result = run(first.call("deploy_service", GOOD, call_id="c9", run_id="r9"))
+    assert isinstance(result, ToolSuccess)
+    assert result.content == "api v1.2.3 in 3 steps (c9, r9)"
+    later = Runtime(store=SQLiteStore(path))  # after a restart: the same value from the store
+    later.register(deploy.SPEC, deployed, project=project)
+    assert run(later.reproject("c9")) == result.content

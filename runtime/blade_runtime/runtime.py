@@ -30,7 +30,7 @@ from blade_runtime.core.caller import CallContext
 from blade_runtime.core.calls import CallRunner
 from blade_runtime.core.cancel_scope import GRACE_S
 from blade_runtime.core.capabilities import Binding, services_of
-from blade_runtime.core.content import Projected, projected
+from blade_runtime.core.content import Projected, ProjectionWithContext, project, takes_context
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import EventHub, Subscription
 from blade_runtime.core.interceptors import Interceptors
@@ -185,7 +185,11 @@ class Runtime:
         name: str | None = None,
         context: ContextProvider[ContextT] | None = None,
         timeout_ms: int | None = None,
-        project: Callable[[OutputT], Projected] | None = None,
+        project: (
+            Callable[[OutputT], Projected | Awaitable[Projected]]
+            | ProjectionWithContext[OutputT]
+            | None
+        ) = None,
         enabled: Callable[[CallInfo], bool] | None = None,
         describe: Callable[[CallContext | None], str] | None = None,
         permission: Policy | None = None,
@@ -194,7 +198,10 @@ class Runtime:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
         ``project``: what the model reads of the typed output (a sentence, JSON or content
-        blocks; the stored and typed output stay whole). ``enabled``: whether the tool is there
+        blocks; the stored and typed output stay whole); it may be async, and may take the
+        keywords ``input`` (the typed input) and ``call`` (the CallInfo). It runs again, alike,
+        when a stored call is projected anew (``reproject``); errors and cancellations bypass
+        it. ``enabled``: whether the tool is there
         for a call (``call.context``, ``call.run_id``), decided when the call starts, and for a
         parent's children once for the parent's length. ``describe``: the description the
         model reads for a caller's context (the manifest keeps the spec's). ``permission``: this
@@ -224,6 +231,7 @@ class Runtime:
         added.bindings = bindings
         added.services = services_of(bindings) if bindings else None
         added.project = project
+        added.project_context = project is not None and takes_context(project)
         added.enabled = enabled
         added.describe = describe
         added.permission = permission
@@ -295,13 +303,13 @@ class Runtime:
     def disallowed(self, names: Collection[str]) -> None:
         self.tools.disallowed = names
 
-    def reproject(self, call_id: str) -> JsonValue:
+    async def reproject(self, call_id: str) -> JsonValue:
         """What the model would read of the stored call ``call_id`` with its registration's
         projection as it is now (the stored output is whole). KeyError if not stored;
         ``ProjectionUnavailable`` when the call was projected and no registration of its spec
         projects it now (unregistered, or replaced by another spec or one without a projection)
         or the projection fails: what the projection hid is never handed out instead."""
-        record = self.store.call(call_id)
+        record = await self.records.call(call_id)
         if record is None or not isinstance(record.result, dict):
             raise KeyError(f"no settled call {call_id!r} in the store")
         result = record.result
@@ -322,7 +330,20 @@ class Runtime:
             )
         try:
             typed = model_of(registration.output_adapter.validate_python, result["output"])
-            return projected(registration.project(typed))[0]
+            call = CallInfo(
+                record.call_id,
+                record.run_id,
+                record.name,
+                record.spec_id,
+                CallContext.from_json(record.context),
+            )
+            stored_input = record.input
+            return await project(
+                registration,
+                typed,
+                lambda: model_of(registration.build_input, stored_input),
+                call,
+            )
         except Exception as error:
             raise ProjectionUnavailable(
                 f"call {call_id}: the projection of {record.name!r} failed: "

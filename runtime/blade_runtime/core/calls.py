@@ -24,7 +24,7 @@ from pydantic import JsonValue
 from blade_runtime.core.caller import CallContext
 from blade_runtime.core.cancel_scope import GRACE_S, Abandoned, CancelScope
 from blade_runtime.core.capabilities import with_capabilities
-from blade_runtime.core.content import projected
+from blade_runtime.core.content import project
 from blade_runtime.core.context import (
     CallInfo,
     InitialEntry,
@@ -471,7 +471,10 @@ class CallRunner:
             return self.fatal.pop(call.call_id)
         if scope.reason is not None:  # it swallowed its cancellation: the call still ended
             return self._cancelled(call, scope)
-        return self._output(registration, call, output, ctx._display)
+        done = self._output(registration, call, output, ctx._display)
+        if registration.project is None or not isinstance(done, ToolSuccess):
+            return done
+        return await self._project(registration, ctx, done)
 
     async def _server_context(
         self, registration: Registration[Any], call: CallInfo, scope: CancelScope
@@ -560,17 +563,21 @@ class CallRunner:
                 describe(validator.violations(content)),
             )
             return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
-        if registration.project is None:
-            return ToolSuccess(call, output, content, display)
+        return ToolSuccess(call, output, content, display)
+
+    async def _project(
+        self, registration: Registration[Any], ctx: ToolContext, done: ToolSuccess[Any]
+    ) -> ToolResult[Any]:
+        """What the model reads of a valid output: the registration's projection of it."""
+        call = done.call
         try:
-            model_reads, _ = projected(registration.project(output))
-            model_reads = checked(model_reads)
+            model_reads = checked(await project(registration, done.output, lambda: ctx.input, call))
         except Exception as error:
             log.error(
                 "%s (call %s): the projection failed", call.name, call.call_id, exc_info=error
             )
             return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
-        return ToolSuccess(call, output, model_reads, display, output_json=content)
+        return ToolSuccess(call, done.output, model_reads, done.display, output_json=done.content)
 
     async def record_end(
         self, call: CallInfo, result: ToolResult[Any], attempt: Attempt | None

@@ -10,10 +10,11 @@ provider by ``to_mcp`` and ``to_anthropic``.
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import JsonValue
 
@@ -44,6 +45,18 @@ class ResourceLink:
 Block: TypeAlias = Text | Image | ResourceLink
 Projected: TypeAlias = str | JsonValue | Sequence[Block]
 Projection: TypeAlias = Callable[[Any], Projected]
+OutputT_contra = TypeVar("OutputT_contra", contravariant=True)
+
+
+class ProjectionWithContext(Protocol[OutputT_contra]):
+    """A projection that also reads the call's typed input and its ``CallInfo`` (it may be
+    async): ``def project(output, *, input, call)``."""
+
+    def __call__(
+        self, output: OutputT_contra, /, *, input: Any, call: Any
+    ) -> Projected | Awaitable[Projected]: ...
+
+
 BLOCK_TYPES = frozenset({"text", "image", "resource_link"})
 
 
@@ -58,6 +71,34 @@ def block_json(block: Block) -> dict[str, JsonValue]:
     if block.description is not None:
         link["description"] = block.description
     return link
+
+
+async def project(
+    registration: Any, output: Any, typed_input: Callable[[], Any], call: Any
+) -> JsonValue:
+    """What the model reads of ``output`` through the registration's projection, which may be
+    async and may take ``input=`` (the typed input) and ``call=`` (the CallInfo) keywords. The
+    same stored output, input and call always give the same value (``reproject``)."""
+    function = registration.project
+    value = (
+        function(output, input=typed_input(), call=call)
+        if registration.project_context
+        else function(output)
+    )
+    if inspect.isawaitable(value):
+        value = await value
+    return projected(value)[0]
+
+
+def takes_context(function: Callable[..., Any]) -> bool:
+    """Whether a projection takes the ``input=`` and ``call=`` keywords."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the output only
+        return False
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return "input" in parameters and "call" in parameters
 
 
 def projected(value: Projected) -> tuple[JsonValue, bool]:

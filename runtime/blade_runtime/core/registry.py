@@ -80,7 +80,8 @@ class Registration(Generic[OutputT]):
     children: tuple[str, ...] = field(init=False)  # ids ctx.tools may call (backend specs)
     detached: set[asyncio.Task[None]] = field(default_factory=set)
     """Implementations abandoned after ignoring cancellation and still running."""
-    project: Callable[[Any], Any] | None = None
+    project: Callable[..., Any] | None = None
+    project_context: bool = False  # the projection takes input= and call=
     """What the model reads of the typed output (``blade_runtime.core.content``)."""
     enabled: Callable[[CallInfo], bool] | None = None
     """Whether the tool is there for a call (its run, the caller's context); None: always."""
