@@ -726,3 +726,37 @@ def test_an_id_no_store_could_hold_is_invalid_input_on_every_store(
         error_of(unknown, ErrorCode.UNKNOWN_ACTION)
     finally:
         store.close()
+
+
+def test_progress_and_messages_reach_subscribers_in_order_and_never_fail_the_tool(
+    example_package: Any,
+) -> None:
+    from blade_specs.deploy import deploy_service_v1 as deploy
+
+    async def deploys(ctx: Any) -> Any:
+        for step in range(1, 4):
+            ctx.progress(f"step {step}", completed=step, total=3)
+        ctx.message({"note": "canary healthy"})
+        ctx.message(object())  # not JSON: shown as its text, never an error
+        return deploy.DeployServiceOutput(deployed=True, steps=3)
+
+    async def scenario() -> tuple[Any, list[Any], Any]:
+        runtime = Runtime()
+        runtime.register(deploy.SPEC, deploys)
+        alone = await runtime.call("deploy_service", GOOD, run_id="nobody-watches")
+        watching = runtime.subscribe("r1")
+        closed = runtime.subscribe("r1")
+        closed.close()  # a watcher that went away is not the tool's problem
+        result = await runtime.call("deploy_service", GOOD, run_id="r1")
+        watching.close()
+        return alone, [event async for event in watching], result
+
+    alone, events, result = asyncio.run(scenario())
+    assert isinstance(alone, ToolSuccess) and isinstance(result, ToolSuccess)
+    kinds = [e.kind for e in events]
+    assert kinds == ["started", "progress", "progress", "progress", "message", "message", "result"]
+    assert [e.payload for e in events[1:4]] == [
+        {"message": f"step {n}", "completed": n, "total": 3} for n in (1, 2, 3)
+    ]
+    assert events[4].payload == {"note": "canary healthy"}
+    assert isinstance(events[5].payload, str) and events[5].payload.startswith("<object")

@@ -422,6 +422,7 @@ class CallRunner:
             except Exception as error:
                 return self.interceptors.observer_failed("execution_started", call, error)
         ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
+        ctx._publish = self.events.publish
         if context is not None:
             ctx.context = context
         if attempt is not None:

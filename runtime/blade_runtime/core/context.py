@@ -165,5 +165,15 @@ class Execution(Protocol[InputT, ContextT]):
     def permission(self) -> PermissionAnswer | None:
         """The answer to ``request_permission`` when this entry resumes from one."""
 
+    def progress(
+        self, message: str, *, completed: float | None = None, total: float | None = None
+    ) -> None:
+        """Tell whoever watches the call how far it is (a transient, ordered event)."""
+        ...
+
+    def message(self, display: JsonValue) -> None:
+        """Show whoever watches the call a message while it runs (a transient event)."""
+        ...
+
     def display(self, content: JsonValue) -> None:
         """Set UI-facing content for the result; the model never reads it."""

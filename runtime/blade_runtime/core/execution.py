@@ -8,6 +8,7 @@ suspension history, ToolData channels, ``fail``, ``suspend`` and ``display``.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -31,6 +32,8 @@ from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import DataRecord, Event, now
 from blade_runtime.core.validation import describe
+
+log = logging.getLogger("blade_runtime")
 
 INITIAL = InitialEntry()
 
@@ -204,6 +207,7 @@ class ToolContext:
     tools: ChildTools | None = None
     entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL
     _input: BaseModel | None = None
+    _publish: Callable[[Event], None] | None = None  # set while anyone subscribes
     _display: JsonValue = None
     _history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = ()
 
@@ -253,6 +257,38 @@ class ToolContext:
 
     def display(self, content: JsonValue) -> None:
         self._display = content
+
+    def progress(
+        self, message: str, *, completed: float | None = None, total: float | None = None
+    ) -> None:
+        """Tell whoever watches the call how far it is: a transient ``progress`` event, in
+        order with the call's other events, never stored; it never fails the tool (nobody
+        watching, or a watcher gone, is not an error)."""
+        payload: JsonValue = {"message": str(message), "completed": completed, "total": total}
+        self._announce("progress", payload)
+
+    def message(self, display: JsonValue) -> None:
+        """Show whoever watches the call a message while it runs: a transient ``message``
+        event (JSON; a value that is not JSON is shown as its text)."""
+        try:
+            shown = checked(display)
+        except NotJson:
+            shown = str(display)
+        self._announce("message", shown)
+
+    def _announce(self, kind: str, payload: JsonValue) -> None:
+        publish = self._publish
+        if publish is None:
+            return
+        try:
+            publish(Event(self.call.run_id, self.call.call_id, kind, payload, now()))
+        except Exception:  # a watcher's failure is never the tool's
+            log.exception(
+                "%s (call %s): a %s event was not delivered",
+                self.call.name,
+                self.call.call_id,
+                kind,
+            )
 
     def request_permission(self, prompt: str, details: JsonValue = None) -> NoReturn:
         """Ask a human before one sensitive step: this execution ends and waits on a durable
