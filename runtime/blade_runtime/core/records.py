@@ -57,6 +57,16 @@ class Records:
             return None
         return record
 
+    async def sees_call(self, call_id: str, *, principal: Principal | None = None) -> bool | None:
+        """Whether the principal may see the call ``call_id``, as the store's record says; None
+        when the store has no record of it (not yet, or no more). A record's tenant and caller
+        never change, so a True or False may be kept; a None may not (a record may appear,
+        whoever sent the call id first)."""
+        record: CallRecord | None = await self.io(self.store.call, call_id)
+        if record is None:
+            return None
+        return visible(principal, record.tenant, record.context)
+
     async def calls(
         self,
         states: Iterable[CallState] | None = None,
