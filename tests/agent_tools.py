@@ -180,6 +180,40 @@ def make_runtime(store: Store | None = None) -> Runtime:
     return register(Runtime(store=store))
 
 
+SECRET = "customer-secret"
+"""What ``find``'s projections remove from its output (an API key, say): no client sees it."""
+
+
+async def find_secret(ctx: Any) -> Any:
+    from blade_agent_specs.crm import find_v1 as spec
+
+    return spec.FindOutput(id=ctx.input.customer_id, name=f"{SECRET} {ctx.input.customer_id}")
+
+
+def make_projecting_runtime(store: Store | None = None) -> Runtime:
+    """``find`` registered three times, each projecting its output so that its name (the
+    secret) stays out of what the model reads: as JSON, as a sentence, as content blocks."""
+    from blade_agent_specs.crm import find_v1
+
+    from blade_runtime.core.content import ResourceLink, Text
+
+    runtime = Runtime(store=store)
+    runtime.register(
+        find_v1.SPEC, find_secret, name="find_json", project=lambda out: {"id": out.id}
+    )
+    runtime.register(
+        find_v1.SPEC, find_secret, name="find_line", project=lambda out: f"Customer #{out.id}."
+    )
+    runtime.register(
+        find_v1.SPEC,
+        find_secret,
+        name="find_blocks",
+        project=lambda out: [Text(f"Customer #{out.id}"), ResourceLink(f"crm://c/{out.id}", "c")],
+    )
+    runtime.register(find_v1.SPEC, find_secret, name="find_whole")  # no projection
+    return runtime
+
+
 def build_package(root: Any) -> Any:
     """Write ``SPECS`` under ``root/specs``, build them into ``root/out`` and return ``root/out``
     (put it on ``sys.path``, and on ``PYTHONPATH`` for workers)."""
