@@ -122,7 +122,28 @@ LOOKUP = {
     },
 }
 
-SPECS = (TRANSFER, PLAN, LOOKUP)
+SCAN = {
+    "id": "device.scan.v1",
+    "name": "scan",
+    "description": "Scan a barcode with the user's device (the client runs it).",
+    "kind": "read_only",
+    "sideEffect": "pure",
+    "execution": "client",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"hint": {"type": "string"}},
+        "required": ["hint"],
+        "additionalProperties": False,
+    },
+    "outputSchema": {
+        "type": "object",
+        "properties": {"code": {"type": "string"}},
+        "required": ["code"],
+    },
+}
+"""A client tool: built into the package, registered only by the tests that use it."""
+
+SPECS = (TRANSFER, PLAN, LOOKUP, SCAN)
 
 ENTRIES: list[str] = []
 """Every entry of an implementation in this process: ``<tool>:<initial|resume>``."""
