@@ -1304,3 +1304,95 @@ def test_a_stream_shows_a_call_to_whom_the_stores_record_shows_it_across_servers
     mine = [e["event"] for e in alice.events if e["call_id"] == key]
     assert mine == ["started", "data", "suspended"], alice.events
     assert all("Traceback" not in stderr for stderr in stderrs), stderrs
+    assert all(f"on {s.url}" in e for s, e in zip((one, two), stderrs, strict=True)), stderrs
+
+
+def test_every_error_of_a_served_api_is_json_also_for_oversized_headers(
+    tmp_path: Path, built_examples: Path
+) -> None:
+    """Issue 29.11: uvicorn answered a request head over h11's 16 KiB with its own ``400
+    text/plain``. ``blade-runtime serve`` serves heads up to 64 KiB, answers a larger one 431
+    with the API's JSON error, and a request that is not HTTP 400 MALFORMED_REQUEST."""
+    import socket
+
+    from blade_runtime.serving.serve import MAX_HEAD_BYTES
+
+    (tmp_path / "served_deploy.py").write_text(SERVED_DEPLOY)
+    db = tmp_path / "h.db"
+    SQLiteStore(db).close()
+    server = Served(tmp_path, db, process_env(built_examples))
+    try:
+        server.wait()
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            roomy = http.get("/v1/tools", headers={**ALICE, "X-Big": "a" * 30_000})
+            assert roomy.status_code == 200, roomy.text  # over h11's default, under ours
+            for size in (MAX_HEAD_BYTES + 1, 200_000):
+                huge = http.get("/v1/tools", headers={**ALICE, "X-Big": "a" * size})
+                assert huge.status_code == 431, huge.text
+                assert huge.headers["content-type"] == "application/json"
+                assert huge.json()["code"] == "HEADERS_TOO_LARGE"
+                assert "\n" not in huge.text
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            raw.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer
+        assert b"content-type: application/json" in head.lower()
+        assert json.loads(body)["code"] == "MALFORMED_REQUEST"
+    finally:
+        stderr = server.stop()
+    assert "Traceback" not in stderr
+
+
+def test_serve_says_where_it_listens_once_listening_and_a_busy_port_is_one_line(
+    tmp_path: Path, built_examples: Path
+) -> None:
+    """Issue 31.5: serve printed "serving ... on http://..." before binding, then failed on a
+    busy port. Now the line comes once it listens; a busy port is one line, exit code 4."""
+    import socket
+    import subprocess
+    import sys
+
+    from blade_runtime.serving.serve import EXIT_BIND
+
+    (tmp_path / "served_deploy.py").write_text(SERVED_DEPLOY)
+    db = tmp_path / "b.db"
+    SQLiteStore(db).close()
+    env = process_env(built_examples)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "blade-runtime"),
+                "serve",
+                "served_deploy:factory",
+                "--store",
+                f"sqlite:///{db}",
+                "--port",
+                str(port),
+                "--allow-anonymous",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert busy.returncode == EXIT_BIND == 4, busy.stderr
+    assert busy.stderr.strip().splitlines() == [
+        f"error: cannot listen on http://127.0.0.1:{port}: Address already in use"
+    ]
+    server = Served(tmp_path, db, env)
+    try:
+        server.wait()
+    finally:
+        stderr = server.stop()
+    line = f"serving served_deploy:factory over sqlite:///{db} on http://127.0.0.1:{server.port}"
+    assert [text for text in stderr.splitlines() if line in text] == [
+        f"blade-runtime {line}"
+    ], stderr

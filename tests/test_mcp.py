@@ -786,3 +786,52 @@ def test_tools_list_is_the_callers_own(runtime: Runtime) -> None:
     assert "find_acme" not in other and "find" in other
     assert called.structured_content == {"id": 1, "name": "customer 1"}
     assert refused.is_error  # not there for this caller: the runtime refuses the call too
+
+
+def test_mcp_over_http_says_where_it_listens_and_a_busy_port_is_one_line(
+    built: Path, tmp_path: Path
+) -> None:
+    """Issue 31.5: ``blade-runtime mcp --http`` printed nothing. It says its URL (with the
+    /mcp path) and whether anonymous access is on, once listening; a busy port is one line,
+    exit code 4."""
+    from blade_runtime.serving.serve import EXIT_BIND
+
+    env = _env(built, tmp_path / "effects")
+    command = [str(BIN / "blade-runtime"), "mcp", "agent_tools:make_runtime"]
+    for extra, access in (([], "anonymous access on"), (["--principal", "ann@acme"], "ann@acme")):
+        port = _free_port()
+        process = subprocess.Popen(
+            [*command, "--http", f"127.0.0.1:{port}", *extra],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stderr is not None
+            said = process.stderr.readline()
+            assert f"on http://127.0.0.1:{port}/mcp" in said and access in said, said
+
+            async def main(url: str) -> list[str]:
+                async with Client(url) as client:
+                    return [tool.name for tool in (await client.list_tools()).tools]
+
+            assert run(main(f"http://127.0.0.1:{port}/mcp")) == ["find", "plan", "transfer"]
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run(
+            [*command, "--http", f"127.0.0.1:{port}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert busy.returncode == EXIT_BIND, busy.stderr
+    assert busy.stderr.strip().splitlines() == [
+        f"error: cannot listen on http://127.0.0.1:{port}: Address already in use"
+    ]

@@ -986,10 +986,40 @@ def run_cli(
             file=sys.stderr,
         )
         return 2
+    import asyncio
+
     import uvicorn
 
+    from blade_runtime.serving.serve import EXIT_BIND, listen, url_of
+
+    try:
+        listening = listen(host, number)
+    except OSError as error:
+        print(f"error: cannot listen on {url_of(host, number)}: {error.strerror}", file=sys.stderr)
+        return EXIT_BIND
     app = mcp_asgi_app(
         runtime, principal=who, anonymous=who is None, inbox_url=inbox_url, host=host
     )
-    uvicorn.run(app, host=host, port=number, log_level="warning")
+    endpoint = f"{url_of(host, listening.getsockname()[1])}/mcp"
+    access = (
+        "anonymous access on (loopback only)"
+        if who is None
+        else f"every request for {who.id}@{who.tenant}"
+    )
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[Any] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening: say where, once
+                print(
+                    f"blade-runtime mcp serving {target} on {endpoint}; {access}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    server = Server(uvicorn.Config(app, log_level="warning"))
+    try:
+        asyncio.run(server.serve([listening]))
+    finally:
+        listening.close()
     return 0

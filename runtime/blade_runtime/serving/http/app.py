@@ -46,7 +46,7 @@ from blade_runtime.core.store import (
     storable_id,
 )
 from blade_runtime.runtime import Runtime
-from blade_runtime.serving.http.errors import HttpError, one_line, status_of
+from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, HttpError, one_line, status_of
 from blade_runtime.serving.http.openapi import openapi_document
 
 log = logging.getLogger("blade_runtime.serving.http")
@@ -502,6 +502,17 @@ def _lone_surrogate(value: JsonValue) -> bool:
     return not encodable(json.dumps(value, ensure_ascii=False))
 
 
+def _refuse_large_headers(request: Request) -> None:
+    """A head over ``MAX_HEADER_BYTES`` is refused whoever serves the app (``blade-runtime
+    serve``'s server refuses larger ones with the same answer before they reach it)."""
+    size = sum(len(name) + len(value) + 4 for name, value in request.scope["headers"])
+    if size > MAX_HEADER_BYTES:
+        raise Refused(
+            HttpError.HEADERS_TOO_LARGE,
+            f"The request's headers are larger than {MAX_HEADER_BYTES} bytes.",
+        )
+
+
 def _refuse_nul(request: Request) -> None:
     """A NUL in the path or the query names nothing (and PostgreSQL's text cannot hold it)."""
     values = (*request.path_params.values(), *request.query_params.values())
@@ -535,6 +546,7 @@ def create_app(
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
+                _refuse_large_headers(request)
                 principal = await api.principal(request)
                 _refuse_nul(request)
                 return await handler(request, principal)
