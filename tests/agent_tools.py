@@ -122,7 +122,28 @@ LOOKUP = {
     },
 }
 
-SPECS = (TRANSFER, PLAN, LOOKUP)
+SCAN = {
+    "id": "device.scan.v1",
+    "name": "scan",
+    "description": "Scan a barcode with the user's device (the client runs it).",
+    "kind": "read_only",
+    "sideEffect": "pure",
+    "execution": "client",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"hint": {"type": "string"}},
+        "required": ["hint"],
+        "additionalProperties": False,
+    },
+    "outputSchema": {
+        "type": "object",
+        "properties": {"code": {"type": "string"}},
+        "required": ["code"],
+    },
+}
+"""A client tool: built into the package, registered only by the tests that use it."""
+
+SPECS = (TRANSFER, PLAN, LOOKUP, SCAN)
 
 ENTRIES: list[str] = []
 """Every entry of an implementation in this process: ``<tool>:<initial|resume>``."""
@@ -178,6 +199,40 @@ def register(runtime: Runtime) -> Runtime:
 def make_runtime(store: Store | None = None) -> Runtime:
     """A runtime with the three tools (``blade-runtime mcp tests.agent_tools:make_runtime``)."""
     return register(Runtime(store=store))
+
+
+SECRET = "customer-secret"
+"""What ``find``'s projections remove from its output (an API key, say): no client sees it."""
+
+
+async def find_secret(ctx: Any) -> Any:
+    from blade_agent_specs.crm import find_v1 as spec
+
+    return spec.FindOutput(id=ctx.input.customer_id, name=f"{SECRET} {ctx.input.customer_id}")
+
+
+def make_projecting_runtime(store: Store | None = None) -> Runtime:
+    """``find`` registered three times, each projecting its output so that its name (the
+    secret) stays out of what the model reads: as JSON, as a sentence, as content blocks."""
+    from blade_agent_specs.crm import find_v1
+
+    from blade_runtime.core.content import ResourceLink, Text
+
+    runtime = Runtime(store=store)
+    runtime.register(
+        find_v1.SPEC, find_secret, name="find_json", project=lambda out: {"id": out.id}
+    )
+    runtime.register(
+        find_v1.SPEC, find_secret, name="find_line", project=lambda out: f"Customer #{out.id}."
+    )
+    runtime.register(
+        find_v1.SPEC,
+        find_secret,
+        name="find_blocks",
+        project=lambda out: [Text(f"Customer #{out.id}"), ResourceLink(f"crm://c/{out.id}", "c")],
+    )
+    runtime.register(find_v1.SPEC, find_secret, name="find_whole")  # no projection
+    return runtime
 
 
 def build_package(root: Any) -> Any:

@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
@@ -87,6 +89,18 @@ class Tools:
             context=lambda call: refund.RefundPaymentContext(operator_id="op"),
         )
         runtime.register_client(check_page_v1.SPEC)
+
+
+def process_env(built: Path, **extra: str) -> dict[str, str]:
+    """The environment of a server or worker process: the built example package, the tests'
+    helpers, and this checkout's runtime and codegen (never another checkout's install)."""
+    import blade_runtime
+
+    roots = [str(built), str(Path(__file__).parent), str(Path(blade_runtime.__file__).parents[1])]
+    inherited = os.environ.get("PYTHONPATH")
+    if inherited:
+        roots.append(inherited)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(roots), **extra}
 
 
 def runtime_of(store: Store | None = None) -> tuple[Runtime, Tools]:

@@ -460,3 +460,100 @@ def test_pydantic_ai_resume_by_a_toolset_whose_calls_take_their_principal_from_c
         run(toolset.resume(requests, answer, principal=Principal("bob", "globex")))
     done = run(toolset.resume(requests, answer, principal=ANN))
     assert done.calls == {"t1": {"status": "sent", "by": "ann"}}
+
+
+def _acme_only(runtime: Runtime) -> None:
+    """``find_acme``: enabled only for acme's principals, described for the caller."""
+    from blade_agent_specs.crm import find_v1
+
+    from blade_runtime.core.caller import CallContext
+    from blade_runtime.core.context import CallInfo
+
+    def acme_only(call: CallInfo) -> bool:
+        principal = None if call.context is None else call.context.principal
+        return principal is not None and principal.tenant == "acme"
+
+    def described(context: CallContext | None) -> str:
+        principal = None if context is None else context.principal
+        return f"Find a customer of {principal.tenant if principal else 'nobody'}."
+
+    runtime.register(
+        find_v1.SPEC, agent_tools.find, name="find_acme", enabled=acme_only, describe=described
+    )
+
+
+def test_openai_function_tools_are_the_principals_own(runtime: Runtime, agents_sdk: Any) -> None:
+    """Issue 29.9: the tool list is exported for the principal's context: a tool enabled only
+    for it is there, described for it; for another principal it is not there."""
+    from agents import Agent, Runner
+    from agents.testing.model import ScriptedModel, assistant_message, function_call
+
+    from blade_runtime.adapters.openai_agents import function_tools
+
+    _acme_only(runtime)
+    tools = {tool.name: tool for tool in function_tools(runtime, principal=ANN)}
+    assert tools["find_acme"].description == "Find a customer of acme."
+    others = {tool.name for tool in function_tools(runtime, principal=Principal("b", "globex"))}
+    assert "find_acme" not in others and "find" in others
+    model = ScriptedModel(
+        [
+            [function_call("find_acme", {"customer_id": 3}, call_id="c1")],
+            [assistant_message("done")],
+        ]
+    )
+    agent = Agent(name="crm", model=model, tools=list(tools.values()))
+    assert run(Runner.run(agent, "find")).final_output == "done"
+    assert model.calls[-1].input[-1]["output"] == '{"id":3,"name":"customer 3"}'
+
+
+def test_langgraph_structured_tools_are_the_principals_own(runtime: Runtime) -> None:
+    from blade_runtime.adapters.langgraph import structured_tools
+
+    _acme_only(runtime)
+    tools = {tool.name: tool for tool in structured_tools(runtime, principal=ANN)}
+    assert tools["find_acme"].description == "Find a customer of acme."
+    others = {tool.name for tool in structured_tools(runtime, principal=Principal("b", "globex"))}
+    assert "find_acme" not in others and "find" in others
+    call = {"name": "find_acme", "args": {"customer_id": 4}, "id": "t1", "type": "tool_call"}
+    answer = run(tools["find_acme"].ainvoke(call, {"configurable": {"thread_id": "th"}}))
+    assert answer.content == '{"id":4,"name":"customer 4"}'
+
+
+def test_openai_a_client_tool_is_a_function_tool_that_waits_for_the_clients_output(
+    runtime: Runtime, agents_sdk: Any
+) -> None:
+    """A client tool is exported (not left out): its call waits for the client's output, the
+    run stops on it with stop_on_pending, and resume submits the output, validated first."""
+    from agents import Agent, Runner
+    from agents.testing.model import ScriptedModel, assistant_message, function_call
+    from blade_agent_specs.device import scan_v1
+
+    from blade_runtime.adapters.openai_agents import (
+        PendingCalls,
+        ResumeRefused,
+        function_tools,
+        resume,
+        stop_on_pending,
+    )
+
+    runtime.register_client(scan_v1.SPEC)
+    tools = {tool.name: tool for tool in function_tools(runtime, principal=ANN)}
+    assert tools["scan"].params_json_schema == agent_tools.SCAN["inputSchema"]
+    model = ScriptedModel(
+        [[function_call("scan", {"hint": "box"}, call_id="c1")], [assistant_message("done")]]
+    )
+    agent = Agent(
+        name="s", model=model, tools=list(tools.values()), tool_use_behavior=stop_on_pending
+    )
+    result = run(Runner.run(agent, "scan it"))
+    assert isinstance(result.final_output, PendingCalls)
+    (waiting,) = result.final_output.calls
+    assert waiting.name == "scan" and waiting.payload == {"hint": "box"}
+    assert waiting.resume_schema == agent_tools.SCAN["outputSchema"]
+    with pytest.raises(ResumeRefused):
+        run(resume(runtime, result, {"c1": {"code": 7}}, principal=ANN))
+    with pytest.raises(ResumeRefused):  # another tenant's action does not exist for it
+        run(resume(runtime, result, {"c1": {"code": "x"}}, principal=Principal("b", "globex")))
+    following = run(resume(runtime, result, {"c1": {"code": "4006381333931"}}, principal=ANN))
+    assert following[-1]["output"] == '{"code":"4006381333931"}'
+    assert run(Runner.run(agent, following)).final_output == "done"

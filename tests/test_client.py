@@ -149,3 +149,34 @@ def test_client_of_many_tools_in_one_folder_passes_ruff_and_mypy(tmp_path: Path)
     assert ruff.returncode == 0, ruff.stdout
     checked = run_mypy(tmp_path / "out" / "many", cwd=tmp_path / "out")
     assert checked.returncode == 0, checked.stdout
+
+
+def test_an_in_process_client_for_a_principal_sees_and_answers_only_its_own(
+    example_package: Any,
+) -> None:
+    """``RuntimeTransport(runtime, principal)``: its calls are the principal's, and it lists,
+    reads and answers only the actions and data the store's records show the principal."""
+    from blade_specs.browser.check_page_v1 import SPEC, CheckPageInput, CheckPageOutput
+    from blade_specs.client import Client
+
+    from blade_runtime import Principal
+    from blade_runtime.client import RuntimeTransport
+
+    runtime = Runtime()
+    runtime.register_client(SPEC)
+    ann = Client(RuntimeTransport(runtime, Principal("ann", "acme")))
+    bob = Client(RuntimeTransport(runtime, Principal("bob", "globex")))
+
+    async def main() -> None:
+        waiting = await ann.check_page(CheckPageInput(url="https://a.example"), run_id="r")
+        assert isinstance(waiting, CallPending)
+        assert [a.action_id for a in ann.pending(run_id="r")] == [waiting.action.action_id]
+        assert bob.pending(run_id="r") == []
+        stolen = bob.action(waiting.action.model_dump(mode="json"))
+        refused = await stolen.submit(CheckPageOutput(status_code=200))
+        assert isinstance(refused, CallError) and refused.code == "UNKNOWN_ACTION"
+        assert len(Client(runtime).pending(run_id="r")) == 1  # the application sees all
+        done = await waiting.action.submit(CheckPageOutput(status_code=200))
+        assert done.status == "success"
+
+    asyncio.run(main())

@@ -19,6 +19,7 @@ from http_support import (
     ROOT,
     TOKENS,
     authenticate,
+    process_env,
     runtime_of,
     serving,
     snapshot,
@@ -667,7 +668,6 @@ def _free_port() -> int:
 def test_serve_runs_the_api_and_recovery_and_stops_cleanly_on_sigterm(
     tmp_path: Path, built_examples: Path
 ) -> None:
-    import os
     import signal
     import subprocess
     import sys
@@ -679,11 +679,7 @@ def test_serve_runs_the_api_and_recovery_and_stops_cleanly_on_sigterm(
     db = tmp_path / "served.db"
     SQLiteStore(db).close()
     port = _free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(built_examples), str(Path(__file__).parent)]),
-        "LOOKUP_DELAY_S": "1.5",
-    }
+    env = process_env(built_examples, LOOKUP_DELAY_S="1.5")
     command = [str(bin_dir / "blade-runtime"), "serve", "served:factory"]
     process = subprocess.Popen(
         [
@@ -892,7 +888,6 @@ asyncio.run(main())
 def test_a_runs_events_from_another_worker_process_reach_the_stream(
     tmp_path: Path, built_examples: Path, example_package: Any
 ) -> None:
-    import os
     import subprocess
     import sys
 
@@ -900,10 +895,7 @@ def test_a_runs_events_from_another_worker_process_reach_the_stream(
     runtime, _ = runtime_of(SQLiteStore(db))
     app = create_app(runtime, authenticate=authenticate)
     (tmp_path / "worker.py").write_text(WORKER)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(built_examples), str(Path(__file__).parent)]),
-    }
+    env = process_env(built_examples)
 
     async def scenario() -> list[dict[str, Any]]:
         async with client_for(app, "asgi") as http:  # alice has a call in the run
@@ -931,27 +923,39 @@ def test_a_runs_events_from_another_worker_process_reach_the_stream(
     assert all(e["call_id"] != "" for e in got)
 
 
-def test_live_events_of_unrecorded_calls_reach_only_their_tenant(example_package: Any) -> None:
-    """On the memory store a pure call leaves no record; its live events still reach its own
-    tenant's stream (the API knows whose call it is before it runs), and no other tenant's."""
+def test_live_events_of_calls_the_store_keeps_no_record_of_reach_operators_only(
+    example_package: Any,
+) -> None:
+    """On the memory store a pure call leaves no record: no tenant's stream shows its events
+    (the store's record decides whose a call is, and there is none; the API keeps no record of
+    its own), an operator's shows them all; a call the store records reaches its tenant's
+    stream once recorded (at its suspension), and no other tenant's."""
     runtime, _ = runtime_of(MemoryStore())
     app = create_app(runtime, authenticate=authenticate)
 
-    async def scenario() -> list[dict[str, Any]]:
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         async with client_for(app, "asgi") as http:
             lookup = "/v1/tools/lookup_customer/calls?run_id=m"
-            await http.post(lookup, json={"customer_id": "cus_1"}, headers=ALICE)
-            await http.post(lookup, json={"customer_id": "cus_2"}, headers=BOB)
-            reading = asyncio.ensure_future(sse(app, "/v1/runs/m/events", ALICE, 2))
+            refund = "/v1/tools/refund_payment/calls?run_id=m"
+            await http.post(refund, json=REFUND, headers=ALICE)  # so that each may stream m
+            await http.post(refund, json=REFUND, headers=BOB)
+            alice = asyncio.ensure_future(sse(app, "/v1/runs/m/events", ALICE, 1))
+            root = asyncio.ensure_future(sse(app, "/v1/runs/m/events", ROOT, 6))
             await asyncio.sleep(0.2)  # subscribed
             await http.post(lookup, json={"customer_id": "cus_3"}, headers=BOB)
             await http.post(
                 lookup, json={"customer_id": "cus_4"}, headers={**ALICE, "Idempotency-Key": "a4"}
             )
-            return await reading
+            await http.post(refund, json=REFUND, headers={**BOB, "Idempotency-Key": "b5"})
+            await http.post(refund, json=REFUND, headers={**ALICE, "Idempotency-Key": "a6"})
+            return await alice, await root
 
-    got = asyncio.run(scenario())
-    assert [(e["event"], e["call_id"]) for e in got] == [("started", "a4"), ("result", "a4")]
+    alice, root = asyncio.run(scenario())
+    # the first event Alice's stream shows is one of a6 (its started event too, when the
+    # stream reads it once a6 is recorded): nothing of the pure a4 nor of Bob's calls before it
+    assert alice and {e["call_id"] for e in alice} == {"a6"}
+    shown = [(e["event"], e["call_id"]) for e in root[:4]]
+    assert shown[2:] == [("started", "a4"), ("result", "a4")] and shown[0][0] == "started"
 
 
 def test_a_retry_never_runs_a_call_again_after_the_store_forgot_it(example_package: Any) -> None:
@@ -1125,3 +1129,270 @@ def test_a_submission_that_is_a_json_string_is_that_string(sqlite_store: SQLiteS
     assert answer.json()["code"] == "INVALID_SUBMISSION"
     assert "must be of type object" in answer.json()["message"]
     assert tools.refund_entries == 1
+
+
+# -- two server processes, one store: the store's record decides whose a call is ---------------
+
+SERVED_DEPLOY = """
+from blade_runtime.runtime import Runtime
+from blade_specs.deploy import deploy_service_v1 as deploy
+from http_support import Tools, authenticate
+
+
+def factory(store):
+    runtime = Runtime(store=store)
+    Tools().register(runtime)
+
+    async def impl(ctx):
+        await ctx.data.write("log", deploy.DeployServiceLogData(line="key=alice-secret"))
+        ctx.request_permission(f"Deploy {ctx.input.service}?")
+
+    runtime.register(deploy.SPEC, impl)
+    return runtime
+"""
+
+
+class Served:
+    """``blade-runtime serve`` in a process of its own, on 127.0.0.1."""
+
+    def __init__(self, folder: Path, db: Path, env: dict[str, str]) -> None:
+        import subprocess
+        import sys
+
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "blade-runtime"),
+                "serve",
+                "served_deploy:factory",
+                "--store",
+                f"sqlite:///{db}",
+                "--port",
+                str(self.port),
+                "--auth",
+                "served_deploy:authenticate",
+            ],
+            cwd=folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def wait(self) -> None:
+        import time
+
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{self.url}/v1/tools", headers=ALICE).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert self.process.poll() is None, self.process.communicate()[1]
+            assert time.monotonic() < deadline, "no server"
+            time.sleep(0.1)
+
+    def stop(self) -> str:
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.communicate(timeout=20)[1]
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+
+
+class Listener:
+    """One principal's ``GET /v1/runs/{run}/events``, held open in a thread; its events."""
+
+    def __init__(self, url: str, run_id: str, headers: dict[str, str]) -> None:
+        import threading
+
+        self.events: list[dict[str, Any]] = []
+        self.opened = threading.Event()
+        self.status = 0
+        self.client = httpx.Client(timeout=30)
+        self.thread = threading.Thread(
+            target=self._read, args=(f"{url}/v1/runs/{run_id}/events", headers), daemon=True
+        )
+        self.thread.start()
+        assert self.opened.wait(10) and self.status == 200, self.status
+
+    def _read(self, url: str, headers: dict[str, str]) -> None:
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            self.client.stream("GET", url, headers=headers) as stream,
+        ):
+            self.status = stream.status_code
+            self.opened.set()
+            event: dict[str, str] = {}
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    event["event"] = line[7:]
+                elif line.startswith("data: "):
+                    self.events.append({**event, **json.loads(line[6:])})
+                    event = {}
+        self.opened.set()
+
+    def close(self) -> None:
+        self.client.close()
+        self.thread.join(10)
+
+
+def test_a_stream_shows_a_call_to_whom_the_stores_record_shows_it_across_servers(
+    tmp_path: Path, built_examples: Path
+) -> None:
+    """Issue 29.1: two server processes on one SQLite store. Bob, streaming run R on server 1,
+    sends a call with key K and invalid arguments there (422: nothing stored); Alice then makes
+    a valid call with key K on server 2. The store says K is Alice's: Bob's stream on server 1
+    carries none of its events (it once carried her started, data and suspended events, and her
+    ToolData), and Alice's own stream on server 1 carries them all."""
+    import time
+
+    (tmp_path / "served_deploy.py").write_text(SERVED_DEPLOY)
+    db = tmp_path / "shared.db"
+    SQLiteStore(db).close()
+    env = process_env(built_examples)
+    one, two = Served(tmp_path, db, env), Served(tmp_path, db, env)
+    listeners: list[Listener] = []
+    run, key = "R", "K-shared-key"
+    calls = f"/v1/tools/deploy_service/calls?run_id={run}"
+    valid = {"service": "api", "version": "v1.0.0", "environment": "production"}
+    try:
+        one.wait()
+        two.wait()
+        with httpx.Client(base_url=one.url, timeout=10) as first:
+            for who in (BOB, ALICE):  # each has a call in the run, so each may stream it
+                waiting = first.post(
+                    f"/v1/tools/check_page/calls?run_id={run}", json={"url": "x"}, headers=who
+                )
+                assert waiting.status_code == 202, waiting.text
+            listeners = [Listener(one.url, run, BOB), Listener(one.url, run, ALICE)]
+            bob, alice = listeners
+            time.sleep(0.3)
+            refused = first.post(
+                calls, json={"service": ""}, headers={**BOB, "Idempotency-Key": key}
+            )
+            assert refused.status_code == 422, refused.text
+        with httpx.Client(base_url=two.url, timeout=10) as second:
+            made = second.post(calls, json=valid, headers={**ALICE, "Idempotency-Key": key})
+            assert made.status_code == 202, made.text
+        deadline = time.monotonic() + 10
+        while {"started", "data", "suspended"} - {
+            e["event"] for e in alice.events if e["call_id"] == key
+        }:
+            assert time.monotonic() < deadline, (alice.events, bob.events)
+            time.sleep(0.05)
+        time.sleep(0.5)  # whatever server 1 would wrongly send Bob has been sent by now
+        with httpx.Client(base_url=one.url, timeout=10) as first:
+            retried = first.post(calls, json=valid, headers={**ALICE, "Idempotency-Key": key})
+            assert retried.status_code == 202, retried.text  # the store's call, hers
+            assert retried.json()["call_id"] == key
+            bobs = first.post(calls, json={"service": ""}, headers={**BOB, "Idempotency-Key": key})
+            assert bobs.status_code == 409, bobs.text  # the key names Alice's call now
+    finally:
+        for listener in listeners:
+            listener.close()
+        stderrs = [server.stop() for server in (one, two)]
+    assert [e for e in bob.events if e["call_id"] == key] == [], bob.events
+    assert "alice-secret" not in json.dumps(bob.events)
+    mine = [e["event"] for e in alice.events if e["call_id"] == key]
+    assert mine == ["started", "data", "suspended"], alice.events
+    assert all("Traceback" not in stderr for stderr in stderrs), stderrs
+    assert all(f"on {s.url}" in e for s, e in zip((one, two), stderrs, strict=True)), stderrs
+
+
+def test_every_error_of_a_served_api_is_json_also_for_oversized_headers(
+    tmp_path: Path, built_examples: Path
+) -> None:
+    """Issue 29.11: uvicorn answered a request head over h11's 16 KiB with its own ``400
+    text/plain``. ``blade-runtime serve`` serves heads up to 64 KiB, answers a larger one 431
+    with the API's JSON error, and a request that is not HTTP 400 MALFORMED_REQUEST."""
+    import socket
+
+    from blade_runtime.serving.serve import MAX_HEAD_BYTES
+
+    (tmp_path / "served_deploy.py").write_text(SERVED_DEPLOY)
+    db = tmp_path / "h.db"
+    SQLiteStore(db).close()
+    server = Served(tmp_path, db, process_env(built_examples))
+    try:
+        server.wait()
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            roomy = http.get("/v1/tools", headers={**ALICE, "X-Big": "a" * 30_000})
+            assert roomy.status_code == 200, roomy.text  # over h11's default, under ours
+            for size in (MAX_HEAD_BYTES + 1, 200_000):
+                huge = http.get("/v1/tools", headers={**ALICE, "X-Big": "a" * size})
+                assert huge.status_code == 431, huge.text
+                assert huge.headers["content-type"] == "application/json"
+                assert huge.json()["code"] == "HEADERS_TOO_LARGE"
+                assert "\n" not in huge.text
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+            raw.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            answer = b""
+            while chunk := raw.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer
+        assert b"content-type: application/json" in head.lower()
+        assert json.loads(body)["code"] == "MALFORMED_REQUEST"
+    finally:
+        stderr = server.stop()
+    assert "Traceback" not in stderr
+
+
+def test_serve_says_where_it_listens_once_listening_and_a_busy_port_is_one_line(
+    tmp_path: Path, built_examples: Path
+) -> None:
+    """Issue 31.5: serve printed "serving ... on http://..." before binding, then failed on a
+    busy port. Now the line comes once it listens; a busy port is one line, exit code 4."""
+    import socket
+    import subprocess
+    import sys
+
+    from blade_runtime.serving.serve import EXIT_BIND
+
+    (tmp_path / "served_deploy.py").write_text(SERVED_DEPLOY)
+    db = tmp_path / "b.db"
+    SQLiteStore(db).close()
+    env = process_env(built_examples)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "blade-runtime"),
+                "serve",
+                "served_deploy:factory",
+                "--store",
+                f"sqlite:///{db}",
+                "--port",
+                str(port),
+                "--allow-anonymous",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert busy.returncode == EXIT_BIND == 4, busy.stderr
+    assert busy.stderr.strip().splitlines() == [
+        f"error: cannot listen on http://127.0.0.1:{port}: Address already in use"
+    ]
+    server = Served(tmp_path, db, env)
+    try:
+        server.wait()
+    finally:
+        stderr = server.stop()
+    line = f"serving served_deploy:factory over sqlite:///{db} on http://127.0.0.1:{server.port}"
+    assert [text for text in stderr.splitlines() if line in text] == [
+        f"blade-runtime {line}"
+    ], stderr

@@ -337,13 +337,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def http_worker(built: Path, db: Path, effects: Path) -> Iterator[str]:
+def http_worker(
+    built: Path, db: Path, effects: Path, target: str = "agent_tools:make_runtime"
+) -> Iterator[str]:
     port = _free_port()
     process = subprocess.Popen(
         [
             str(BIN / "blade-runtime"),
             "mcp",
-            "agent_tools:make_runtime",
+            target,
             "--store",
             str(db),
             "--http",
@@ -643,38 +645,75 @@ def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     assert fast[2]["result"]["resultType"] == "input_required"
 
 
-def test_projections_are_what_the_model_reads_and_the_output_stays_structured(
-    runtime: Runtime,
-) -> None:
-    from blade_agent_specs.crm import find_v1
+async def _projected_calls(client: Client) -> tuple[dict[str, types.Tool], dict[str, Any]]:
+    tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    results = {}
+    for name in ("find_json", "find_line", "find_blocks", "find_whole"):
+        results[name] = await client.call_tool(name, {"customer_id": 2})
+    return tools, results
 
-    from blade_runtime.core.content import ResourceLink, Text
 
-    runtime.register(
-        find_v1.SPEC, agent_tools.find, name="find_line", project=lambda out: f"{out.name}."
-    )
-    runtime.register(
-        find_v1.SPEC,
-        agent_tools.find,
-        name="find_blocks",
-        project=lambda out: [Text(out.name), ResourceLink(f"crm://c/{out.id}", "record")],
-    )
-
-    async def main() -> tuple[types.CallToolResult, types.CallToolResult]:
-        async with Client(mcp_server(runtime)) as client:
-            line = await client.call_tool("find_line", {"customer_id": 2})
-            blocks = await client.call_tool("find_blocks", {"customer_id": 2})
-            return line, blocks
-
-    line, blocks = run(main())
-    whole = {"id": 2, "name": "customer 2"}
-    assert line.structured_content == whole and blocks.structured_content == whole
+def _check_projected(tools: dict[str, types.Tool], results: dict[str, Any]) -> None:
+    """What the client gets is the projection (issue 29.2): the field it removes reaches the
+    client in no content and no structured content, and a projecting tool announces no output
+    schema (the projection need not have the output's shape)."""
+    for name in ("find_json", "find_line", "find_blocks"):
+        result = results[name]
+        assert not result.is_error, result
+        assert agent_tools.SECRET not in result.model_dump_json(), (name, result)
+        assert tools[name].output_schema is None, name
+    assert results["find_json"].structured_content == {"id": 2}
+    assert structured(results["find_json"]) == {"id": 2}
+    line = results["find_line"]
+    assert line.structured_content is None
     assert [c.model_dump(exclude_none=True) for c in line.content] == [
-        {"type": "text", "text": "customer 2."}
+        {"type": "text", "text": "Customer #2."}
     ]
+    blocks = results["find_blocks"]
+    assert blocks.structured_content is None
     assert [c.type for c in blocks.content] == ["text", "resource_link"]
     assert isinstance(blocks.content[1], types.ResourceLink)
     assert blocks.content[1].uri == "crm://c/2"
+    # without a projection the whole output is what the model reads, announced with its schema
+    whole = {"id": 2, "name": f"{agent_tools.SECRET} 2"}
+    assert results["find_whole"].structured_content == whole
+    assert tools["find_whole"].output_schema == agent_tools.LOOKUP["outputSchema"]
+
+
+def test_a_projection_is_all_an_mcp_client_gets_in_memory(built: Path) -> None:
+    runtime = agent_tools.make_projecting_runtime()
+
+    async def main() -> tuple[dict[str, types.Tool], dict[str, Any]]:
+        async with Client(mcp_server(runtime)) as client:
+            return await _projected_calls(client)
+
+    _check_projected(*run(main()))
+
+
+def test_a_projection_is_all_an_mcp_client_gets_over_stdio(built: Path, tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=str(BIN / "blade-runtime"),
+        args=["mcp", "agent_tools:make_projecting_runtime", "--store", str(tmp_path / "p.db")],
+        env=_env(built, tmp_path / "effects"),
+    )
+
+    async def main() -> tuple[dict[str, types.Tool], dict[str, Any]]:
+        async with Client(params) as client:
+            return await _projected_calls(client)
+
+    _check_projected(*run(main()))
+
+
+def test_a_projection_is_all_an_mcp_client_gets_over_streamable_http(
+    built: Path, tmp_path: Path
+) -> None:
+    async def main(url: str) -> tuple[dict[str, types.Tool], dict[str, Any]]:
+        async with Client(url) as client:
+            return await _projected_calls(client)
+
+    db = tmp_path / "p.db"
+    with http_worker(built, db, tmp_path / "effects", "agent_tools:make_projecting_runtime") as url:
+        _check_projected(*run(main(url)))
 
 
 def test_mounted_at_mcp_in_the_http_app_behind_its_authentication(runtime: Runtime) -> None:
@@ -747,3 +786,52 @@ def test_tools_list_is_the_callers_own(runtime: Runtime) -> None:
     assert "find_acme" not in other and "find" in other
     assert called.structured_content == {"id": 1, "name": "customer 1"}
     assert refused.is_error  # not there for this caller: the runtime refuses the call too
+
+
+def test_mcp_over_http_says_where_it_listens_and_a_busy_port_is_one_line(
+    built: Path, tmp_path: Path
+) -> None:
+    """Issue 31.5: ``blade-runtime mcp --http`` printed nothing. It says its URL (with the
+    /mcp path) and whether anonymous access is on, once listening; a busy port is one line,
+    exit code 4."""
+    from blade_runtime.serving.serve import EXIT_BIND
+
+    env = _env(built, tmp_path / "effects")
+    command = [str(BIN / "blade-runtime"), "mcp", "agent_tools:make_runtime"]
+    for extra, access in (([], "anonymous access on"), (["--principal", "ann@acme"], "ann@acme")):
+        port = _free_port()
+        process = subprocess.Popen(
+            [*command, "--http", f"127.0.0.1:{port}", *extra],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stderr is not None
+            said = process.stderr.readline()
+            assert f"on http://127.0.0.1:{port}/mcp" in said and access in said, said
+
+            async def main(url: str) -> list[str]:
+                async with Client(url) as client:
+                    return [tool.name for tool in (await client.list_tools()).tools]
+
+            assert run(main(f"http://127.0.0.1:{port}/mcp")) == ["find", "plan", "transfer"]
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run(
+            [*command, "--http", f"127.0.0.1:{port}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert busy.returncode == EXIT_BIND, busy.stderr
+    assert busy.stderr.strip().splitlines() == [
+        f"error: cannot listen on http://127.0.0.1:{port}: Address already in use"
+    ]

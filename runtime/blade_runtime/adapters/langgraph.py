@@ -36,7 +36,7 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.adapters.functions import exported_functions
-from blade_runtime.core.caller import CallContext, Principal, may_act_on
+from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.core.store import ActionRecord, CallRecord
 from blade_runtime.runtime import Runtime
@@ -53,8 +53,10 @@ def structured_tools(
     context: Callable[[RunnableConfig], CallContext | None] | None = None,
     run_id: str = "langgraph",
 ) -> list[BaseTool]:
-    """A tool per callable registration (see the module's doc). ``context``: a function of the
-    runnable config giving the call context, else ``principal``'s."""
+    """A tool per registration callable by ``principal``: the ``enabled`` and ``describe``
+    callbacks see ``principal``'s call context, so the list is the one this caller's calls may
+    use (see the module's doc). ``context``: a function of the runnable config giving each
+    call's context, else ``principal``'s."""
     return [
         BladeTool(
             name=function.wire,
@@ -67,21 +69,24 @@ def structured_tools(
             context_of=context,
             run_id=run_id,
         )
-        for function in exported_functions(runtime)
+        for function in exported_functions(runtime, CallContext(principal=principal), run_id)
     ]
 
 
 def resume_model(runtime: Runtime, value: Any) -> type[BaseModel] | None:
-    """The generated resume model of the action an interrupt's ``value`` names (None: a client
-    tool's output, or a registration this runtime does not have)."""
+    """The generated resume model of the suspend point an interrupt's ``value`` names (None: a
+    client tool's output, a permission request, or a registration this runtime does not have).
+    A type, read from the registration: nothing of the action's record is read here."""
     if not isinstance(value, dict) or not isinstance(value.get("action_id"), str):
         return None
-    action = runtime.store.action(value["action_id"])
-    registration = None if action is None else runtime.registration_of(action.spec_id)
+    tool, point = value.get("tool"), value.get("point")
+    if not isinstance(tool, str):  # an interrupt made before "tool" and "point" were in it
+        tool, _, point = str(value.get("name", "")).rpartition(".")
+    registration = next((r for r in runtime.registrations() if r.name == tool), None)
     points = {} if registration is None else getattr(registration.spec, "suspend", {})
-    if action is None or action.point not in points:
+    if not isinstance(point, str) or point not in points:
         return None
-    found = points[action.point].resume_type
+    found = points[point].resume_type
     return found if isinstance(found, type) and issubclass(found, BaseModel) else None
 
 
@@ -115,14 +120,18 @@ class BladeTool(BaseTool):
             call_id = f"lg/{'' if thread is None else thread}/{tool_call_id}"
         made = None if self.context_of is None else self.context_of(config)
         context = CallContext(principal=self.principal) if made is None else made
-        recorded = None if call_id is None else runtime.store.call(call_id)
-        if recorded is not None and not may_act_on(
-            context.principal, recorded.tenant, recorded.context
-        ):
-            # a thread id and a tool call id are the graph's, not a credential: another
-            # principal's call under them is not this caller's to see or resume
-            message = f"The call {call_id} is another caller's; use a thread id of your own."
-            raise ToolException(_text({"error": ErrorCode.DUPLICATE_CALL, "message": message}))
+        who = context.principal
+        records = runtime.records
+        recorded = None
+        if call_id is not None:
+            shown = await records.sees_call(call_id, principal=who)
+            if shown is False:
+                # a thread id and a tool call id are the graph's, not a credential: another
+                # principal's call under them is not this caller's to see or resume
+                message = f"The call {call_id} is another caller's; use a thread id of your own."
+                raise ToolException(_text({"error": ErrorCode.DUPLICATE_CALL, "message": message}))
+            if shown:
+                recorded = await records.call(call_id, principal=who)
         if recorded is None and call_id is not None:
             remembered = _memo(runtime).get(_memo_key(call_id, context))
             if remembered is not None:  # settled here, on a store that keeps no such calls
@@ -139,27 +148,27 @@ class BladeTool(BaseTool):
                 if call_id is not None:
                     _remember(runtime, _memo_key(call_id, context), result)
                 return _content(result)
-            action = runtime.store.action(result.action.action_id)
+            action = await records.action(result.action.action_id, principal=who)
         else:  # LangGraph re-runs the node: the call is recorded, its implementation never reruns
             settled = _recorded(recorded)
             if settled is not None:
                 return settled
-            action = _waiting(runtime, recorded.call_id)
+            action = await _waiting(runtime, recorded.call_id, who)
         note: str | None = None
         while action is not None:
             if action.state != "pending":
-                return await _settled(runtime, action.call_id)
+                return await _settled(runtime, action.call_id, who)
             value = _interrupt_value(action, tool_call_id, note)
             answer = interrupt(value, response_schema=dict(action.submit_schema))
-            resumed = await runtime.submit(action.action_id, answer)
+            resumed = await runtime.submit(action.action_id, answer, principal=who)
             if isinstance(resumed, ToolError) and resumed.code == ErrorCode.INVALID_SUBMISSION:
                 note = resumed.message  # the next interrupt asks again; the action still waits
                 continue
             if isinstance(resumed, ToolError) and resumed.code == ErrorCode.ACTION_ALREADY_RESOLVED:
-                return await _settled(runtime, action.call_id)  # another resume won
+                return await _settled(runtime, action.call_id, who)  # another resume won
             if not isinstance(resumed, ToolPending):
                 return _content(resumed)
-            action = runtime.store.action(resumed.action.action_id)
+            action = await records.action(resumed.action.action_id, principal=who)
             note = None
         raise ToolException(_text({"error": "UNKNOWN_ACTION", "message": "The action is gone."}))
 
@@ -205,6 +214,8 @@ def _interrupt_value(action: ActionRecord, tool_call_id: str | None, note: str |
     value: dict[str, JsonValue] = {
         "action_id": action.action_id,
         "name": action.name if action.point is None else f"{action.name}.{action.point}",
+        "tool": action.name,
+        "point": action.point,
         "payload": action.payload,
         "tool_call_id": tool_call_id,
     }
@@ -213,8 +224,10 @@ def _interrupt_value(action: ActionRecord, tool_call_id: str | None, note: str |
     return value
 
 
-def _waiting(runtime: Runtime, call_id: str) -> ActionRecord | None:
-    found = runtime.store.actions(state=None, call_id=call_id)
+async def _waiting(
+    runtime: Runtime, call_id: str, principal: Principal | None
+) -> ActionRecord | None:
+    found = await runtime.records.actions(state=None, call_id=call_id, principal=principal)
     return found[-1] if found else None
 
 
@@ -229,18 +242,18 @@ def _recorded(call: CallRecord) -> str | None:
     return _text(call.result.get("content"))
 
 
-async def _settled(runtime: Runtime, call_id: str) -> str:
+async def _settled(runtime: Runtime, call_id: str, principal: Principal | None) -> str:
     """Wait for a call another resume re-entered to settle, and read its result."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SETTLE_WAIT_S
     while True:
-        call = runtime.store.call(call_id)
+        call = await runtime.records.call(call_id, principal=principal)
         if call is not None:
             settled = _recorded(call)
             if settled is not None:
                 return settled
             if call.state == "suspended":  # it waits again, on a newer action
-                newer = _waiting(runtime, call_id)
+                newer = await _waiting(runtime, call_id, principal)
                 if newer is not None and newer.state == "pending":
                     return _text({"pending": newer.name, "action_id": newer.action_id})
         if loop.time() > deadline:

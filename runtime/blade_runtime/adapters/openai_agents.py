@@ -21,6 +21,13 @@ interrupted; ``RunState.approve`` / ``reject``). A call that waits on a pending 
 ``PendingCalls``. ``resume`` submits answers through ``runtime.submit`` (an invalid one is
 refused, ``ResumeRefused``, before anything is submitted) and returns the run's input list with
 each waiting call's output replaced by its result, for the next ``Runner.run``.
+
+The tool list is ``principal``'s: a registration enabled only for some callers (``enabled=``)
+is there for them, and its description is the one ``describe=`` gives for that caller. A client
+tool (``execution: client``) is a FunctionTool too: its call waits on the client's output like a
+suspension (a ``PendingOutput``), and ``resume`` submits that output (validated against the
+tool's output schema); without ``stop_on_pending`` the model reads the pending action and no one
+runs the tool, so an agent with client tools wants ``stop_on_pending``.
 """
 
 from __future__ import annotations
@@ -150,11 +157,14 @@ def function_tools(
     approve: Collection[str] = (),
     run_id: str = "openai-agents",
 ) -> list[FunctionTool]:
-    """A FunctionTool per callable registration (see the module's doc). ``context``: a function
-    of the SDK's tool context (its ``context``, say) giving the call context, else
-    ``principal``'s."""
+    """A FunctionTool per registration callable by ``principal`` (see the module's doc): the
+    ``enabled`` and ``describe`` callbacks see ``principal``'s call context, so the list is the
+    one this caller's calls may use. ``context``: a function of the SDK's tool context (its
+    ``context``, say) giving each call's context, else ``principal``'s (a tool left out or
+    described for ``principal`` is decided again for that context when it is called). Client
+    tools are included: their calls wait for the client's output (see the module's doc)."""
     tools: list[FunctionTool] = []
-    for function in exported_functions(runtime):
+    for function in exported_functions(runtime, CallContext(principal=principal), run_id):
         schema, name = function.parameters, function.registration.name
         tool = FunctionTool(
             name=function.wire,
@@ -187,7 +197,8 @@ def _invoker(
         text = json.dumps(result.content, ensure_ascii=False, separators=(",", ":"))
         if not isinstance(result, ToolPending):
             return text
-        action = runtime.store.action(result.action.action_id)
+        who = fixed if made is None else made
+        action = await runtime.records.action(result.action.action_id, principal=who.principal)
         pending = PendingCall(
             ctx.tool_call_id,
             wire,
@@ -225,17 +236,26 @@ def pending_calls(result: RunResult) -> PendingCalls | None:
 
 
 async def resume(
-    runtime: Runtime, result: RunResult, answers: Mapping[str, JsonValue]
+    runtime: Runtime,
+    result: RunResult,
+    answers: Mapping[str, JsonValue],
+    *,
+    principal: Principal | None = None,
 ) -> list[Any]:
     """Submit ``answers`` (by tool call id) to the actions the run stopped on, each validated
     against its action's stored schema before any is submitted; returns the run's input list with
-    those calls' outputs replaced by their results (the next run's input)."""
+    those calls' outputs replaced by their results (the next run's input). ``principal``: who
+    answers (an action another tenant's is refused; None: the application itself)."""
     waiting = pending_calls(result)
     calls = {c.tool_call_id: c for c in waiting.calls} if waiting is not None else {}
     refused: dict[str, str] = {}
     for call_id, answer in answers.items():
         call = calls.get(call_id)
-        action = None if call is None else runtime.store.action(call.action_id)
+        action = (
+            None
+            if call is None
+            else await runtime.records.action(call.action_id, principal=principal)
+        )
         if action is None:
             refused[call_id] = "no pending action of this run for this tool call"
         elif action.state != "pending":
@@ -248,7 +268,7 @@ async def resume(
         raise ResumeRefused(refused)
     outputs: dict[str, str] = {}
     for call_id, answer in answers.items():
-        settled = await runtime.submit(calls[call_id].action_id, answer)
+        settled = await runtime.submit(calls[call_id].action_id, answer, principal=principal)
         outputs[call_id] = json.dumps(settled.content, ensure_ascii=False, separators=(",", ":"))
     return _replace_outputs(result.to_input_list(), outputs)
 

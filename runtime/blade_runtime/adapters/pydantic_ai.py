@@ -41,7 +41,7 @@ from pydantic_core import SchemaValidator, core_schema
 
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core import actions
-from blade_runtime.core.caller import CallContext, Principal, may_act_on
+from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.runtime import Runtime
 
@@ -58,9 +58,12 @@ class ResumeRefused(Exception):
         super().__init__("; ".join(f"{call}: {why}" for call, why in self.refused.items()))
 
 
-def pending_metadata(result: ToolPending, runtime: Runtime) -> dict[str, Any]:
-    """What a deferred call carries: the action's id and name, its payload, its resume schema."""
-    action = runtime.store.action(result.action.action_id)
+async def pending_metadata(
+    result: ToolPending, runtime: Runtime, principal: Principal | None = None
+) -> dict[str, Any]:
+    """What a deferred call carries: the action's id and name, its payload, its resume schema
+    (read as ``principal``, whose call it is, may see it)."""
+    action = await runtime.records.action(result.action.action_id, principal=principal)
     return {
         "action_id": result.action.action_id,
         "name": result.action.name,
@@ -150,18 +153,16 @@ class BladeToolset(AbstractToolset[Any]):
         call_id = None
         if ctx.run_id is not None and ctx.tool_call_id is not None:
             call_id = f"{ctx.run_id}/{ctx.tool_call_id}"  # a replayed tool call is a duplicate
+        context = self._call_context(ctx)
         result = await self.runtime.call(
-            registered,
-            tool_args,
-            call_id=call_id,
-            run_id=self.run_id,
-            context=self._call_context(ctx),
+            registered, tool_args, call_id=call_id, run_id=self.run_id, context=context
         )
+        if isinstance(result, ToolPending):
+            metadata = await pending_metadata(result, self.runtime, context.principal)
+            raise CallDeferred(metadata, kind="question")
         return self._value(result)
 
     def _value(self, result: ToolResult[Any]) -> JsonValue:
-        if isinstance(result, ToolPending):
-            raise CallDeferred(pending_metadata(result, self.runtime), kind="question")
         if isinstance(result, ToolError) and result.code == ErrorCode.INVALID_INPUT:
             raise ModelRetry(result.message)
         return result.content
@@ -187,12 +188,14 @@ class BladeToolset(AbstractToolset[Any]):
         for call_id, answer in answers.items():
             meta = requests.metadata.get(call_id) or {}
             action_id = meta.get("action_id")
+            records = self.runtime.records
             action = (
-                None if not isinstance(action_id, str) else self.runtime.store.action(action_id)
+                None
+                if not isinstance(action_id, str)
+                else await records.action(action_id, principal=who)
             )
-            call = None if action is None else self.runtime.store.call(action.call_id)
-            if action is None or not may_act_on(
-                who, action.tenant, None if call is None else call.context
+            if (
+                action is None or await records.sees_call(action.call_id, principal=who) is False
             ):  # metadata comes back from the client's message history: never a credential
                 refused[call_id] = "no pending action of this runtime for this tool call"
                 continue
@@ -207,6 +210,6 @@ class BladeToolset(AbstractToolset[Any]):
             raise ResumeRefused(refused)
         results = DeferredToolResults()
         for call_id, action_id in targets.items():
-            settled = await self.runtime.submit(action_id, answers[call_id])
+            settled = await self.runtime.submit(action_id, answers[call_id], principal=who)
             results.calls[call_id] = settled.content
         return results

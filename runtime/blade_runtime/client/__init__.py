@@ -29,6 +29,7 @@ from pydantic import (
     ValidationError,
 )
 
+from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.events import PendingAction
 from blade_runtime.core.permissions import POINTS as PERMISSION_POINTS
 from blade_runtime.core.permissions import PermissionAnswer, PermissionPrompt
@@ -219,10 +220,14 @@ class Transport:
 
 
 class RuntimeTransport(Transport):
-    """A ``Runtime`` in this process: typed outputs are handed over as they are."""
+    """A ``Runtime`` in this process: typed outputs are handed over as they are. ``principal``:
+    who the client's calls are for and who reads and answers its actions (None: the application
+    itself, every tenant); every read goes through ``runtime.records`` with it."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, principal: Principal | None = None) -> None:
         self.runtime = runtime
+        self.principal = principal
+        self._context = None if principal is None else CallContext(principal=principal)
 
     async def call(self, spec_id: str, arguments: Any, *, call_id: str | None, run_id: str) -> Data:
         registration = self.runtime.registration_of(spec_id)
@@ -235,28 +240,26 @@ class RuntimeTransport(Transport):
                 "message": f"This runtime has no registration of {spec_id}.",
             }
         called = await self.runtime.call(
-            registration.name, arguments, call_id=call_id, run_id=run_id
+            registration.name, arguments, call_id=call_id, run_id=run_id, context=self._context
         )
         return result_data(called)
 
     async def submit(self, action_id: str, payload: Any, ids: dict[str, str]) -> Data:
-        return result_data(await self.runtime.submit(action_id, payload))
+        return result_data(await self.runtime.submit(action_id, payload, principal=self.principal))
 
     async def cancel(self, action_id: str, reason: str, ids: dict[str, str]) -> Data:
-        return result_data(await self.runtime.cancel(action_id, reason))
+        return result_data(await self.runtime.cancel(action_id, reason, principal=self.principal))
 
     async def fail(self, action_id: str, error: str, ids: dict[str, str]) -> Data:
-        return result_data(await self.runtime.fail(action_id, error))
+        return result_data(await self.runtime.fail(action_id, error, principal=self.principal))
 
     def pending(self, run_id: str | None) -> list[Data]:
-        return [
-            _action_data(PendingAction.of(record, record.payload))
-            for record in self.runtime.store.actions(run_id=run_id)
-        ]
+        records = self.runtime.records.actions_blocking(run_id=run_id, principal=self.principal)
+        return [_action_data(PendingAction.of(record, record.payload)) for record in records]
 
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
         channels: dict[str, list[dict[str, JsonValue]]] = {}
-        for record in self.runtime.store.data(call_id):
+        for record in self.runtime.records.data_blocking(call_id, principal=self.principal):
             item = {"id": record.item_id, "value": record.value, "updated_at": record.updated_at}
             channels.setdefault(record.channel, []).append(item)
         return channels

@@ -57,6 +57,16 @@ class Records:
             return None
         return record
 
+    async def sees_call(self, call_id: str, *, principal: Principal | None = None) -> bool | None:
+        """Whether the principal may see the call ``call_id``, as the store's record says; None
+        when the store has no record of it (not yet, or no more). A record's tenant and caller
+        never change, so a True or False may be kept; a None may not (a record may appear,
+        whoever sent the call id first)."""
+        record: CallRecord | None = await self.io(self.store.call, call_id)
+        if record is None:
+            return None
+        return visible(principal, record.tenant, record.context)
+
     async def calls(
         self,
         states: Iterable[CallState] | None = None,
@@ -122,3 +132,26 @@ class Records:
             return found
         mine = {c.call_id for c in await self.calls(run_id=run_id, principal=principal)}
         return [e for e in found if e.call_id in mine]
+
+    # -- for callers that cannot await (the typed client's ``pending()`` and ``<tool>_data()``,
+    # synchronous like HttpTransport's): the same rule, the store read on the caller's thread
+
+    def actions_blocking(
+        self,
+        *,
+        state: ActionState | None = "pending",
+        run_id: str | None = None,
+        principal: Principal | None = None,
+    ) -> list[ActionRecord]:
+        """``actions``, read without awaiting (it blocks on the store)."""
+        return self.store.actions(state=state, run_id=run_id, tenant=tenant_of(principal))
+
+    def data_blocking(
+        self, call_id: str, channel: str | None = None, *, principal: Principal | None = None
+    ) -> list[DataRecord]:
+        """``data``, read without awaiting (it blocks on the store)."""
+        if principal is not None:
+            record = self.store.call(call_id)
+            if record is None or not visible(principal, record.tenant, record.context):
+                return []
+        return self.store.data(call_id, channel)

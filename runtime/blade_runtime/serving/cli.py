@@ -23,7 +23,8 @@ suspension's resume payload leaves the call resumable: a worker's recovery loop 
 ``Runtime.recover()`` over the store) claims it and re-enters the implementation.
 
 Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action);
-2 usage; 3 the store cannot be opened.
+2 usage; 3 the store cannot be opened; 4 serve or mcp --http cannot listen on the address (the
+port is in use, say).
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@
 the SDK advertises the schemas, the runtime applies them). ``tools/call`` goes through
 ``runtime.call``: a result carries structured content and its JSON text; an error is an
 ``isError`` result whose structured content holds our stable code (``{"error": CODE,
-"message": ...}``, the code also in ``_meta``).
+"message": ...}``, the code also in ``_meta``). What reaches the client is what the model reads:
+where the registration projects its output (``register(..., project=...)``), the projection,
+never the whole output, in the content and the structured content alike (a sentence or content
+blocks have no structured content), and such a tool announces no output schema (the
+projection need not have the output's shape).
 
 A call that waits on a pending action becomes MCP's input-required flow (protocol 2026-07-28)
 when the client can elicit: a form elicitation when the resume schema is flat (top-level
@@ -42,7 +46,7 @@ from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue
 
-from blade_runtime.core.caller import CallContext, Principal, may_act_on
+from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
 from blade_runtime.core.export import NAME_RULES, wire_names
 from blade_runtime.core.registry import Registration
@@ -267,6 +271,8 @@ class McpTools:
                 ),
             )
             output = entry.get("outputSchema")
+            if registration.project is not None:
+                output = None  # the client gets the projection, which need not be its shape
             if isinstance(output, dict):
                 structured.add(name)
             tools.append(
@@ -311,7 +317,9 @@ class McpTools:
         if listing is not None and listing.names == self._names():
             return wire in listing.structured
         registration = self._registration(wire)
-        output = None if registration is None else registration.spec.output_schema
+        if registration is None or registration.project is not None:
+            return False
+        output = registration.spec.output_schema
         return isinstance(output, dict) and output.get("type") == "object"
 
     async def list_tools(
@@ -342,7 +350,7 @@ class McpTools:
             run_id=self.run_id,
             context=CallContext(principal=principal),
         )
-        return self._answer(req, result, params.name)
+        return await self._answer(req, result, params.name, principal)
 
     async def _principal(self, req: McpRequest) -> Principal | None:
         if self.authenticate is None:
@@ -355,15 +363,16 @@ class McpTools:
             raise MCPError(INVALID_REQUEST, "Authentication required.")
         return found
 
-    def _answer(
+    async def _answer(
         self,
         req: McpRequest,
         result: ToolResult[Any],
         wire: str,
+        principal: Principal | None,
         note: str | None = None,
     ) -> types.CallToolResult | types.InputRequiredResult:
         if isinstance(result, ToolPending):
-            action = self.runtime.store.action(result.action.action_id)
+            action = await self.runtime.records.action(result.action.action_id, principal=principal)
             if action is not None:
                 asked = self._ask(req, action, note)
                 if asked is not None:
@@ -371,8 +380,8 @@ class McpTools:
             return self._pending_result(result.content, wire, result.action.action_id)
         if isinstance(result, ToolError):
             return _error(result.code, result.message)
-        output = result.output_json if isinstance(result, ToolSuccess) else None
-        return _success(result.content, req.protocol_version, output)
+        projected = isinstance(result, ToolSuccess) and result.output_json is not None
+        return _success(result.content, req.protocol_version, projected)
 
     def _ask(
         self, req: McpRequest, action: ActionRecord, note: str | None
@@ -416,26 +425,28 @@ class McpTools:
         name: str,
     ) -> types.CallToolResult | types.InputRequiredResult:
         action_id = _action_of(params.request_state)
-        action = None if action_id is None else self.runtime.store.action(action_id)
-        if action is None or action.name != name or not self._may_answer(principal, action):
+        action = None if action_id is None else await self._answerable(principal, action_id)
+        if action is None or action.name != name:
             # another principal's action does not exist for this one
             return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
         if action.state != "pending":
-            return self._settled(req, action, params.name)
+            return await self._settled(req, action, params.name, principal)
         response = (params.input_responses or {}).get(RESUME_KEY)
         if not isinstance(response, types.ElicitResult):
             return self._again(req, action, params.name, None)
         if response.action == "decline":
-            cancelled = await self.runtime.cancel(action.action_id, "declined by the user")
-            return self._answer(req, cancelled, params.name)
+            cancelled = await self.runtime.cancel(
+                action.action_id, "declined by the user", principal=principal
+            )
+            return await self._answer(req, cancelled, params.name, principal)
         if response.action == "cancel" or response.content is None:
             # dismissed, or a URL elicitation the user agreed to open: the action waits on
-            return self._settled(req, action, params.name)
+            return await self._settled(req, action, params.name, principal)
         answer: dict[str, Any] = dict(response.content)
-        submitted = await self.runtime.submit(action.action_id, answer)
+        submitted = await self.runtime.submit(action.action_id, answer, principal=principal)
         if isinstance(submitted, ToolError) and submitted.code == ErrorCode.INVALID_SUBMISSION:
             return self._again(req, action, params.name, submitted.message)
-        return self._answer(req, submitted, params.name)
+        return await self._answer(req, submitted, params.name, principal)
 
     def _again(
         self,
@@ -449,24 +460,26 @@ class McpTools:
             return asked
         return self._pending_result(_pending_json(action), wire, action.action_id)
 
-    def _settled(self, req: McpRequest, action: ActionRecord, wire: str) -> types.CallToolResult:
+    async def _settled(
+        self, req: McpRequest, action: ActionRecord, wire: str, principal: Principal | None
+    ) -> types.CallToolResult:
         """What the action's call has come to, as the store records it (another worker, the
         inbox or an operator may have resolved it): its result once settled, or the pending
         action while it waits."""
         if action.state == "pending":
             return self._pending_result(_pending_json(action), wire, action.action_id)
-        call = self.runtime.store.call(action.call_id)
+        call = await self.runtime.records.call(action.call_id, principal=principal)
         recorded = None if call is None or call.state != "settled" else call.result
         if isinstance(recorded, dict):
             if recorded.get("status") == "error":
                 code = ErrorCode(str(recorded.get("code")))
                 return _error(code, str(recorded.get("message", "")))
-            if recorded.get("status") == "success":
-                content, output = recorded.get("content"), recorded.get("output")
-                return _success(content, req.protocol_version, output)
+            if recorded.get("status") == "success":  # "output": the whole output, projected
+                projected = recorded.get("output") is not None
+                return _success(recorded.get("content"), req.protocol_version, projected)
         if call is not None and call.state == "suspended":
             # the call went on to wait on a newer action: the model asks about that one
-            newer = self.runtime.store.actions(call_id=call.call_id)
+            newer = await self.runtime.records.actions(call_id=call.call_id, principal=principal)
             if newer:
                 return self._pending_result(_pending_json(newer[-1]), wire, newer[-1].action_id)
         return self._pending_result(
@@ -475,12 +488,14 @@ class McpTools:
             action.action_id,
         )
 
-    def _may_answer(self, principal: Principal | None, action: ActionRecord) -> bool:
-        """Whether ``principal`` may resolve ``action``: its tenant, and the principal stored with
-        its call (an operator may answer any)."""
-        call = self.runtime.store.call(action.call_id)
-        context = None if call is None else call.context
-        return may_act_on(principal, action.tenant, context)
+    async def _answerable(self, principal: Principal | None, action_id: str) -> ActionRecord | None:
+        """The action ``action_id`` if ``principal`` may resolve it: its tenant, and the principal
+        stored with its call (an operator may answer any); else None, as if it did not exist."""
+        records = self.runtime.records
+        action = await records.action(action_id, principal=principal)
+        if action is None or await records.sees_call(action.call_id, principal=principal) is False:
+            return None
+        return action
 
     def _pending_result(
         self, content: JsonValue, wire: str, action_id: str
@@ -494,12 +509,16 @@ class McpTools:
         )
 
 
-def _success(content: JsonValue, version: str, output: JsonValue = None) -> types.CallToolResult:
+def _success(content: JsonValue, version: str, projected: bool = False) -> types.CallToolResult:
     """A success: what the model reads as content (content blocks as they are, a sentence as
-    text, other JSON as its text) and the output as structured content (the whole output when
-    the registration projects what the model reads)."""
-    whole = content if output is None else output
-    structured = whole if isinstance(whole, dict) or version in MODERN_PROTOCOL_VERSIONS else None
+    text, other JSON as its text) and as structured content. ``projected``: ``content`` is the
+    registration's projection of the output: the whole output never reaches the client, and a
+    sentence or content blocks have no structured content."""
+    structured = (
+        content if isinstance(content, dict) or version in MODERN_PROTOCOL_VERSIONS else None
+    )
+    if projected and (isinstance(content, str) or is_blocks(content)):
+        structured = None
     if is_blocks(content):
         return types.CallToolResult.model_validate(
             {"content": to_mcp(content), "structuredContent": structured}
@@ -967,10 +986,40 @@ def run_cli(
             file=sys.stderr,
         )
         return 2
+    import asyncio
+
     import uvicorn
 
+    from blade_runtime.serving.serve import EXIT_BIND, listen, url_of
+
+    try:
+        listening = listen(host, number)
+    except OSError as error:
+        print(f"error: cannot listen on {url_of(host, number)}: {error.strerror}", file=sys.stderr)
+        return EXIT_BIND
     app = mcp_asgi_app(
         runtime, principal=who, anonymous=who is None, inbox_url=inbox_url, host=host
     )
-    uvicorn.run(app, host=host, port=number, log_level="warning")
+    endpoint = f"{url_of(host, listening.getsockname()[1])}/mcp"
+    access = (
+        "anonymous access on (loopback only)"
+        if who is None
+        else f"every request for {who.id}@{who.tenant}"
+    )
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[Any] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening: say where, once
+                print(
+                    f"blade-runtime mcp serving {target} on {endpoint}; {access}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    server = Server(uvicorn.Config(app, log_level="warning"))
+    try:
+        asyncio.run(server.serve([listening]))
+    finally:
+        listening.close()
     return 0

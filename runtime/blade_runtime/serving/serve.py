@@ -9,6 +9,18 @@ On SIGTERM uvicorn stops accepting connections and lets the requests in flight f
 streams are closed after ``--grace`` seconds); then the recovery loop stops, the runtime tells
 the store it is gone (its calls become claimable by other workers at once) and the store is
 closed: what was committed stays committed, and nothing is left half-written.
+
+Every error the API promises as JSON is JSON, also those uvicorn answers before the app sees
+the request: ``uvicorn_options()`` (which ``serve`` uses; pass it to your own ``uvicorn.run``)
+serves HTTP/1.1 with h11 and request heads (request line and headers) of up to 64 KiB (h11's own
+default is 16 KiB): a larger head is ``431 {"code": "HEADERS_TOO_LARGE", ...}`` (from the app,
+``blade_runtime.serving.http.MAX_HEADER_BYTES``, or, for a head too large to reach it, from
+the server, connection then closed), a request that is not HTTP ``400 {"code":
+"MALFORMED_REQUEST", ...}``, each on one line.
+
+``serve`` prints ``blade-runtime serving ... on http://HOST:PORT`` once the socket listens; a
+port it cannot bind (in use, or not allowed) is one line on stderr and exit code 4
+(``EXIT_BIND``), nothing served.
 """
 
 from __future__ import annotations
@@ -16,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from types import FrameType
@@ -30,6 +44,11 @@ from blade_runtime.stores.urls import masked, open_store
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_STORE = 3
+EXIT_BIND = 4
+
+MAX_HEAD_BYTES = 64 * 1024
+"""h11's limit of a request head still incomplete (the app refuses a complete head over
+``MAX_HEADER_BYTES``, the same 64 KiB, with the same 431)."""
 
 
 class ServeError(Exception):
@@ -59,6 +78,66 @@ def load(target: str, what: str) -> Any:
             raise ServeError(f"{what} {target}: {module_name} has no {attribute}")
         found = getattr(found, part)
     return found
+
+
+_PROTOCOL: Any = None
+LINGER_S = 2.0  # how long a refused connection's remaining request is read and dropped
+
+
+def json_h11_protocol() -> Any:
+    """uvicorn's h11 protocol, with its own refusals (a request head over the limit, a request
+    that is not HTTP) answered as the API's JSON errors instead of ``400 text/plain``."""
+    global _PROTOCOL
+    if _PROTOCOL is not None:
+        return _PROTOCOL
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class JsonH11Protocol(H11Protocol):
+        refused = False
+
+        def send_400_response(self, msg: str) -> None:
+            head = len(self.conn.trailing_data[0])
+            if head > MAX_HEAD_BYTES:
+                status, code = 431, "HEADERS_TOO_LARGE"
+                message = f"The request's headers are larger than {MAX_HEAD_BYTES} bytes."
+            else:
+                status, code, message = 400, "MALFORMED_REQUEST", "The request is not HTTP/1.1."
+            body = json.dumps({"code": code, "message": message}, separators=(",", ":"))
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ]
+            try:
+                self.transport.write(
+                    self.conn.send(h11.Response(status_code=status, headers=headers))
+                )
+                self.transport.write(self.conn.send(h11.Data(data=body.encode())))
+                self.transport.write(self.conn.send(h11.EndOfMessage()))
+            except h11.LocalProtocolError:  # no response can be sent on this connection now
+                self.transport.close()
+                return
+            # Closing with the rest of the request unread would reset the connection, and the
+            # client, still sending, would lose the answer: end the answer, read and drop what
+            # still comes for a moment, then close.
+            self.refused = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+
+        def data_received(self, data: bytes) -> None:
+            if not self.refused:
+                super().data_received(data)
+
+    _PROTOCOL = JsonH11Protocol
+    return _PROTOCOL
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """What ``uvicorn.Config`` (or ``uvicorn.run``) needs to serve the API so that every error
+    is JSON: the h11 protocol above and its head limit (see the module's doc)."""
+    return {"http": json_h11_protocol(), "h11_max_incomplete_event_size": MAX_HEAD_BYTES}
 
 
 def build_runtime(target: str, store: Store) -> Runtime:
@@ -109,26 +188,33 @@ def serve(
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        listening = listen(host, port)
+    except OSError as error:
+        print(f"error: cannot listen on {url_of(host, port)}: {error.strerror}", file=sys.stderr)
+        return EXIT_BIND
+    try:
         store = open_store(store_url)
     except StoreError as error:
+        listening.close()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_STORE
     try:
         runtime = build_runtime(target, store)
     except ServeError as error:
+        listening.close()
         store.close()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     app = create_app(runtime, authenticate=authenticate, allow_anonymous=allow_anonymous)
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         lifespan="off",
         timeout_graceful_shutdown=int(max(1, grace_s)),
         log_level="info",
+        **uvicorn_options(),
     )
     api = app.state.api
+    where = url_of(host, listening.getsockname()[1])
 
     class Server(uvicorn.Server):
         """uvicorn, with SIGTERM and SIGINT a clean stop (exit 0) that also ends event streams
@@ -149,29 +235,55 @@ def serve(
             super().handle_exit(sig, frame)
             api.close_streams()
 
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening: say where, once
+                print(
+                    f"blade-runtime serving {target} over {masked(store.url)} on {where}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
     server = Server(config)
 
     async def main() -> None:
         recovery = asyncio.create_task(runtime.run_recovery(recovery_interval_s))
         try:
-            await server.serve()  # returns after SIGTERM/SIGINT, once requests drained
+            await server.serve([listening])  # returns after SIGTERM/SIGINT, requests drained
         finally:
             recovery.cancel()
             await asyncio.gather(recovery, return_exceptions=True)
             await _drain(grace_s)
             await runtime.close()
 
-    print(
-        f"blade-runtime serving {target} over {masked(store.url)} on http://{host}:{port}",
-        file=sys.stderr,
-        flush=True,
-    )
     try:
         asyncio.run(main())
     finally:
+        listening.close()
         store.close()
     print("blade-runtime stopped", file=sys.stderr, flush=True)
     return EXIT_OK
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (OSError when it cannot be: the port is in use, or
+    not this process's to bind), before anything else starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(host: str, port: int) -> str:
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    return f"http://{shown}:{port}"
 
 
 async def _drain(grace_s: float) -> None:

@@ -14,10 +14,11 @@ from blade_runtime.serving.http.app import (
     create_app,
     loopback,
 )
-from blade_runtime.serving.http.errors import STATUS, HttpError, status_of
+from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, STATUS, HttpError, status_of
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "MAX_HEADER_BYTES",
     "STATUS",
     "Authenticate",
     "HttpError",

@@ -3,8 +3,11 @@
 Every request is authenticated by the application's ``authenticate(request)`` (a Principal, or
 None: refused with 401) before anything is read or written. A principal sees only its tenant's
 calls, actions and event streams (another tenant's do not exist: 404); the ``operator`` role sees
-all. A call is keyed by its ``Idempotency-Key`` (its call id): a retry, or the same request sent
-twice at once, returns the first call's result and never runs the tool again.
+all. Every read goes through ``runtime.records`` with the request's principal, and every submit,
+cancel and fail takes it: the store's record decides whose a call is, never a memory of this
+process (another process sharing the store may have made the call a key names). A call is keyed
+by its ``Idempotency-Key`` (its call id): a retry, or the same request sent twice at once,
+returns the first call's result and never runs the tool again.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.records import visible
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
 from blade_runtime.core.store import (
@@ -42,7 +46,7 @@ from blade_runtime.core.store import (
     storable_id,
 )
 from blade_runtime.runtime import Runtime
-from blade_runtime.serving.http.errors import HttpError, one_line, status_of
+from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, HttpError, one_line, status_of
 from blade_runtime.serving.http.openapi import openapi_document
 
 log = logging.getLogger("blade_runtime.serving.http")
@@ -51,7 +55,7 @@ Authenticate: TypeAlias = Callable[[Request], "Principal | Awaitable[Principal |
 
 DEFAULT_MAX_BODY_BYTES: Final = 1 << 20
 IN_PROGRESS_WAIT_S: Final = 30.0  # how long a retry waits for a call running elsewhere
-KEEP_RESULTS: Final = 10_000  # recent results kept here for stores that do not record every call
+KEEP_RESULTS: Final = 10_000  # recent first answers, for calls the store keeps no record of
 HEARTBEAT_S: Final = 15.0
 ANONYMOUS: Final = Principal("anonymous", "", frozenset({"operator"}))
 ACTION_STATES: Final = ("pending", "submitted", "cancelled", "failed", "expired")
@@ -92,9 +96,12 @@ def loopback(host: str | None) -> bool:
 
 @dataclass(slots=True)
 class _Outcome:
-    """What a call answered, kept to answer its retries the same way."""
+    """What a call answered, kept to answer its retries the same way where the store keeps
+    no record of the call (refused before it began, or a MemoryStore's call that neither waited
+    nor was kept): the store's record, where there is one, always decides instead."""
 
     tenant: str
+    context: JsonValue  # the caller's CallContext as JSON: who may retry or read it (``visible``)
     name: str
     arguments: JsonValue
     status: int
@@ -139,9 +146,9 @@ class Api:
         self.authenticate_fn = authenticate
         self.allow_anonymous = allow_anonymous
         self.max_body_bytes = max_body_bytes
-        self._inflight: dict[str, tuple[str, str, JsonValue, asyncio.Future[_Outcome]]] = {}
+        self.records = runtime.records
+        self._inflight: dict[str, tuple[_Outcome, asyncio.Future[_Outcome]]] = {}
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
-        self._tenants: OrderedDict[str, tuple[str, str]] = OrderedDict()  # call -> (tenant, run)
         self._openapi: tuple[int, bytes] | None = None
         self._names: dict[str, Registration[Any]] | None = None
         self.streams: set[Any] = set()  # open event subscriptions
@@ -222,38 +229,11 @@ class Api:
 
     # -- visibility --------------------------------------------------------------------------
 
-    @staticmethod
-    def tenant_filter(principal: Principal) -> str | None:
-        return None if principal.operator else principal.tenant
-
-    def visible_action(self, principal: Principal, action_id: str) -> ActionRecord:
-        record = self.runtime.store.action(action_id)
-        if record is None or not principal.may_see(record.tenant):
+    async def visible_action(self, principal: Principal, action_id: str) -> ActionRecord:
+        record = await self.records.action(action_id, principal=principal)
+        if record is None:
             raise Refused(ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}.")
         return record
-
-    def tenant_of(self, call_id: str) -> str | None:
-        """The tenant of a call: the store's word, else (a call the store keeps no record of)
-        this process's, which knew it before the call began. Never this process's over the
-        store's: a key another tenant sent here first, for a call refused before it began,
-        must not make that tenant the owner of the call the key names elsewhere."""
-        record = self.runtime.store.call(call_id)
-        if record is not None:
-            return record.tenant
-        known = self._tenants.get(call_id)
-        return None if known is None else known[0]
-
-    def sees_run(self, principal: Principal, run_id: str) -> bool:
-        if principal.operator:
-            return True
-        if any(t == principal.tenant and r == run_id for t, r in self._tenants.values()):
-            return True
-        return bool(self.runtime.store.calls(run_id=run_id, tenant=principal.tenant))
-
-    def _remember(self, call_id: str, tenant: str, run_id: str) -> None:
-        self._tenants[call_id] = (tenant, run_id)
-        if len(self._tenants) > KEEP_RESULTS:
-            self._tenants.popitem(last=False)
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -271,21 +251,22 @@ class Api:
             return await self._call(principal, name, arguments, None, run_id, thread_id)
         inflight = self._inflight.get(call_id)
         if inflight is not None:
-            self._same(principal, name, arguments, inflight[0], inflight[1], inflight[2])
+            self._same(principal, name, arguments, inflight[0])
             try:
-                return await asyncio.shield(inflight[3])
+                return await asyncio.shield(inflight[1])
             except asyncio.CancelledError:
-                if not inflight[3].cancelled():
+                if not inflight[1].cancelled():
                     raise  # this request was cancelled
             # the first request was cancelled: this one answers from the store, or calls
             return await self.call(
                 principal, name, arguments, call_id=call_id, run_id=run_id, thread_id=thread_id
             )
-        earlier = self._earlier(principal, name, arguments, call_id)
+        earlier = await self._earlier(principal, name, arguments, call_id)
         if earlier is not None:
             return await earlier
         future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
-        self._inflight[call_id] = (principal.tenant, name, arguments, future)
+        asked = _Outcome(principal.tenant, _context_json(principal), name, arguments, 0, None)
+        self._inflight[call_id] = (asked, future)
         try:
             outcome = await self._call(principal, name, arguments, call_id, run_id, thread_id)
         except asyncio.CancelledError:
@@ -307,40 +288,40 @@ class Api:
         return outcome
 
     @staticmethod
-    def _same(
-        principal: Principal,
-        name: str,
-        arguments: JsonValue,
-        tenant: str,
-        earlier_name: str,
-        earlier_arguments: JsonValue,
-    ) -> None:
-        if tenant != principal.tenant or earlier_name != name or earlier_arguments != arguments:
-            raise Refused(
-                HttpError.IDEMPOTENCY_CONFLICT,
-                "This idempotency key was used for another call; use a new key.",
-            )
+    def _same(principal: Principal, name: str, arguments: JsonValue, earlier: _Outcome) -> None:
+        """Refuse a retry that is not the earlier request again: another caller (as
+        ``visible`` decides), another tool or other arguments."""
+        if (
+            not visible(principal, earlier.tenant, earlier.context)
+            or earlier.name != name
+            or earlier.arguments != arguments
+        ):
+            raise _conflict()
 
-    def _earlier(
+    async def _earlier(
         self, principal: Principal, name: str, arguments: JsonValue, call_id: str
     ) -> Awaitable[_Outcome] | None:
-        """The answer to a retry of a call made before (here, or by another process)."""
+        """The answer to a retry of a call made before (here, or by another process): the
+        store's record first, whoever made it; this process's kept answer only where the store
+        has no record of the call."""
+        record = await self.records.call(call_id, principal=principal)
+        if record is not None:
+            if record.name != name or dict(record.input) != arguments:
+                raise _conflict()
+            return self._from_record(record, principal, name, arguments)
         kept = self._outcomes.get(call_id)
-        if kept is not None:
-            self._same(principal, name, arguments, kept.tenant, kept.name, kept.arguments)
-            if kept.status != 202:
-                return _ready(kept)
-        record = self.runtime.store.call(call_id)
-        if record is None:
-            # never run a call twice: a store that forgot it still has its first answer here
-            return None if kept is None else _ready(kept)
-        self._same(principal, name, arguments, record.tenant, record.name, dict(record.input))
-        return self._from_record(record, name, arguments)
+        if kept is None:
+            return None  # a new key, or another caller's stored call: runtime.call decides
+        if await self.records.sees_call(call_id, principal=principal) is False:
+            raise _conflict()  # the store's call, another caller's: the kept answer is stale
+        self._same(principal, name, arguments, kept)
+        return _ready(kept)
 
-    async def _from_record(self, record: CallRecord, name: str, arguments: JsonValue) -> _Outcome:
+    async def _from_record(
+        self, record: CallRecord, principal: Principal, name: str, arguments: JsonValue
+    ) -> _Outcome:
         """A stored call as its first request was answered (waiting while it runs elsewhere)."""
         waited = 0.0
-        store = self.runtime.store
         while record.state in ("running", "resumable"):
             if waited >= IN_PROGRESS_WAIT_S:
                 raise Refused(
@@ -349,17 +330,20 @@ class Api:
                 )
             await asyncio.sleep(0.02)
             waited += 0.02
-            again = store.call(record.call_id)
+            again = await self.records.call(record.call_id, principal=principal)
             if again is None:
                 break
             record = again
-        status, body = self._stored_result(record)
-        return _Outcome(record.tenant, name, arguments, status, body, record.run_id)
+        status, body = await self._stored_result(record, principal)
+        context = record.context
+        return _Outcome(record.tenant, context, name, arguments, status, body, record.run_id)
 
-    def _stored_result(self, record: CallRecord) -> tuple[int, JsonValue]:
+    async def _stored_result(
+        self, record: CallRecord, principal: Principal
+    ) -> tuple[int, JsonValue]:
         ids: dict[str, JsonValue] = {"call_id": record.call_id, "run_id": record.run_id}
         if record.state in ("suspended", "pending"):
-            waiting = self.runtime.store.actions(call_id=record.call_id)
+            waiting = await self.records.actions(call_id=record.call_id, principal=principal)
             if waiting:
                 return 202, {"status": "pending", **ids, "action": self.action_json(waiting[0])}
         result = record.result
@@ -382,35 +366,31 @@ class Api:
         if not isinstance(arguments, dict):
             raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
         context = CallContext(principal=principal, thread_id=thread_id)
-        # The call id is known before the call, and so is its tenant: the run's event stream
-        # can tell whose the call's first events are, even where the store keeps no record.
         generated = call_id is None
         call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
-        remembered = call_id not in self._tenants
-        if remembered:
-            self._remember(call_id, principal.tenant, run_id)
         result = await self.runtime.call(
             name, arguments, call_id=call_id, run_id=run_id, context=context
         )
         if isinstance(result, ToolError) and result.code == ErrorCode.DUPLICATE_CALL:
-            if remembered:
-                self._tenants.pop(call_id, None)  # another process's call: not ours to name
-            record = None if generated else self.runtime.store.call(call_id)
-            if record is not None and record.tenant == principal.tenant:
-                self._same(
-                    principal, name, arguments, record.tenant, record.name, dict(record.input)
-                )
-                return await self._from_record(record, name, arguments)
-        status, body = self.result_json(result)
-        return _Outcome(principal.tenant, name, arguments, status, body, run_id)
+            # made meanwhile (by another request, or another process): the store's call, if
+            # it is this caller's, else the key is another call's (409)
+            record = None if generated else await self.records.call(call_id, principal=principal)
+            if record is not None:
+                if record.name != name or dict(record.input) != arguments:
+                    raise _conflict()
+                return await self._from_record(record, principal, name, arguments)
+        status, body = await self.result_json(result, principal)
+        return _Outcome(principal.tenant, context.to_json(), name, arguments, status, body, run_id)
 
-    def result_json(self, result: ToolResult[Any]) -> tuple[int, JsonValue]:
+    async def result_json(
+        self, result: ToolResult[Any], principal: Principal
+    ) -> tuple[int, JsonValue]:
         """A runtime result as the API answers it: errors as ``{code, message}``."""
         if isinstance(result, ToolError):
             return status_of(result.code), {"code": result.code.value, "message": result.message}
         ids: dict[str, JsonValue] = {"call_id": result.call.call_id, "run_id": result.call.run_id}
         if isinstance(result, ToolPending):
-            record = self.runtime.store.action(result.action.action_id)
+            record = await self.records.action(result.action.action_id, principal=principal)
             action: JsonValue = (
                 self.action_json(record)
                 if record is not None
@@ -454,8 +434,8 @@ class Api:
             "submit_schema": dict(record.submit_schema),
         }
 
-    def call_json(self, record: CallRecord, *, data: bool, channel: str | None = None) -> Any:
-        found: dict[str, Any] = {
+    def call_json(self, record: CallRecord) -> dict[str, Any]:
+        return {
             "call_id": record.call_id,
             "run_id": record.run_id,
             "name": record.name,
@@ -465,13 +445,14 @@ class Api:
             "input": dict(record.input),
             "result": record.result,
         }
-        if data:
-            found["data"] = self.data_json(record.call_id, channel)
-        return found
 
-    def data_json(self, call_id: str, channel: str | None) -> dict[str, JsonValue]:
+    async def data_json(
+        self, call_id: str, channel: str | None, principal: Principal | None
+    ) -> dict[str, JsonValue]:
+        """The call's ToolData by channel, as ``principal`` may see it (None: a call the store
+        keeps no record of, whose kept first answer the caller was found to own)."""
         channels: dict[str, JsonValue] = {}
-        for item in self.runtime.store.data(call_id, channel):
+        for item in await self.records.data(call_id, channel, principal=principal):
             items = channels.setdefault(item.channel, [])
             assert isinstance(items, list)
             items.append({"id": item.item_id, "value": item.value, "updated_at": item.updated_at})
@@ -499,6 +480,18 @@ async def _ready(outcome: _Outcome) -> _Outcome:
     return outcome
 
 
+def _conflict() -> Refused:
+    return Refused(
+        HttpError.IDEMPOTENCY_CONFLICT,
+        "This idempotency key was used for another call; use a new key.",
+    )
+
+
+def _context_json(principal: Principal) -> JsonValue:
+    """Who made a call, as ``visible`` reads it (the stored CallContext's principal)."""
+    return CallContext(principal=principal).to_json()
+
+
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
@@ -511,6 +504,17 @@ def _lone_surrogate(value: JsonValue) -> bool:
     """Whether a parsed body holds text no UTF-8 store or response can carry (json.loads
     pairs escaped surrogates that belong together; this finds the ones left alone)."""
     return not encodable(json.dumps(value, ensure_ascii=False))
+
+
+def _refuse_large_headers(request: Request) -> None:
+    """A head over ``MAX_HEADER_BYTES`` is refused whoever serves the app (``blade-runtime
+    serve``'s server refuses larger ones with the same answer before they reach it)."""
+    size = sum(len(name) + len(value) + 4 for name, value in request.scope["headers"])
+    if size > MAX_HEADER_BYTES:
+        raise Refused(
+            HttpError.HEADERS_TOO_LARGE,
+            f"The request's headers are larger than {MAX_HEADER_BYTES} bytes.",
+        )
 
 
 def _refuse_nul(request: Request) -> None:
@@ -546,6 +550,7 @@ def create_app(
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
+                _refuse_large_headers(request)
                 principal = await api.principal(request)
                 _refuse_nul(request)
                 return await handler(request, principal)
@@ -598,24 +603,30 @@ def create_app(
 
     async def read_call(request: Request, principal: Principal) -> Response:
         call_id = request.path_params["call_id"]
-        record = runtime.store.call(call_id)
-        if record is not None and not principal.may_see(record.tenant):
-            raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
-        if record is None:  # a store that forgot the call: its first answer, kept here
-            kept = api.kept(call_id)
-            if kept is None or not principal.may_see(kept.tenant):
-                raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
-            registration = api.registration(kept.name)
-            spec_id = "" if registration is None else registration.spec.id
-            data = api.data_json(call_id, request.query_params.get("channel"))
-            return json_response(kept.record_json(call_id, spec_id, data))
         channel = request.query_params.get("channel")
-        return json_response(api.call_json(record, data=True, channel=channel))
+        record = await api.records.call(call_id, principal=principal)
+        if record is not None:
+            found = api.call_json(record)
+            found["data"] = await api.data_json(call_id, channel, principal)
+            return json_response(found)
+        # no record this principal may see: where the store has none at all (a MemoryStore's
+        # call that neither waited nor was kept), the first answer kept here, if it was theirs
+        kept = api.kept(call_id)
+        if (
+            kept is None
+            or not visible(principal, kept.tenant, kept.context)
+            or await api.records.sees_call(call_id, principal=principal) is not None
+        ):
+            raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
+        registration = api.registration(kept.name)
+        spec_id = "" if registration is None else registration.spec.id
+        data = await api.data_json(call_id, channel, None)
+        return json_response(kept.record_json(call_id, spec_id, data))
 
     async def run_calls(request: Request, principal: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        found = runtime.store.calls(run_id=run_id, tenant=api.tenant_filter(principal))
-        return json_response({"calls": [api.call_json(r, data=False) for r in found]})
+        found = await api.records.calls(run_id=run_id, principal=principal)
+        return json_response({"calls": [api.call_json(r) for r in found]})
 
     async def list_actions(request: Request, principal: Principal) -> Response:
         query = request.query_params
@@ -626,20 +637,17 @@ def create_app(
                 f"state is one of {', '.join(ACTION_STATES)} or any, not {state_text!r}.",
             )
         state: ActionState | None = None if state_text == "any" else state_text  # type: ignore[assignment]
-        found = runtime.store.actions(
-            state=state,
-            run_id=query.get("run_id"),
-            name=query.get("tool"),
-            tenant=api.tenant_filter(principal),
+        found = await api.records.actions(
+            state=state, run_id=query.get("run_id"), name=query.get("tool"), principal=principal
         )
         return json_response({"actions": [api.action_json(a) for a in found]})
 
     async def read_action(request: Request, principal: Principal) -> Response:
-        record = api.visible_action(principal, request.path_params["action_id"])
+        record = await api.visible_action(principal, request.path_params["action_id"])
         return json_response(api.action_json(record))
 
     async def submit(request: Request, principal: Principal) -> Response:
-        record = api.visible_action(principal, request.path_params["action_id"])
+        record = await api.visible_action(principal, request.path_params["action_id"])
         expected = request.path_params.get("name")
         if expected is not None and (
             record.name != expected or record.point != request.path_params.get("point")
@@ -648,13 +656,15 @@ def create_app(
         payload = await api.body(request)
         # runtime.submit reads a str as JSON text: a body that is a JSON string is that string
         result = await runtime.submit(
-            record.action_id, json.dumps(payload) if isinstance(payload, str) else payload
+            record.action_id,
+            json.dumps(payload) if isinstance(payload, str) else payload,
+            principal=principal,
         )
-        status, body = api.result_json(result)
+        status, body = await api.result_json(result, principal)
         return json_response(body, status)
 
     async def settle(request: Request, principal: Principal) -> Response:
-        record = api.visible_action(principal, request.path_params["action_id"])
+        record = await api.visible_action(principal, request.path_params["action_id"])
         body = await api.body(request, optional=True)
         if body is not None and not isinstance(body, dict):
             raise Refused(HttpError.MALFORMED_REQUEST, "The body is a JSON object.")
@@ -665,9 +675,9 @@ def create_app(
         if not isinstance(text, str) or not text.strip() or "\x00" in text:
             raise Refused(HttpError.MALFORMED_REQUEST, f"{key} is a non-empty string without NUL.")
         if cancelling:
-            result = await runtime.cancel(record.action_id, text)
+            result = await runtime.cancel(record.action_id, text, principal=principal)
         else:
-            result = await runtime.fail(record.action_id, text)
+            result = await runtime.fail(record.action_id, text, principal=principal)
         if isinstance(result, ToolError) and result.code in (
             ErrorCode.CANCELLED,
             ErrorCode.TOOL_FAILED,
@@ -681,12 +691,12 @@ def create_app(
                     "message": result.message,
                 }
             )
-        status, answer = api.result_json(result)
+        status, answer = await api.result_json(result, principal)
         return json_response(answer, status)
 
     async def events(request: Request, principal: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        if not api.sees_run(principal, run_id):
+        if not await api.records.sees_run(run_id, principal=principal):
             raise Refused(HttpError.UNKNOWN_RUN, f"No run {run_id!r}.")
         resume = request.headers.get("last-event-id") or request.query_params.get("after")
         after: int | None = None
@@ -759,9 +769,13 @@ def create_app(
 
 async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIterator[str]:
     """Server-Sent Events of one run: ``id`` is the event's sequence number (resume with
-    Last-Event-ID), ``event`` its kind; events of calls of other tenants are left out."""
+    Last-Event-ID), ``event`` its kind. An event is shown only when the store's record of its
+    call is the principal's to see (an operator sees all): decided per call from the store, and
+    kept only once the store has the call (a key another process's call takes after a refusal
+    here must not keep the first sender's name; a call the store keeps no record of, a
+    MemoryStore's that neither waits nor is kept, reaches operators' streams only)."""
     api.streams.add(subscription)
-    tenants: dict[str, str] = {}
+    seen: dict[str, bool] = {}  # call id -> the store's record is the principal's
     try:
         yield "retry: 1000\n\n"
         iterator = subscription.__aiter__()
@@ -774,12 +788,12 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
             except StopAsyncIteration:
                 return
             if not principal.operator:
-                tenant = tenants.get(event.call_id)
-                if tenant is None:  # one lookup per call of the run (None: not yet known)
-                    tenant = api.tenant_of(event.call_id)
-                    if tenant is not None:
-                        tenants[event.call_id] = tenant
-                if tenant != principal.tenant:
+                shown = seen.get(event.call_id)
+                if shown is None:  # one lookup per call of the run, once the store has it
+                    shown = await api.records.sees_call(event.call_id, principal=principal)
+                    if shown is not None:
+                        seen[event.call_id] = shown
+                if not shown:
                     continue
             data = json.dumps(
                 {

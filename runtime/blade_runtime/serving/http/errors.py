@@ -29,6 +29,8 @@ class HttpError(StrEnum):
     MALFORMED_REQUEST = "MALFORMED_REQUEST"
     """The body is not JSON, or a parameter has the wrong form."""
     BODY_TOO_LARGE = "BODY_TOO_LARGE"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
+    """The request's headers are larger than ``MAX_HEADER_BYTES``."""
     UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
     IDEMPOTENCY_CONFLICT = "IDEMPOTENCY_CONFLICT"
     """The idempotency key (call id) is taken by another call: other arguments, tool or caller."""
@@ -36,6 +38,9 @@ class HttpError(StrEnum):
     """A call with this idempotency key is still running elsewhere; retry later."""
     INTERNAL = "INTERNAL"
 
+
+MAX_HEADER_BYTES: Final = 64 * 1024
+"""The largest request head served (the request line and the headers, names and values)."""
 
 STATUS: Final[dict[str, int]] = {
     ErrorCode.INVALID_INPUT: 422,
@@ -66,6 +71,7 @@ STATUS: Final[dict[str, int]] = {
     HttpError.UNKNOWN_RUN: 404,
     HttpError.MALFORMED_REQUEST: 400,
     HttpError.BODY_TOO_LARGE: 413,
+    HttpError.HEADERS_TOO_LARGE: 431,
     HttpError.UNSUPPORTED_MEDIA_TYPE: 415,
     HttpError.IDEMPOTENCY_CONFLICT: 409,
     HttpError.CALL_IN_PROGRESS: 409,
