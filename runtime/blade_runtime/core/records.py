@@ -83,10 +83,15 @@ class Records:
         self, action_id: str, *, principal: Principal | None = None
     ) -> ActionRecord | None:
         """The action ``action_id``, or None when it is not stored or not the principal's (a
-        principal never learns that another tenant's action exists)."""
+        principal never learns that another tenant's action exists; within its tenant, an
+        action of a call made for another principal is not its either)."""
         record: ActionRecord | None = await self.io(self.store.action, action_id)
         if record is None or not visible(principal, record.tenant):
             return None
+        if principal is not None and not principal.operator:
+            call = await self.call(record.call_id, principal=principal)
+            if call is None:
+                return None
         return record
 
     async def actions(

@@ -261,14 +261,18 @@ class Api:
             return await self.call(
                 principal, name, arguments, call_id=call_id, run_id=run_id, thread_id=thread_id
             )
-        earlier = await self._earlier(principal, name, arguments, call_id)
-        if earlier is not None:
-            return await earlier
+        # In flight from here on, before anything awaits: a concurrent request with this key
+        # waits for this one's answer instead of calling too.
         future: asyncio.Future[_Outcome] = asyncio.get_running_loop().create_future()
         asked = _Outcome(principal.tenant, _context_json(principal), name, arguments, 0, None)
         self._inflight[call_id] = (asked, future)
+        earlier = None
         try:
-            outcome = await self._call(principal, name, arguments, call_id, run_id, thread_id)
+            earlier = await self._earlier(principal, name, arguments, call_id)
+            if earlier is not None:
+                outcome = await earlier
+            else:
+                outcome = await self._call(principal, name, arguments, call_id, run_id, thread_id)
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -279,6 +283,8 @@ class Api:
         finally:
             del self._inflight[call_id]
         future.set_result(outcome)
+        if earlier is not None:
+            return outcome
         if outcome.body is not None and not (
             isinstance(outcome.body, dict) and outcome.body.get("code") == ErrorCode.DUPLICATE_CALL
         ):
@@ -345,7 +351,8 @@ class Api:
         if record.state in ("suspended", "pending"):
             waiting = await self.records.actions(call_id=record.call_id, principal=principal)
             if waiting:
-                return 202, {"status": "pending", **ids, "action": self.action_json(waiting[0])}
+                action = await self.action_json(waiting[0])
+                return 202, {"status": "pending", **ids, "action": action}
         result = record.result
         if isinstance(result, dict) and result.get("status") == "error":
             code = str(result.get("code"))
@@ -392,7 +399,7 @@ class Api:
         if isinstance(result, ToolPending):
             record = await self.records.action(result.action.action_id, principal=principal)
             action: JsonValue = (
-                self.action_json(record)
+                await self.action_json(record)
                 if record is not None
                 else {"action_id": result.action.action_id, "name": result.action.name}
             )
@@ -409,9 +416,9 @@ class Api:
 
     # -- records as JSON ---------------------------------------------------------------------
 
-    def action_json(self, record: ActionRecord) -> dict[str, JsonValue]:
+    async def action_json(self, record: ActionRecord) -> dict[str, JsonValue]:
         registration = self.registration(record.name)
-        call = self.runtime.store.call(record.call_id)  # who asked: the call's principal
+        call = await self.runtime.records.call(record.call_id)  # who asked: its principal
         context = None if call is None else CallContext.from_json(call.context)
         asker = None if context is None or context.principal is None else context.principal.id
         return {
@@ -640,11 +647,11 @@ def create_app(
         found = await api.records.actions(
             state=state, run_id=query.get("run_id"), name=query.get("tool"), principal=principal
         )
-        return json_response({"actions": [api.action_json(a) for a in found]})
+        return json_response({"actions": [await api.action_json(a) for a in found]})
 
     async def read_action(request: Request, principal: Principal) -> Response:
         record = await api.visible_action(principal, request.path_params["action_id"])
-        return json_response(api.action_json(record))
+        return json_response(await api.action_json(record))
 
     async def submit(request: Request, principal: Principal) -> Response:
         record = await api.visible_action(principal, request.path_params["action_id"])

@@ -62,6 +62,7 @@ STATUS: Final[dict[str, int]] = {
     ErrorCode.INTERRUPTED: 500,
     ErrorCode.DUPLICATE_CALL: 409,
     ErrorCode.OBSERVER_FAILED: 500,
+    ErrorCode.POLICY_FAILED: 500,
     ErrorCode.STORE_UNAVAILABLE: 503,
     HttpError.UNAUTHENTICATED: 401,
     HttpError.ANONYMOUS_REFUSED: 403,
