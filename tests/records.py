@@ -74,8 +74,9 @@ def ev(call: CallRecord, kind: str, payload: Any = None) -> Event:
 
 
 def begun(store: Store, **fields: Any) -> CallRecord:
+    """A call begun (running) under a lease of ``lease_s`` (default 30 s) from the commit."""
     call = a_call(**fields)
-    store.begin(call, ev(call, "started"))
+    store.begin(call, ev(call, "started"), lease_s=fields.get("lease_s", 30.0))
     return call
 
 

@@ -13,6 +13,11 @@ held by its ``owner`` under a lease until ``lease_until``), ``suspended`` (waiti
 action), ``pending`` (a client tool waiting for its output), ``resumable`` (its action was
 submitted, no runtime has claimed the re-entry yet) and ``settled``.
 
+Leases: a lease's expiry is the store's clock when it commits the grant plus its length (``begin``,
+``claim``, ``renew``, ``resolve`` with a ``call_owner``), never a time read before a wait for a
+lock; and a running call's lease counts as expired only if it had expired before the claim began
+waiting, so a sweep held up by the same lock as an owner's renewal never takes that owner's calls.
+
 Ownership: only the owner of a running call may suspend or settle it (a runtime that lost its
 lease is told so, with ``LeaseLost``, and its late result is not recorded). Another runtime takes
 a call over only through ``claim``: a resumable call, or a running one whose lease expired or
@@ -21,6 +26,7 @@ whose owner is known dead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -212,6 +218,10 @@ class StoreUnavailable(StoreError):
     """The store cannot be opened or reached; the message names it (password masked)."""
 
 
+class StoreBusy(StoreError):
+    """The store would have to wait for a lock (within ``Store.nowait()``); nothing was done."""
+
+
 class LeaseLost(StoreError):
     """A runtime wrote to a call it no longer owns: another worker claimed it (its lease expired,
     or its owner was taken for dead). The write is not made."""
@@ -268,17 +278,40 @@ class Claimed:
     previous_owner: str
 
 
+class Renewer(Protocol):
+    """Lease renewal on a connection of its own (``Store.renewer()``): a store whose pool or
+    event loop is stalled does not hold it up. It may be called from any one thread at a time,
+    another than the one that made the store."""
+
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        """As ``Store.renew``."""
+        ...
+
+    def close(self) -> None:
+        """Close its connection (a later ``renew`` is refused, or opens one again)."""
+        ...
+
+
 class Store(Protocol):
-    """The runtime's persistence. Every method is atomic; the runtime adds no locking."""
+    """The runtime's persistence. Every method is atomic; the runtime adds no locking. Every
+    method may be called from any thread (a durable store's connections are per thread or
+    pooled)."""
 
     durable: bool
     """Whether records outlive the process and are shared with other processes."""
 
+    waits: bool
+    """Whether an operation may block on a lock or a connection (SQLite, PostgreSQL), so that an
+    event loop should not run it on its own thread unless within ``nowait()``; MemoryStore's
+    operations never wait."""
+
     url: str
     """Where the store is, as ``open_store`` takes it (any password masked)."""
 
-    def begin(self, call: CallRecord, event: Event) -> None:
-        """Record a new call, running under ``call.owner`` (its lease: ``call.lease_until``)."""
+    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
+        """Record a new call, running under ``call.owner``: the store sets ``call.lease_until``
+        (and stores it) to its clock when it commits, plus ``lease_s``. A call recorded in
+        another state keeps the ``lease_until`` it has."""
         ...
 
     def suspend(
@@ -289,7 +322,8 @@ class Store(Protocol):
         ...
 
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
-        """Compare-and-set the pending action, update its call, append ``event``."""
+        """Compare-and-set the pending action, update its call, append ``event``. With a
+        ``call_owner``, the call's lease runs ``resolution.lease_s`` from the commit."""
         ...
 
     def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
@@ -310,11 +344,24 @@ class Store(Protocol):
         transaction per sweep: resumable calls, and running calls whose lease expired or whose
         owner is in ``dead``; ``names``: only calls of these registration names (the tools the
         claiming runtime can run); ``call_id``: only that call. Concurrent sweeps never share a
-        call."""
+        call. A lease is expired only if it had expired before the sweep began waiting for the
+        store (so an owner's renewal held up by the same lock keeps its calls); the claimed
+        calls' leases run ``lease_s`` from the commit."""
         ...
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
-        """Extend the lease of every running call ``owner`` holds; returns their ids."""
+        """Extend the lease of every running call ``owner`` holds to the store's clock at the
+        commit plus ``lease_s``; returns their ids."""
+        ...
+
+    def renewer(self) -> Renewer:
+        """A ``Renewer`` with a connection of its own, for a heartbeat thread."""
+        ...
+
+    def nowait(self) -> contextlib.AbstractContextManager[None]:
+        """Within it, on the calling thread, an operation that would wait for a lock raises
+        ``StoreBusy`` instead, having written nothing (SQLite). A no-op where operations never
+        wait (MemoryStore) or are always run off the event loop (PostgreSQL)."""
         ...
 
     def expired(self, limit: int = 100) -> list[ActionRecord]:
@@ -382,4 +429,6 @@ class Store(Protocol):
         """Return when events may have been committed (by any process), or after ``timeout_s``."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the store's connections, those other threads made and its renewers' too."""
+        ...

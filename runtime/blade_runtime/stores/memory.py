@@ -11,6 +11,7 @@ subscribers in this process are their only consumers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterable
@@ -19,6 +20,7 @@ from dataclasses import replace
 from pydantic import JsonValue
 
 from blade_runtime.core.store import (
+    DEFAULT_LEASE_S,
     ActionAlreadyResolved,
     ActionRecord,
     ActionState,
@@ -42,6 +44,7 @@ class MemoryStore:
     """A store in this process's memory; one lock makes every method atomic."""
 
     durable = False
+    waits = False  # one lock, held only while a dict is read or changed
     url = "memory:"
 
     def __init__(self, *, keep_settled: int = DEFAULT_KEEP_SETTLED) -> None:
@@ -56,10 +59,12 @@ class MemoryStore:
         self._call_channels: dict[str, set[str]] = {}
         self._seq = 0
 
-    def begin(self, call: CallRecord, event: Event) -> None:
+    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
         with self._lock:
             if call.call_id in self._calls:  # settled ones too, like the durable stores
                 raise DuplicateCall(call.call_id)
+            if call.state == "running":
+                call.lease_until = clock() + lease_s
             self._calls[call.call_id] = replace(call)
 
     def suspend(
@@ -123,9 +128,10 @@ class MemoryStore:
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
-        at = clock()
+        at = clock()  # leases are judged by the clock before the wait for the lock
         claimed: list[Claimed] = []
         with self._lock:
+            until = clock() + lease_s
             if call_id is None:
                 candidates = list(self._calls.values())
             else:
@@ -139,19 +145,26 @@ class MemoryStore:
                 if names is not None and call.name not in names:
                     continue
                 was, previous = call.state, call.owner
-                call.state, call.owner, call.lease_until = "running", owner, at + lease_s
+                call.state, call.owner, call.lease_until = "running", owner, until
                 claimed.append(Claimed(replace(call), was, previous))
         return claimed
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
-        until = clock() + lease_s
         held: set[str] = set()
         with self._lock:
+            until = clock() + lease_s
             for call in self._calls.values():
                 if call.owner == owner and call.state == "running":
                     call.lease_until = until
                     held.add(call.call_id)
         return held
+
+    def renewer(self) -> MemoryRenewer:
+        return MemoryRenewer(self)
+
+    def nowait(self) -> contextlib.AbstractContextManager[None]:
+        """A no-op: no operation here waits."""
+        return contextlib.nullcontext()
 
     def expired(self, limit: int = 100) -> list[ActionRecord]:
         at = clock()
@@ -281,3 +294,16 @@ class MemoryStore:
                 self._data.pop((old, channel), None)
             for action_id in self._call_actions.pop(old, ()):
                 self._actions.pop(action_id, None)
+
+
+class MemoryRenewer:
+    """``MemoryStore.renewer()``: its renewals, from any thread."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        return self._store.renew(owner, lease_s)
+
+    def close(self) -> None:
+        pass

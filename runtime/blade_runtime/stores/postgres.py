@@ -36,10 +36,15 @@ change, what follows from it and its event commit together or not at all.
   is one attached before the server last started: a restart (or a failover) ends every
   session, the live ones' too, so a free lock proves nothing until the owner attaches again,
   which its next lease renewal does.
-- **Clocks.** ``lease_until`` and ``expires_at`` are epoch seconds from ``store.clock()`` of the
-  process that writes or compares them, as in the other stores: the runtime computes
-  ``expires_at`` with the same clock, and a claim compares leases with the claimer's clock, so
-  hosts' clocks must agree to well within a lease (NTP does).
+- **Clocks.** ``lease_until`` is epoch seconds of the server's clock: a lease is granted (begin,
+  resume, claim, renewal) as ``clock_timestamp()`` plus its length, when the statement has its
+  locks, and judged by the server's clock, so workers' clocks never meet leases. A sweep judges
+  a lease expired only if it was at its transaction's start (``transaction_timestamp()``, which
+  on the store's autocommit connections is when the server received the statement, before any
+  lock wait; ``statement_timestamp()`` is reset by the extended protocol's Execute message,
+  after the wait); the claim is sent unprepared so that its Parse, where the wait happens,
+  starts that transaction. ``expires_at`` (an action's deadline) is the runtime's
+  ``store.clock()``, as it computes it, so hosts' clocks must agree to well within a deadline.
 - **JSON as text.** Payloads are stored as the same compact JSON text as in SQLite, not jsonb:
   jsonb reorders keys, drops duplicate keys and refuses ``\\u0000``, and the store never queries
   inside a payload (filters are on plain columns), so text round-trips exactly and costs no
@@ -57,28 +62,26 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
-import json
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator
+import weakref
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
 import psycopg
 import psycopg.errors
-from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 from pydantic import JsonValue
 
 from blade_runtime.core.store import (
+    DEFAULT_LEASE_S,
     ActionAlreadyResolved,
     ActionRecord,
-    ActionState,
     CallRecord,
-    CallState,
     Claimed,
     DataRecord,
     DuplicateCall,
@@ -90,11 +93,20 @@ from blade_runtime.core.store import (
     StoreUnavailable,
     UnknownAction,
     clock,
-    encodable,
     now,
 )
 from blade_runtime.core.store import dump_json as _dump
 from blade_runtime.core.store import load_json as _load
+from blade_runtime.stores.sql import ACTION_COLUMNS as _ACTION_COLUMNS
+from blade_runtime.stores.sql import CALL_COLUMNS as _CALL_COLUMNS
+from blade_runtime.stores.sql import (
+    Schemas,
+    SQLStore,
+    action_record,
+    action_values,
+    call_record,
+    call_values,
+)
 from blade_runtime.stores.urls import masked, secrets_of
 
 log = logging.getLogger("blade_runtime")
@@ -283,17 +295,9 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_CALL_COLUMNS: LiteralString = (
-    "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
-    "entry, result, lease_until, tenant, context"
-)
 _CALLS_PREFIXED: LiteralString = (
     "blade_calls.call_id, run_id, name, spec_id, side_effect, execution, input, "
     "blade_calls.state, started_at, owner, entry, result, lease_until, tenant, context"
-)
-_ACTION_COLUMNS: LiteralString = (
-    "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
-    "state, resume, resolved_at, reason, tenant, expires_at"
 )
 _CALL_VALUES: LiteralString = (
     "%(call_id)s, %(run_id)s, %(name)s, %(spec_id)s, %(side_effect)s, %(execution)s, %(input)s, "
@@ -308,6 +312,20 @@ _ACTION_VALUES: LiteralString = (
 _EVENT: LiteralString = (
     "blade_event(%(e_run_id)s, %(e_call_id)s, %(e_kind)s, %(e_payload)s, %(e_at)s)"
 )
+# The server's clock, as leases are granted: when the statement runs (its locks taken).
+_NOW: LiteralString = "extract(epoch from clock_timestamp())::float8"
+# The server's clock when the statement reached it, before any wait for a lock (see Clocks).
+_BEFORE_WAIT: LiteralString = "extract(epoch from transaction_timestamp())::float8"
+_BEGIN_VALUES: LiteralString = _CALL_VALUES.replace(
+    "%(lease_until)s", f"COALESCE({_NOW} + %(lease_s)s, %(lease_until)s)"
+)
+_RENEW: LiteralString = (
+    f"UPDATE blade_calls SET lease_until = {_NOW} + %s WHERE owner = %s AND state = 'running' "
+    "RETURNING call_id"
+)
+# The call's and action's parameter names, in CALL_COLUMNS' and ACTION_COLUMNS' order.
+_CALL_KEYS = tuple(name.strip() for name in _CALL_COLUMNS.split(","))
+_ACTION_KEYS = tuple(name.strip()[2:-2] for name in _ACTION_VALUES.replace("%(", " %(").split(","))
 
 
 def owner_key(owner: str) -> int:
@@ -334,56 +352,20 @@ def _event_params(event: Event) -> dict[str, Any]:
     }
 
 
-def _call_params(call: CallRecord) -> dict[str, Any]:
-    return {
-        "call_id": call.call_id,
-        "run_id": call.run_id,
-        "name": call.name,
-        "spec_id": call.spec_id,
-        "side_effect": call.side_effect,
-        "execution": call.execution,
-        "input": _dump(dict(call.input)),
-        "state": call.state,
-        "started_at": call.started_at,
-        "owner": call.owner,
-        "entry": _dump(call.entry),
-        "result": _dump(call.result),
-        "lease_until": float(call.lease_until),
-        "tenant": call.tenant,
-        "context": _dump(call.context),
-    }
+def _call_params(call: CallRecord, lease_until: float) -> dict[str, Any]:
+    return dict(zip(_CALL_KEYS, call_values(call, lease_until), strict=True))
 
 
-class _Schemas:
-    """Schemas repeat (every action of a suspend point stores the same one): each distinct text
-    is parsed once, and each schema object (the runtime passes its own) is dumped once."""
-
-    def __init__(self) -> None:
-        self._parsed: dict[str, Any] = {}
-        self._texts: dict[int, tuple[Any, str]] = {}
-        self._lock = threading.Lock()
-
-    def dump(self, schema: Any) -> str:
-        found = self._texts.get(id(schema))
-        if found is None or found[0] is not schema:
-            found = (schema, _dump(dict(schema)))
-            with self._lock:
-                self._texts[id(schema)] = found
-        return found[1]
-
-    def load(self, text: str) -> Any:
-        parsed = self._parsed.get(text)
-        if parsed is None:
-            parsed = json.loads(text)
-            with self._lock:
-                self._parsed[text] = parsed
-        return parsed
+def _action_params(action: ActionRecord, schemas: Schemas) -> dict[str, Any]:
+    return dict(zip(_ACTION_KEYS, action_values(action, schemas), strict=True))
 
 
-class PostgresStore:
+class PostgresStore(SQLStore):
     """A durable store in a PostgreSQL database, shared by processes on any number of hosts."""
 
-    durable = True
+    _mark = "%s"
+    _holds_nul = False  # text holds no U+0000
+    _calls, _actions, _data = "blade_calls", "blade_actions", "blade_data"
 
     def __init__(
         self,
@@ -396,20 +378,24 @@ class PostgresStore:
         create: bool = True,
     ) -> None:
         """``create=False``: only a store a runtime has made is opened (see ``open_store``)."""
+        super().__init__()
         self.url = masked(url)
         self._create = create
         self.listen_retry_s = 1.0  # how soon a lost LISTEN connection is made again
         self._dsn = url
         self._secrets = secrets_of(url)
         self._connect_timeout = max(1, round(connect_timeout_s))
-        self._schemas = _Schemas()
         self._closed = False
         self._attached: dict[str, psycopg.Connection[TupleRow]] = {}
         self._attached_lock = threading.Lock()
+        self._renewers: weakref.WeakSet[PostgresRenewer] = weakref.WeakSet()
         # Events: the LISTEN thread counts notifications; each task remembers the count it saw.
         self._generation = 0
-        self._seen: contextvars.ContextVar[int] = contextvars.ContextVar(
-            f"blade_postgres_seen_{id(self)}", default=-1
+        # A cell of the task, not the count itself: a read run in a worker thread
+        # (asyncio.to_thread runs it in a copy of the task's context) updates the task's cell,
+        # and a task made by another (which copies its context) makes a cell of its own.
+        self._seen: contextvars.ContextVar[tuple[asyncio.Task[Any] | None, list[int]]] = (
+            contextvars.ContextVar(f"blade_postgres_seen_{id(self)}")
         )
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
         self._waiters_lock = threading.Lock()
@@ -472,10 +458,7 @@ class PostgresStore:
         if version == SCHEMA_VERSION:
             return
         if version == 0 and not self._create:
-            raise StoreUnavailable(
-                f"{self.url}: not a blade-runtime store (it has none of its tables; a runtime "
-                "makes them when it first opens the store)"
-            )
+            raise self._not_made()
         # A session lock taken before the transaction begins: the transaction then reads the
         # catalog as another migrator committed it (a lock taken inside it may not).
         db.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_CLASS, _MIGRATION_LOCK))
@@ -488,9 +471,11 @@ class PostgresStore:
                     db.execute(
                         "CREATE TABLE IF NOT EXISTS blade_schema_version (version integer NOT NULL)"
                     )
-                for step in range(version, SCHEMA_VERSION):
-                    for statement in MIGRATIONS[step]:
-                        db.execute(statement)
+                self._migrate_from(
+                    version,
+                    MIGRATIONS,
+                    db.execute,
+                )
                 db.execute("DELETE FROM blade_schema_version")
                 db.execute(
                     "INSERT INTO blade_schema_version (version) VALUES (%s)", (SCHEMA_VERSION,)
@@ -505,31 +490,50 @@ class PostgresStore:
             return 0
         found = db.execute("SELECT max(version) FROM blade_schema_version").fetchone()
         version = int(found[0]) if found and found[0] is not None else 0
-        if version > SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"{self.url}: store schema version {version} is newer than this "
-                f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
-            )
+        self._refuse_newer(version, SCHEMA_VERSION)
         return version
 
     # -- the Store interface -------------------------------------------------------------------
 
-    def begin(self, call: CallRecord, event: Event) -> None:
+    def _fetch(self, query: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
+        # The base builds its queries from constants and markers only (values are parameters).
+        with self._db() as db:
+            return db.execute(query, values).fetchall()
+
+    def nowait(self) -> contextlib.AbstractContextManager[None]:
+        """A no-op: the runtime runs PostgreSQL operations in threads, never on its loop."""
+        return contextlib.nullcontext()
+
+    def renewer(self) -> PostgresRenewer:
+        renewer = PostgresRenewer(self)
+        with self._attached_lock:
+            self._renewers.add(renewer)
+        return renewer
+
+    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
+        params = _call_params(call, call.lease_until) | _event_params(event)
+        params["lease_s"] = lease_s if call.state == "running" else None
         try:
             with self._db() as db:
                 row = db.execute(
-                    f"WITH c AS (INSERT INTO blade_calls ({_CALL_COLUMNS}) VALUES ({_CALL_VALUES}) "
-                    f"RETURNING call_id) SELECT {_EVENT} FROM c",
-                    _call_params(call) | _event_params(event),
+                    f"WITH c AS (INSERT INTO blade_calls ({_CALL_COLUMNS}) "
+                    f"VALUES ({_BEGIN_VALUES}) RETURNING call_id, lease_until) "
+                    f"SELECT {_EVENT}, c.lease_until FROM c",
+                    params,
                 ).fetchone()
         except psycopg.errors.UniqueViolation:
             raise DuplicateCall(call.call_id) from None
-        event.seq = int(row[0]) if row else 0
+        if row:
+            event.seq, call.lease_until = int(row[0]), float(row[1])
 
     def suspend(
         self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
     ) -> None:
-        params = _call_params(call) | _event_params(event) | self._action_params(action)
+        params = (
+            _call_params(call, call.lease_until)
+            | _event_params(event)
+            | _action_params(action, self._schemas)
+        )
         if known:  # the call is there, running under call.owner: it becomes suspended/pending
             query: LiteralString = (
                 "WITH c AS (UPDATE blade_calls SET state = %(state)s WHERE call_id = %(call_id)s "
@@ -569,34 +573,37 @@ class PostgresStore:
             "c AS (UPDATE blade_calls SET state = %(call_state)s, entry = %(entry)s, "
             "result = %(result)s, owner = COALESCE(%(call_owner)s, blade_calls.owner), "
             "input = COALESCE(%(call_input)s, blade_calls.input), "
-            "lease_until = %(lease_until)s FROM a WHERE blade_calls.call_id = a.call_id "
+            f"lease_until = COALESCE({_NOW} + %(lease_s)s, 0) "
+            "FROM a WHERE blade_calls.call_id = a.call_id "
             "RETURNING blade_calls.input, blade_calls.context) "
             f"SELECT a.*, c.input, c.context, {_EVENT} FROM a LEFT JOIN c ON true"
         )
-        at = clock()
         params = _event_params(event) | {
             "state": resolution.state,
             "resume": _dump(resolution.resume),
             "resolved_at": resolution.resolved_at,
             "reason": resolution.reason,
             "action_id": action_id,
-            "now": at,
+            "now": clock(),  # an action's deadline is the runtime's clock
             "call_state": resolution.call_state,
             "entry": _dump(resolution.call_entry),
             "result": _dump(resolution.call_result),
             "call_owner": resolution.call_owner,
             "call_input": None if resolution.call_input is None else _dump(resolution.call_input),
-            "lease_until": at + resolution.lease_s if resolution.call_owner else 0.0,
+            "lease_s": resolution.lease_s if resolution.call_owner else None,
         }
         with self._db() as db:
             row = db.execute(query, params).fetchone()
             if row is None:  # lost the race, or no such action: say which, and how it went
-                action = self._one_action(db, action_id)
-                if action is None:
+                found = db.execute(
+                    f"SELECT {_ACTION_COLUMNS} FROM blade_actions WHERE action_id = %s",
+                    (action_id,),
+                ).fetchone()
+                if found is None:
                     raise UnknownAction(action_id)
-                raise ActionAlreadyResolved(action)
+                raise ActionAlreadyResolved(action_record(found, self._schemas))
         event.seq = int(row[-1])
-        action = self._action(row[:-3])
+        action = action_record(row[:-3], self._schemas)
         if row[-3] is None:  # no such call (only an action was recorded)
             return Resolved(action, {})
         return Resolved(action, _load(row[-3]), _load(row[-2]))
@@ -624,70 +631,58 @@ class PostgresStore:
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
-        at = clock()
         only: LiteralString = " AND call_id = %(only)s" if call_id is not None else ""
         if names is not None:
             only += " AND name = ANY(%(names)s)"
         # ``picked`` locks its rows (skipping those another sweep holds, and re-checking the
         # WHERE on the committed row for those it had to wait for): the previous state and
-        # owner it returns are those the update replaces. The events are appended after the
-        # sort, in the order of their runs' lock keys: two sweeps whose calls span the same runs
-        # take those locks in one order, so readers queued for them cannot close a cycle (which
-        # PostgreSQL would break only after deadlock_timeout). Each distinct run holds a lock
-        # to the commit: ``limit`` stays well within max_locks_per_transaction.
+        # owner it returns are those the update replaces. A lease counts as expired only if it
+        # was when the statement reached the server (see Clocks): an owner whose renewal waits
+        # behind the same lock keeps its calls. The events are appended after the sort, in the
+        # order of their runs' lock keys: two sweeps whose calls span the same runs take those
+        # locks in one order, so readers queued for them cannot close a cycle (which PostgreSQL
+        # would break only after deadlock_timeout). Each distinct run holds a lock to the
+        # commit: ``limit`` stays well within max_locks_per_transaction.
         query: LiteralString = (
             "WITH picked AS (SELECT call_id, state AS was, owner AS previous_owner "
             "FROM blade_calls WHERE state IN ('running', 'resumable') AND (state = 'resumable' "
-            f"OR lease_until < %(at)s OR owner = ANY(%(dead)s)){only} "
+            f"OR lease_until < {_BEFORE_WAIT} OR owner = ANY(%(dead)s)){only} "
             "ORDER BY started_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             "u AS (UPDATE blade_calls SET state = 'running', owner = %(owner)s, "
-            "lease_until = %(until)s FROM picked WHERE blade_calls.call_id = picked.call_id "
+            f"lease_until = {_NOW} + %(lease_s)s FROM picked "
+            "WHERE blade_calls.call_id = picked.call_id "
             f"RETURNING picked.was, picked.previous_owner, {_CALLS_PREFIXED}) "
             "SELECT u.*, blade_event(u.run_id, u.call_id, 'claimed', "
             "json_build_object('was', u.was, 'previous_owner', u.previous_owner)::text, "
             "%(claimed_at)s) FROM u ORDER BY hashtext(u.run_id), u.started_at"
         )
         params = {
-            "at": at,
             "dead": list(dead),
             "only": call_id,
             "names": None if names is None else list(names),
             "limit": limit,
             "owner": owner,
-            "until": at + lease_s,
+            "lease_s": float(lease_s),
             "claimed_at": now(),
         }
         with self._db() as db:
-            rows = db.execute(query, params).fetchall()
-        claimed = [Claimed(_call(row[2:-1]), row[0], row[1]) for row in rows]
+            # Unprepared: a prepared statement's transaction starts at its Bind, after the wait.
+            rows = db.execute(query, params, prepare=False).fetchall()
+        claimed = [Claimed(call_record(row[2:-1]), row[0], row[1]) for row in rows]
         return sorted(claimed, key=lambda c: c.call.started_at)  # oldest first, as picked
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
         self._still_attached(owner)
         with self._db() as db:
-            rows = db.execute(
-                "UPDATE blade_calls SET lease_until = %s WHERE owner = %s AND state = 'running' "
-                "RETURNING call_id",
-                (clock() + lease_s, owner),
-            ).fetchall()
+            rows = db.execute(_RENEW, (float(lease_s), owner)).fetchall()
         return {row[0] for row in rows}
 
-    def expired(self, limit: int = 100) -> list[ActionRecord]:
-        with self._db() as db:
-            rows = db.execute(
-                f"SELECT {_ACTION_COLUMNS} FROM blade_actions WHERE state = 'pending' "
-                "AND expires_at IS NOT NULL AND expires_at <= %s ORDER BY expires_at LIMIT %s",
-                (clock(), limit),
-            ).fetchall()
-        return [self._action(row) for row in rows]
-
     def owners(self) -> set[str]:
-        with self._db() as db:
-            rows = db.execute(
-                "SELECT DISTINCT owner FROM blade_calls WHERE state IN ('running', 'resumable') "
-                "AND state = 'running' AND lease_until >= %s",
-                (clock(),),
-            ).fetchall()
+        rows = self._fetch(
+            "SELECT DISTINCT owner FROM blade_calls WHERE state IN ('running', 'resumable') "
+            f"AND state = 'running' AND lease_until >= {_NOW}",
+            (),
+        )
         return {row[0] for row in rows}
 
     def alive(self, owner: str) -> bool | None:
@@ -796,83 +791,6 @@ class PostgresStore:
             ).fetchone()
         event.seq = int(row[0]) if row else 0
 
-    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
-        with self._db() as db:
-            rows = db.execute(
-                "SELECT call_id, channel, item_id, value, updated_at, seq FROM blade_data "
-                "WHERE call_id = %s AND (%s::text IS NULL OR channel = %s) ORDER BY seq",
-                (call_id, channel, channel),
-            ).fetchall()
-        return [DataRecord(r[0], r[1], r[2], _load(r[3]), r[4], int(r[5])) for r in rows]
-
-    def call(self, call_id: str) -> CallRecord | None:
-        if "\x00" in call_id or not encodable(call_id):  # text PostgreSQL cannot hold
-            return None
-        with self._db() as db:
-            row = db.execute(
-                f"SELECT {_CALL_COLUMNS} FROM blade_calls WHERE call_id = %s", (call_id,)
-            ).fetchone()
-        return None if row is None else _call(row)
-
-    def calls(
-        self,
-        states: Iterable[CallState] | None = None,
-        *,
-        run_id: str | None = None,
-        tenant: str | None = None,
-    ) -> list[CallRecord]:
-        clauses: list[sql.Composable] = []
-        values: list[Any] = []
-        if states is not None:
-            clauses.append(sql.SQL("state = ANY(%s)"))
-            values.append(list(states))
-        for column, value in (("run_id", run_id), ("tenant", tenant)):
-            if value is not None:
-                clauses.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
-                values.append(value)
-        where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
-        query = sql.SQL(f"SELECT {_CALL_COLUMNS} FROM blade_calls{{}} ORDER BY started_at").format(
-            where
-        )
-        with self._db() as db:
-            rows = db.execute(query, values).fetchall()
-        return [_call(row) for row in rows]
-
-    def action(self, action_id: str) -> ActionRecord | None:
-        if "\x00" in action_id or not encodable(action_id):
-            return None
-        with self._db() as db:
-            return self._one_action(db, action_id)
-
-    def actions(
-        self,
-        *,
-        state: ActionState | None = "pending",
-        run_id: str | None = None,
-        name: str | None = None,
-        call_id: str | None = None,
-        tenant: str | None = None,
-    ) -> list[ActionRecord]:
-        given = {
-            "state": state,
-            "run_id": run_id,
-            "name": name,
-            "call_id": call_id,
-            "tenant": tenant,
-        }
-        clauses = [
-            sql.SQL("{} = %s").format(sql.Identifier(column))
-            for column, value in given.items()
-            if value is not None
-        ]
-        where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
-        query = sql.SQL(
-            f"SELECT {_ACTION_COLUMNS} FROM blade_actions{{}} ORDER BY suspended_at, action_id"
-        ).format(where)
-        with self._db() as db:
-            rows = db.execute(query, [v for v in given.values() if v is not None]).fetchall()
-        return [self._action(row) for row in rows]
-
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         self._watch()  # before the read: a commit after it wakes changed()
         with self._db() as db:
@@ -893,13 +811,13 @@ class PostgresStore:
         ``head`` or returned from here (at once if one did), or after ``timeout_s``."""
         if self._listener is None:
             self._listen()
-            self._seen.set(self._generation)
+            self._seen_cell()[0] = self._generation
             return  # commits before LISTEN began were not heard: the caller reads again
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         waiter = (loop, future)
         with self._waiters_lock:
-            woken = self._generation > self._seen.get()
+            woken = self._generation > self._seen_cell()[0]
             if not woken:
                 self._waiters.add(waiter)
         try:
@@ -909,7 +827,7 @@ class PostgresStore:
         finally:
             with self._waiters_lock:
                 self._waiters.discard(waiter)
-                self._seen.set(self._generation)
+                self._seen_cell()[0] = self._generation
 
     def close(self) -> None:
         if self._closed:
@@ -922,6 +840,10 @@ class PostgresStore:
             attached = list(self._attached)
         for owner in attached:
             self.detach(owner)
+        with self._attached_lock:
+            renewers = list(self._renewers)
+        for renewer in renewers:
+            renewer.close()
         self._pool.close()
 
     # -- events across processes ---------------------------------------------------------------
@@ -930,7 +852,21 @@ class PostgresStore:
         """Listen (from the first read on), and note the notifications this task has seen."""
         if self._listener is None:
             self._listen()
-        self._seen.set(self._generation)
+        self._seen_cell()[0] = self._generation
+
+    def _seen_cell(self) -> list[int]:
+        """The notification count the current task last saw (-1: none yet). In a thread, the
+        cell of the task whose context it runs in."""
+        found = self._seen.get(None)
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop in this thread
+            task = None
+        if found is None or (task is not None and found[0] is not task):
+            # a task made by another starts from what its maker had seen, as a copy
+            found = (task, [-1 if found is None else found[1][0]])
+            self._seen.set(found)
+        return found[1]
 
     def _listen(self) -> None:
         """Start the LISTEN thread, and wait until it listens (or has failed once)."""
@@ -1029,73 +965,50 @@ class PostgresStore:
             with contextlib.suppress(RuntimeError):  # that loop has closed
                 loop.call_soon_threadsafe(_resolve, future)
 
-    # -- rows ----------------------------------------------------------------------------------
-
-    def _action_params(self, action: ActionRecord) -> dict[str, Any]:
-        return {
-            "action_id": action.action_id,
-            "a_call_id": action.call_id,
-            "a_run_id": action.run_id,
-            "a_name": action.name,
-            "a_spec_id": action.spec_id,
-            "point": action.point,
-            "payload": _dump(action.payload),
-            "submit_schema": self._schemas.dump(action.submit_schema),
-            "suspended_at": action.suspended_at,
-            "a_state": action.state,
-            "resume": _dump(action.resume),
-            "resolved_at": action.resolved_at,
-            "reason": action.reason,
-            "a_tenant": action.tenant,
-            "expires_at": action.expires_at,
-        }
-
-    def _one_action(self, db: psycopg.Connection[TupleRow], action_id: str) -> ActionRecord | None:
-        row = db.execute(
-            f"SELECT {_ACTION_COLUMNS} FROM blade_actions WHERE action_id = %s", (action_id,)
-        ).fetchone()
-        return None if row is None else self._action(row)
-
-    def _action(self, row: tuple[Any, ...]) -> ActionRecord:
-        return ActionRecord(
-            action_id=row[0],
-            call_id=row[1],
-            run_id=row[2],
-            name=row[3],
-            spec_id=row[4],
-            point=row[5],
-            payload=_load(row[6]),
-            submit_schema=self._schemas.load(row[7]),
-            suspended_at=row[8],
-            state=row[9],
-            resume=_load(row[10]),
-            resolved_at=row[11],
-            reason=row[12],
-            tenant=row[13],
-            expires_at=row[14],
-        )
-
 
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 
 
-def _call(row: tuple[Any, ...]) -> CallRecord:
-    return CallRecord(
-        call_id=row[0],
-        run_id=row[1],
-        name=row[2],
-        spec_id=row[3],
-        side_effect=row[4],
-        execution=row[5],
-        input=_load(row[6]),
-        state=row[7],
-        started_at=row[8],
-        owner=row[9],
-        entry=_load(row[10]),
-        result=_load(row[11]),
-        lease_until=float(row[12]),
-        tenant=row[13],
-        context=_load(row[14]),
-    )
+class PostgresRenewer:
+    """``PostgresStore.renewer()``: renewals on one autocommit connection of its own, outside
+    the pool (a pool drained by stalled operations does not hold them up), made again after a
+    failure; as ``PostgresStore.renew``, it first attaches its owner again if the session of the
+    owner's lock ended. Any thread may call it, one at a time."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._db: psycopg.Connection[TupleRow] | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        store = self._store
+        with self._lock:
+            if self._closed or store._closed:
+                raise StoreUnavailable(f"{store.url}: the renewer is closed")
+            store._still_attached(owner)
+            for attempt in (1, 2):  # a connection found dead is made again, once
+                fresh = self._db is None
+                try:
+                    if self._db is None:
+                        self._db = store._connect()
+                    rows = self._db.execute(_RENEW, (float(lease_s), owner)).fetchall()
+                    return {row[0] for row in rows}
+                except psycopg.OperationalError as error:
+                    self._drop()
+                    if fresh or attempt == 2:
+                        raise store._unavailable(error) from None
+            raise AssertionError("unreachable")
+
+    def _drop(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(psycopg.Error):
+                db.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._drop()

@@ -26,6 +26,12 @@ suspension) instead of an index on the actions table.
 Checkpoints run in a thread of the store's own (``_Checkpointer``), not inside the commit that
 fills the WAL.
 
+Threads: each thread has its own connection (``close`` closes them all); ``nowait()`` switches the
+calling thread to a second one whose busy_timeout is 0, so that an operation that would wait for
+the write lock is ``StoreBusy`` at once and the runtime can hand it to a thread; ``renewer()``
+renews leases on a connection of its own. Leases are granted from the clock read once the write
+lock is held, and a sweep judges them by the clock read before it waited for that lock.
+
 Many processes may share one file (on one machine: SQLite's locks do not hold over network file
 systems). Whether the owner of a running call still runs is checked by its pid when it is on this
 host; otherwise its lease decides. Other processes' events are found by polling the events table.
@@ -35,14 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
 import sqlite3
 import threading
 import weakref
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -51,11 +56,10 @@ from typing import Any, Literal
 from pydantic import JsonValue
 
 from blade_runtime.core.store import (
+    DEFAULT_LEASE_S,
     ActionAlreadyResolved,
     ActionRecord,
-    ActionState,
     CallRecord,
-    CallState,
     Claimed,
     DataRecord,
     DuplicateCall,
@@ -63,14 +67,24 @@ from blade_runtime.core.store import (
     LeaseLost,
     Resolution,
     Resolved,
+    StoreBusy,
+    StoreError,
     StoreUnavailable,
     UnknownAction,
     clock,
-    encodable,
     now,
 )
 from blade_runtime.core.store import dump_json as _dump
 from blade_runtime.core.store import load_json as _load
+from blade_runtime.stores.sql import (
+    ACTION_COLUMNS,
+    CALL_COLUMNS,
+    SQLStore,
+    action_record,
+    action_values,
+    call_record,
+    call_values,
+)
 
 log = logging.getLogger("blade_runtime")
 
@@ -202,78 +216,142 @@ def _owners_and_action_ids(db: sqlite3.Connection) -> None:
 
 _STEPS = {"@owners_and_action_ids": _owners_and_action_ids}
 
-_CALL_COLUMNS = (
-    "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
-    "entry, result, lease_until, tenant, context"
-)
-_ACTION_COLUMNS = (
-    "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
-    "state, resume, resolved_at, reason, tenant, expires_at"
-)
 _HOST = socket.gethostname()
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-class _Schemas:
-    """Schemas repeat (every action of a suspend point stores the same one): each distinct text
-    is parsed once, and each schema object (the runtime passes its own) is dumped once."""
+def _busy(error: sqlite3.Error) -> bool:
+    """Whether ``error`` is a lock another connection holds (not a disk, file or bug)."""
+    return getattr(error, "sqlite_errorcode", 0) & 0xFF in _BUSY
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
+class _Gate:
+    """Counts the threads inside SQLite (store operations, checkpoints); ``os.fork`` waits until
+    none is, and lets none in until it returns: a child forked while another thread held one of
+    SQLite's own mutexes would find it held for good (15 of 621 children forked amid checkpoints
+    hung opening a database). A fork waits at most ``FORK_WAIT_S`` (a thread may be waiting for
+    a lock up to its busy_timeout)."""
+
+    FORK_WAIT_S = 60.0
 
     def __init__(self) -> None:
-        self._parsed: dict[str, Any] = {}
-        self._texts: dict[int, tuple[Any, str]] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._inside = 0
+        self._forking = False
 
-    def dump(self, schema: Any) -> str:
-        found = self._texts.get(id(schema))
-        if found is None or found[0] is not schema:
-            found = self._texts[id(schema)] = (schema, _dump(dict(schema)))
-        return found[1]
+    def __enter__(self) -> None:
+        with self._lock:
+            while self._forking:
+                self._changed.wait()
+            self._inside += 1
 
-    def load(self, text: str) -> Any:
-        parsed = self._parsed.get(text)
-        if parsed is None:
-            parsed = self._parsed[text] = json.loads(text)
-        return parsed
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._forking and not self._inside:
+                self._changed.notify_all()
+
+    def before_fork(self) -> None:
+        self._lock.acquire()
+        self._forking = True
+        self._changed.wait_for(lambda: not self._inside, self.FORK_WAIT_S)
+
+    def after_fork_in_parent(self) -> None:
+        self._forking = False
+        self._changed.notify_all()
+        self._lock.release()
+
+    def after_fork_in_child(self) -> None:
+        self._forking, self._inside = False, 0  # the child has only the forking thread
+        self._lock.release()
+
+
+_IN_SQLITE = _Gate()
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(
+        before=_IN_SQLITE.before_fork,
+        after_in_parent=_IN_SQLITE.after_fork_in_parent,
+        after_in_child=_IN_SQLITE.after_fork_in_child,
+    )
 
 
 class _Transaction:
     """``with store._write() as db``: one BEGIN IMMEDIATE transaction, committed at the end or
-    rolled back (a class, not a generator: it is entered on every state change)."""
+    rolled back (a class, not a generator: it is entered on every state change). A lock another
+    connection holds is ``StoreBusy`` within ``nowait()`` and ``StoreUnavailable`` past the
+    busy_timeout, whichever statement met it; either way the transaction is rolled back."""
 
     __slots__ = ("_db", "_store")
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self._db = store._connection()
+    def __init__(self, store: SQLiteStore, db: sqlite3.Connection) -> None:
+        self._db = db
         self._store = store
 
     def __enter__(self) -> sqlite3.Connection:
+        _IN_SQLITE.__enter__()
         try:
             self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:  # locked past busy_timeout, a disk gone
-            raise StoreUnavailable(f"{self._store.url}: {error}") from None
+        except sqlite3.OperationalError as error:  # locked (past busy_timeout), a disk gone
+            _IN_SQLITE.__exit__()
+            raise self._store._failed(error) from None
         return self._db
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is None:
-            try:
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            self._store._committed()  # never raises: the change is committed
-            return
-        self._db.execute("ROLLBACK")
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _: object
+    ) -> None:
+        db = self._db
+        try:
+            if kind is None:
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.Error as failure:
+                    _rollback(db)
+                    raise self._store._failed(failure) from None
+                except BaseException:
+                    _rollback(db)
+                    raise
+                self._store._committed()  # never raises: the change is committed
+                return
+            _rollback(db)
+            if isinstance(error, sqlite3.OperationalError):
+                raise self._store._failed(error) from None
+        finally:
+            _IN_SQLITE.__exit__()
 
 
-# Held by checkpointer threads whenever they are inside SQLite, and taken around os.fork: a child
-# forked while such a thread held one of SQLite's own mutexes would find it held for good (15 of
-# 621 children forked amid checkpoints hung opening a database, found in review).
-_IN_SQLITE = threading.Lock()
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(
-        before=_IN_SQLITE.acquire,
-        after_in_parent=_IN_SQLITE.release,
-        after_in_child=_IN_SQLITE.release,
-    )
+class _NoWait:
+    """``store.nowait()``: the calling thread's operations run on its connection whose
+    busy_timeout is 0 (a class, not a generator: the runtime enters it around every operation
+    it tries on the event loop's thread)."""
+
+    __slots__ = ("_local", "_saved", "_store")
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+        self._local = store._local
+        self._saved: sqlite3.Connection | None = None
+
+    def __enter__(self) -> None:
+        local = self._local
+        if getattr(local, "nowait", False):
+            return  # nested: the outer one restores
+        self._saved = self._store._connection()
+        fast = getattr(local, "fast", None)
+        if fast is None:
+            fast = local.fast = self._store._open(busy_timeout_ms=0)
+        local.connection, local.nowait = fast, True
+
+    def __exit__(self, *_: object) -> None:
+        if self._saved is not None:
+            self._local.connection, self._local.nowait = self._saved, False
+            self._saved = None
 
 
 class _Once:
@@ -365,12 +443,14 @@ class _Checkpointer:
             self._warnings.warn("%s: a checkpoint failed (%s); retried later", self._path, error)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLStore):
     """A durable store in one SQLite file, shared safely by threads and processes."""
 
-    durable = True
     # The class of its connections (a subclass may trace or time the statements it runs).
     connection_class: type[sqlite3.Connection] = sqlite3.Connection
+    _mark = "?"
+    _holds_nul = True
+    _calls, _actions, _data = "calls", "actions", "data"
 
     def __init__(
         self,
@@ -381,6 +461,7 @@ class SQLiteStore:
         create: bool = True,
     ) -> None:
         """``create=False``: only a store a runtime has made is opened (see ``open_store``)."""
+        super().__init__()
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self.poll_s = 0.05  # how often other processes' events are looked for
@@ -389,43 +470,80 @@ class SQLiteStore:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
+        self._renewers: weakref.WeakSet[SQLiteRenewer] = weakref.WeakSet()
         self._commits = 0  # by this store's connections (counted without a lock: a hint)
         self._checkpointer: _Checkpointer | None = None  # started by the first commits
         self._checkpoint_warnings = _Once()
         self._closed = False  # until a connection is made again
-        self._schemas = _Schemas()
         if not create:
             self._refuse_unless_made()
         try:
             self._migrate()
         except sqlite3.DatabaseError as error:
             self.close()
-            raise StoreUnavailable(f"{self.url}: not a blade-runtime store ({error})") from None
+            raise self._not_made(str(error)) from None
 
     # -- connections and transactions ----------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        """One connection per thread: sqlite3 connections must not be shared across threads."""
+        """One connection per thread: a sqlite3 connection must not be used by two threads at
+        once (made without sqlite3's same-thread check only so that ``close`` can close it)."""
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
+            connection = self._local.connection = self._open(self._busy_timeout_ms)
+        return connection
+
+    def _open(self, busy_timeout_ms: int, *, shared: bool = True) -> sqlite3.Connection:
+        """A new connection; ``shared``: one of the store's (``close`` closes it)."""
+        with _IN_SQLITE:
             connection = sqlite3.connect(
                 self.path,
+                timeout=busy_timeout_ms / 1000,
                 isolation_level=None,
-                check_same_thread=True,
+                check_same_thread=False,
                 factory=self.connection_class,
             )
-            self._local.connection = connection  # before the pragmas: close() must find it
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(f"PRAGMA synchronous={self._synchronous}")
-            connection.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
-            connection.execute(f"PRAGMA wal_autocheckpoint={_BACKSTOP_PAGES}")
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(f"PRAGMA synchronous={self._synchronous}")
+                connection.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+                connection.execute(f"PRAGMA wal_autocheckpoint={_BACKSTOP_PAGES}")
+            except sqlite3.OperationalError as error:  # locked, a disk gone
+                connection.close()
+                raise self._failed(error) from None
+            except BaseException:  # not a database, among others: the caller says which
+                connection.close()
+                raise
+        if shared:
             with self._connections_lock:
                 self._connections.append(connection)
                 self._closed = False
         return connection
 
     def _write(self) -> _Transaction:
-        return _Transaction(self)
+        return _Transaction(self, self._connection())
+
+    def _failed(self, error: sqlite3.Error) -> StoreError:
+        """What a failed statement is: ``StoreBusy`` for a lock met within ``nowait()``."""
+        if _busy(error) and getattr(self._local, "nowait", False):
+            return StoreBusy(f"{self.url}: {error}")
+        return StoreUnavailable(f"{self.url}: {error}")
+
+    def _fetch(self, query: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
+        db = self._connection()
+        with _IN_SQLITE:
+            try:
+                return db.execute(query, values).fetchall()
+            except sqlite3.OperationalError as error:
+                raise self._failed(error) from None
+
+    def nowait(self) -> contextlib.AbstractContextManager[None]:
+        return _NoWait(self)
+
+    def renewer(self) -> SQLiteRenewer:
+        renewer = SQLiteRenewer(self)
+        self._renewers.add(renewer)
+        return renewer
 
     def _committed(self) -> None:
         """Counts a commit, and asks for a checkpoint every CHECKPOINT_EVERY. Never raises: the
@@ -459,15 +577,19 @@ class SQLiteStore:
         weakref.finalize(self, made.signal_stop)  # a store nobody closes ends its thread too
         return made
 
-    @staticmethod
     @contextmanager
-    def _read(db: sqlite3.Connection) -> Iterator[None]:
+    def _reading(self) -> Iterator[sqlite3.Connection]:
         """One snapshot for several reads."""
-        db.execute("BEGIN")
-        try:
-            yield
-        finally:
-            db.execute("COMMIT")
+        db = self._connection()
+        with _IN_SQLITE:
+            try:
+                db.execute("BEGIN")
+                try:
+                    yield db
+                finally:
+                    _rollback(db)
+            except sqlite3.OperationalError as error:
+                raise self._failed(error) from None
 
     def _refuse_unless_made(self) -> None:
         """Read, on a read-only connection, whether a runtime made this store: nothing is
@@ -478,27 +600,21 @@ class SQLiteStore:
             ) as db:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.Error as error:
-            raise StoreUnavailable(f"{self.url}: not a blade-runtime store ({error})") from None
+            raise self._not_made(str(error)) from None
         if version == 0:
-            raise StoreUnavailable(
-                f"{self.url}: not a blade-runtime store (it has none of its tables; a runtime "
-                "makes them when it first opens the store)"
-            )
+            raise self._not_made()
 
     def _migrate(self) -> None:
         with self._write() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"{self.url}: store schema version {version} is newer than this "
-                    f"blade-runtime knows ({SCHEMA_VERSION}); upgrade blade-runtime"
-                )
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    if statement in _STEPS:
-                        _STEPS[statement](db)
-                    else:
-                        db.execute(statement)
+
+            def run(statement: str) -> None:
+                if statement in _STEPS:
+                    _STEPS[statement](db)
+                else:
+                    db.execute(statement)
+
+            self._migrate_from(version, MIGRATIONS, run)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @staticmethod
@@ -508,6 +624,12 @@ class SQLiteStore:
             (event.run_id, event.call_id, event.kind, _dump(event.payload), event.at),
         )
         event.seq = int(cursor.lastrowid or 0)
+
+    @staticmethod
+    def _head(db: sqlite3.Connection) -> int:
+        # One writer at a time, numbering in its transaction: numbers follow commit order.
+        row = db.execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(row[0] or 0)
 
     def _grant(self, db: sqlite3.Connection, owner: str, lease_until: float, seq: int) -> None:
         """``owner`` now holds a running call, granted by the transaction whose event is ``seq``:
@@ -530,7 +652,7 @@ class SQLiteStore:
         those of the events after its ``since`` that it still owns."""
         listed = _load(f"[{held}]")
         rows = db.execute(
-            f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id IN "
+            f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id IN "
             "(SELECT call_id FROM events WHERE seq > ?) AND owner = ? AND state = 'running'",
             (since, owner),
         ).fetchall()
@@ -539,7 +661,7 @@ class SQLiteStore:
             chunk = [call_id for call_id in listed[start : start + 500] if call_id not in found]
             if chunk:
                 rows += db.execute(
-                    f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id IN "
+                    f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id IN "
                     f"({','.join('?' * len(chunk))}) AND owner = ? AND state = 'running'",
                     (*chunk, owner),
                 ).fetchall()
@@ -571,41 +693,47 @@ class SQLiteStore:
         )
 
     @staticmethod
-    def _put_call(db: sqlite3.Connection, call: CallRecord, action_ids: str | None = None) -> None:
+    def _put_call(
+        db: sqlite3.Connection, call: CallRecord, lease_until: float, action_ids: str | None = None
+    ) -> None:
         db.execute(
-            f"INSERT INTO calls ({_CALL_COLUMNS}, action_ids) "
+            f"INSERT INTO calls ({CALL_COLUMNS}, action_ids) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                call.call_id,
-                call.run_id,
-                call.name,
-                call.spec_id,
-                call.side_effect,
-                call.execution,
-                _dump(dict(call.input)),
-                call.state,
-                call.started_at,
-                call.owner,
-                _dump(call.entry),
-                _dump(call.result),
-                call.lease_until,
-                call.tenant,
-                _dump(call.context),
-                action_ids,
-            ),
+            (*call_values(call, lease_until), action_ids),
         )
+
+    def _renew(self, db: sqlite3.Connection, owner: str, lease_s: float) -> set[str]:
+        """``renew`` in the transaction of ``db`` (the write lock taken: the clock read now)."""
+        row = db.execute("SELECT since, held FROM runtimes WHERE owner = ?", (owner,)).fetchone()
+        if row is None:  # it holds no running call (each grant makes the row)
+            return set()
+        until = clock() + lease_s
+        held = [call_record(r) for r in self._running_of(db, owner, row[0], row[1])]
+        ids = [c.call_id for c in held]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            db.execute(
+                f"UPDATE calls SET lease_until = ? WHERE call_id IN "
+                f"({','.join('?' * len(chunk))})",
+                (until, *chunk),
+            )
+        self._keep(db, owner, held, self._head(db), until)
+        return set(ids)
 
     # -- the Store interface -------------------------------------------------------------------
 
-    def begin(self, call: CallRecord, event: Event) -> None:
+    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
         with self._write() as db:
+            running = call.state == "running"
+            until = clock() + lease_s if running else call.lease_until  # the write lock held
             try:
-                self._put_call(db, call)
+                self._put_call(db, call, until)
             except sqlite3.IntegrityError:
                 raise DuplicateCall(call.call_id) from None
             self._append(db, event)
-            if call.state == "running":
-                self._grant(db, call.owner, call.lease_until, event.seq)
+            if running:
+                self._grant(db, call.owner, until, event.seq)
+        call.lease_until = until
 
     def suspend(
         self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
@@ -621,26 +749,10 @@ class SQLiteStore:
                 if not changed:
                     raise LeaseLost(call.call_id, call.owner)
             else:
-                self._put_call(db, call, listed)
+                self._put_call(db, call, call.lease_until, listed)
             db.execute(
-                f"INSERT INTO actions ({_ACTION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    action.action_id,
-                    action.call_id,
-                    action.run_id,
-                    action.name,
-                    action.spec_id,
-                    action.point,
-                    _dump(action.payload),
-                    self._schemas.dump(action.submit_schema),
-                    action.suspended_at,
-                    action.state,
-                    _dump(action.resume),
-                    action.resolved_at,
-                    action.reason,
-                    action.tenant,
-                    action.expires_at,
-                ),
+                f"INSERT INTO actions ({ACTION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                action_values(action, self._schemas),
             )
             self._append(db, event)
 
@@ -649,7 +761,7 @@ class SQLiteStore:
             expiry = " AND expires_at <= ?" if resolution.only_if_expired else ""
             row = db.execute(
                 "UPDATE actions SET state = ?, resume = ?, resolved_at = ?, reason = ? "
-                f"WHERE action_id = ? AND state = 'pending'{expiry} RETURNING {_ACTION_COLUMNS}",
+                f"WHERE action_id = ? AND state = 'pending'{expiry} RETURNING {ACTION_COLUMNS}",
                 (
                     resolution.state,
                     _dump(resolution.resume),
@@ -660,13 +772,15 @@ class SQLiteStore:
                 ),
             ).fetchone()
             if row is None:  # lost the race, or no such action: say which, and how it went
-                action = self._one_action(db, action_id)
-                if action is None:
+                found = db.execute(
+                    f"SELECT {ACTION_COLUMNS} FROM actions WHERE action_id = ?", (action_id,)
+                ).fetchone()
+                if found is None:
                     raise UnknownAction(action_id)
-                raise ActionAlreadyResolved(action)
-            action = _action(row, self._schemas)
+                raise ActionAlreadyResolved(action_record(found, self._schemas))
+            action = action_record(row, self._schemas)
             owner = resolution.call_owner
-            until = clock() + resolution.lease_s if owner else 0.0
+            until = clock() + resolution.lease_s if owner else 0.0  # the write lock held
             call_input = db.execute(
                 "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner), "
                 "input = COALESCE(?, input), lease_until = ? WHERE call_id = ? "
@@ -709,9 +823,11 @@ class SQLiteStore:
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
-        # BEGIN IMMEDIATE holds the write lock from the reads to the updates: sweeps of other
-        # processes wait for it and then find these calls owned, with fresh leases.
-        at = clock()
+        # Leases are judged by the clock before the wait for the write lock: an owner whose
+        # renewal waits behind the same lock keeps its calls. BEGIN IMMEDIATE then holds the
+        # lock from the reads to the updates: sweeps of other processes wait for it and then
+        # find these calls owned, with fresh leases.
+        waited_from = clock()
         gone = set(dead)
         wanted = None if names is None else set(names)
 
@@ -720,23 +836,28 @@ class SQLiteStore:
                 return False
             if call.state == "resumable":
                 return True
-            return call.state == "running" and (call.lease_until < at or call.owner in gone)
+            return call.state == "running" and (
+                call.lease_until < waited_from or call.owner in gone
+            )
 
         with self._write() as db:
+            until = clock() + lease_s
             examined: list[tuple[str, list[CallRecord]]] = []
             if call_id is not None:
                 row = db.execute(
-                    f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,)
+                    f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,)
                 ).fetchone()
-                candidates = [c for c in ([] if row is None else [_call(row)]) if claimable(c)]
+                candidates = [
+                    c for c in ([] if row is None else [call_record(row)]) if claimable(c)
+                ]
             else:
                 only, values = "", []
                 if wanted is not None:
                     only, values = f" AND name IN ({','.join('?' * len(wanted))})", [*wanted]
                 candidates = [
-                    _call(row)
+                    call_record(row)
                     for row in db.execute(
-                        f"SELECT {_CALL_COLUMNS} FROM calls WHERE state = 'resumable'{only} "
+                        f"SELECT {CALL_COLUMNS} FROM calls WHERE state = 'resumable'{only} "
                         "ORDER BY started_at LIMIT ?",
                         (*values, limit),
                     )
@@ -745,23 +866,23 @@ class SQLiteStore:
                 due = db.execute(
                     "SELECT owner, since, held FROM runtimes WHERE lease_until < ?"
                     + (f" OR owner IN ({marks})" if gone else ""),
-                    (at, *gone),
+                    (waited_from, *gone),
                 ).fetchall()
                 for who, since, held in due:
-                    running = [_call(row) for row in self._running_of(db, who, since, held)]
+                    running = [call_record(row) for row in self._running_of(db, who, since, held)]
                     examined.append((who, running))
                     candidates += [c for c in running if claimable(c)]
                 candidates.sort(key=lambda c: c.started_at)
                 del candidates[limit:]
-            head = self.head() if examined else 0  # the same connection: in this transaction
+            head = self._head(db) if examined else 0
             claimed, first = [], 0
             for before in candidates:
                 db.execute(
                     "UPDATE calls SET state = 'running', owner = ?, lease_until = ? "
                     "WHERE call_id = ?",
-                    (owner, at + lease_s, before.call_id),
+                    (owner, until, before.call_id),
                 )
-                after = replace(before, state="running", owner=owner, lease_until=at + lease_s)
+                after = replace(before, state="running", owner=owner, lease_until=until)
                 payload: JsonValue = {"was": before.state, "previous_owner": before.owner}
                 event = Event(before.run_id, before.call_id, "claimed", payload, now())
                 self._append(db, event)
@@ -771,47 +892,22 @@ class SQLiteStore:
             for who, running in examined:
                 self._keep(db, who, [c for c in running if c.call_id not in taken], head)
             if claimed:
-                self._grant(db, owner, at + lease_s, first)
+                self._grant(db, owner, until, first)
             return claimed
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
         with self._write() as db:
-            row = db.execute(
-                "SELECT since, held FROM runtimes WHERE owner = ?", (owner,)
-            ).fetchone()
-            if row is None:  # it holds no running call (each grant makes the row)
-                return set()
-            until = clock() + lease_s
-            held = [_call(r) for r in self._running_of(db, owner, row[0], row[1])]
-            ids = [c.call_id for c in held]
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                db.execute(
-                    f"UPDATE calls SET lease_until = ? WHERE call_id IN "
-                    f"({','.join('?' * len(chunk))})",
-                    (until, *chunk),
-                )
-            head = self.head()  # the same connection: read inside this transaction
-            self._keep(db, owner, held, head, until)
-        return set(ids)
-
-    def expired(self, limit: int = 100) -> list[ActionRecord]:
-        rows = self._connection().execute(
-            f"SELECT {_ACTION_COLUMNS} FROM actions WHERE state = 'pending' "
-            "AND expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?",
-            (clock(), limit),
-        )
-        return [_action(row, self._schemas) for row in rows]
+            return self._renew(db, owner, lease_s)
 
     def owners(self) -> set[str]:
         """The owners whose runtimes row has not come due: each holds, or lately held, a
         running call whose lease has not expired. A row's lease_until is its earliest lease, so
         an owner of a lapsed call and a live one is left out until the sweep (which examines
         due rows anyway) moves its row to the live lease."""
-        rows = self._connection().execute(
-            "SELECT owner FROM runtimes WHERE lease_until >= ?", (clock(),)
-        )
-        return {row[0] for row in rows}
+        return {
+            row[0]
+            for row in self._fetch("SELECT owner FROM runtimes WHERE lease_until >= ?", (clock(),))
+        }
 
     def alive(self, owner: str) -> bool | None:
         """Only a process on this host can be checked (by its pid)."""
@@ -853,103 +949,31 @@ class SQLiteStore:
             if event is not None:
                 self._append(db, event)
 
-    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
-        query, values = "WHERE call_id = ?", [call_id]
-        if channel is not None:
-            query, values = "WHERE call_id = ? AND channel = ?", [call_id, channel]
-        rows = self._connection().execute(
-            f"SELECT call_id, channel, item_id, value, updated_at, seq FROM data {query} "
-            "ORDER BY seq",
-            values,
-        )
-        return [DataRecord(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
-
-    def call(self, call_id: str) -> CallRecord | None:
-        if not encodable(call_id):
-            return None
-        row = (
-            self._connection()
-            .execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,))
-            .fetchone()
-        )
-        return None if row is None else _call(row)
-
-    def calls(
-        self,
-        states: Iterable[CallState] | None = None,
-        *,
-        run_id: str | None = None,
-        tenant: str | None = None,
-    ) -> list[CallRecord]:
-        clauses: list[str] = []
-        values: list[Any] = []
-        if states is not None:
-            wanted = list(states)
-            clauses.append(f"state IN ({','.join('?' * len(wanted))})")
-            values += wanted
-        for column, value in (("run_id", run_id), ("tenant", tenant)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                values.append(value)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._connection().execute(
-            f"SELECT {_CALL_COLUMNS} FROM calls {where} ORDER BY started_at", values
-        )
-        return [_call(row) for row in rows]
-
-    def action(self, action_id: str) -> ActionRecord | None:
-        if not encodable(action_id):
-            return None
-        return self._one_action(self._connection(), action_id)
-
-    def actions(
-        self,
-        *,
-        state: ActionState | None = "pending",
-        run_id: str | None = None,
-        name: str | None = None,
-        call_id: str | None = None,
-        tenant: str | None = None,
-    ) -> list[ActionRecord]:
-        # Only the filters given: "? IS NULL OR column = ?" would keep SQLite from using indexes.
-        given = {
-            "state": state,
-            "run_id": run_id,
-            "name": name,
-            "call_id": call_id,
-            "tenant": tenant,
-        }
-        clauses = [f"{column} = ?" for column, value in given.items() if value is not None]
-        values: list[Any] = [value for value in given.values() if value is not None]
-        db = self._connection()
-        if call_id is None:
-            rows = db.execute(
-                f"SELECT {_ACTION_COLUMNS} FROM actions "
-                f"{'WHERE ' + ' AND '.join(clauses) if clauses else ''} "
-                "ORDER BY suspended_at, action_id",
-                values,
-            ).fetchall()
-        else:  # the call lists its actions: look them up by id
-            with self._read(db):
-                listed = db.execute(
-                    "SELECT action_ids FROM calls WHERE call_id = ?", (call_id,)
-                ).fetchone()
-                ids: list[str] = [] if listed is None else _load(f"[{listed[0] or ''}]")
-                rows = []
-                for start in range(0, len(ids), 500):
-                    chunk = ids[start : start + 500]
-                    rows += db.execute(
-                        f"SELECT {_ACTION_COLUMNS} FROM actions WHERE action_id IN "
-                        f"({','.join('?' * len(chunk))}) AND {' AND '.join(clauses)}",
-                        (*chunk, *values),
-                    ).fetchall()
-            rows.sort(key=lambda row: (row[8], row[0]))  # suspended_at, action_id
-        return [_action(row, self._schemas) for row in rows]
+    def _actions_of(
+        self, call_id: str, clauses: list[str], values: list[Any]
+    ) -> list[tuple[Any, ...]]:
+        # The call lists its actions (no index on the actions' call id): look them up by id.
+        filters = "".join(f" AND {clause}" for clause in clauses)
+        with self._reading() as db:
+            listed = db.execute(
+                "SELECT action_ids FROM calls WHERE call_id = ?", (call_id,)
+            ).fetchone()
+            ids: list[str] = [] if listed is None else _load(f"[{listed[0] or ''}]")
+            rows: list[tuple[Any, ...]] = []
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                rows += db.execute(
+                    f"SELECT {ACTION_COLUMNS} FROM actions WHERE action_id IN "
+                    f"({','.join('?' * len(chunk))}){filters}",
+                    (*chunk, *values),
+                ).fetchall()
+        rows.sort(key=lambda row: (row[8], row[0]))  # suspended_at, action_id
+        return rows
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         # No index on run_id (it would cost every transaction): a range scan from ``after``,
         # which is short when a subscriber catches up from the last event it saw.
-        rows = self._connection().execute(
+        rows = self._fetch(
             "SELECT run_id, call_id, kind, payload, at, seq FROM events "
             "WHERE seq > ? AND run_id = ? ORDER BY seq",
             (after, run_id),
@@ -957,70 +981,51 @@ class SQLiteStore:
         return [Event(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
 
     def head(self, run_id: str | None = None) -> int:
-        # One writer at a time, numbering in its transaction: numbers follow commit order.
-        row = self._connection().execute("SELECT MAX(seq) FROM events").fetchone()
-        return int(row[0] or 0)
+        rows = self._fetch("SELECT MAX(seq) FROM events", ())
+        return int(rows[0][0] or 0)
 
     async def changed(self, timeout_s: float) -> None:
         # SQLite tells no other process of a commit: poll (the reader compares sequence numbers).
         await asyncio.sleep(min(timeout_s, self.poll_s))
 
     def close(self) -> None:
+        """Closes every connection of the store, those other threads made and the renewers'
+        too (an operation after it opens a connection again)."""
         with self._connections_lock:
             checkpointer, self._checkpointer = self._checkpointer, None
             self._closed = True
         if checkpointer is not None:
             checkpointer.stop()
+        for renewer in list(self._renewers):
+            renewer.close()
         with self._connections_lock:
             for connection in self._connections:
-                # One made in another thread cannot be closed here; SQLite frees it with the thread.
-                with contextlib.suppress(sqlite3.ProgrammingError):
+                with contextlib.suppress(sqlite3.Error):
                     connection.close()
             self._connections.clear()
         self._local = threading.local()
 
-    def _one_action(self, db: sqlite3.Connection, action_id: str) -> ActionRecord | None:
-        row = db.execute(
-            f"SELECT {_ACTION_COLUMNS} FROM actions WHERE action_id = ?", (action_id,)
-        ).fetchone()
-        return None if row is None else _action(row, self._schemas)
 
+class SQLiteRenewer:
+    """``SQLiteStore.renewer()``: renewals on a connection of its own, opened at the first one
+    (by whichever thread calls it; one at a time), waiting for the write lock as long as the
+    store's busy_timeout."""
 
-def _call(row: tuple[Any, ...]) -> CallRecord:
-    return CallRecord(
-        call_id=row[0],
-        run_id=row[1],
-        name=row[2],
-        spec_id=row[3],
-        side_effect=row[4],
-        execution=row[5],
-        input=_load(row[6]),
-        state=row[7],
-        started_at=row[8],
-        owner=row[9],
-        entry=_load(row[10]),
-        result=_load(row[11]),
-        lease_until=row[12],
-        tenant=row[13],
-        context=_load(row[14]),
-    )
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
 
+    def renew(self, owner: str, lease_s: float) -> set[str]:
+        with self._lock:
+            if self._db is None:
+                self._db = self._store._open(self._store._busy_timeout_ms, shared=False)
+            with _Transaction(self._store, self._db) as db:
+                return self._store._renew(db, owner, lease_s)
 
-def _action(row: tuple[Any, ...], schemas: _Schemas) -> ActionRecord:
-    return ActionRecord(
-        action_id=row[0],
-        call_id=row[1],
-        run_id=row[2],
-        name=row[3],
-        spec_id=row[4],
-        point=row[5],
-        payload=_load(row[6]),
-        submit_schema=schemas.load(row[7]),
-        suspended_at=row[8],
-        state=row[9],
-        resume=_load(row[10]),
-        resolved_at=row[11],
-        reason=row[12],
-        tenant=row[13],
-        expires_at=row[14],
-    )
+    def close(self) -> None:
+        with self._lock:
+            db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
