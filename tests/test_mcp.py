@@ -835,3 +835,30 @@ def test_mcp_over_http_says_where_it_listens_and_a_busy_port_is_one_line(
     assert busy.stderr.strip().splitlines() == [
         f"error: cannot listen on http://127.0.0.1:{port}: Address already in use"
     ]
+
+
+def test_progress_reaches_a_client_that_sent_a_progress_token(built: Path) -> None:
+    from blade_agent_specs.crm import find_v1
+
+    async def slow_find(ctx: Any) -> Any:
+        for step in (1, 2):
+            ctx.progress(f"looking {step}", completed=step, total=2)
+        ctx.message("found")
+        return find_v1.FindOutput(id=ctx.input.customer_id, name="Ann")
+
+    runtime = Runtime()
+    runtime.register(find_v1.SPEC, slow_find)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async def main() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async with Client(mcp_server(runtime)) as client:
+            watched = await client.call_tool("find", {"customer_id": 7}, progress_callback=progress)
+            unwatched = await client.call_tool("find", {"customer_id": 8})
+            return watched, unwatched
+
+    watched, unwatched = run(main())
+    assert not watched.is_error and not unwatched.is_error
+    assert seen == [(1.0, 2.0, "looking 1"), (2.0, 2.0, "looking 2"), (3.0, None, "found")]

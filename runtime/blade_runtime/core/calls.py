@@ -533,7 +533,12 @@ class CallRunner:
         attempt = Attempt((self.durable and call.parent is None) or claimed)
         if attempt.recorded and not claimed:  # a claimed entry's start was recorded by its claim
             record = self._record(registration, call, arguments, "running")
-            await self._emit(self.store.begin, record, self._event(call, "started", None))
+            await self._emit(
+                self.store.begin,
+                record,
+                self._event(call, "started", None),
+                lease_s=self.lease_s,
+            )
         elif not claimed and self.events.active:
             self.events.publish(self._event(call, "started", None))
         if attempt.recorded:

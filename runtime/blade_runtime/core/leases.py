@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import Any
 
 from blade_runtime.core.cancel_scope import CancelScope
 from blade_runtime.core.store import Store, clock
@@ -36,7 +35,7 @@ class Leases:
         self.confirmed_at = 0.0  # when the last renewal began that the store confirmed
         self._held: dict[str, CancelScope] = {}
         self._lock = threading.Lock()  # _held is read by the heartbeat thread
-        self._threaded = getattr(store, "waits", store.durable)  # MERGE: store.waits
+        self._threaded = store.waits
         self._task: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -104,7 +103,7 @@ class Leases:
         """The thread: renew every third of the lease while anything is held, on a connection
         of its own; what another worker took is cancelled on the loop. It ends when nothing has
         been held for a whole beat (the next ``hold`` starts another)."""
-        renewer: Any = self.store.renewer() if hasattr(self.store, "renewer") else self.store
+        renewer = self.store.renewer()
         try:
             while not self._stop.wait(self.lease_s / 3):
                 with self._lock:
@@ -124,9 +123,8 @@ class Leases:
                 except RuntimeError:  # the loop is closed: nothing runs there any more
                     return
         finally:
-            if renewer is not self.store:
-                with contextlib.suppress(Exception):
-                    renewer.close()
+            with contextlib.suppress(Exception):
+                renewer.close()
 
     def close(self) -> None:
         if self._task is not None:

@@ -17,12 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from blade_runtime.core.store import Store, StoreError
-
-
-class StoreBusy(StoreError):  # MERGE: moves to core.store with the stores' nowait()
-    pass
-
+from blade_runtime.core.store import Store, StoreBusy
 
 T = TypeVar("T")
 
@@ -35,8 +30,8 @@ class StoreAccess:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.waits: bool = getattr(store, "waits", store.durable)  # MERGE
-        self.inline_first: bool = getattr(store, "inline_first", False)  # MERGE
+        self.waits = store.waits
+        self.inline_first = store.waits and store.inline_first
         self._executor: ThreadPoolExecutor | None = None
 
     async def __call__(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -44,7 +39,7 @@ class StoreAccess:
             return method(*args, **kwargs)
         if self.inline_first:
             try:
-                with self.store.nowait():  # type: ignore[attr-defined]
+                with self.store.nowait():
                     return method(*args, **kwargs)
             except StoreBusy:
                 pass  # it would wait for the lock: wait in a thread instead

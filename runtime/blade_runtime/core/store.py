@@ -305,6 +305,11 @@ class Store(Protocol):
     event loop should not run it on its own thread unless within ``nowait()``; MemoryStore's
     operations never wait."""
 
+    inline_first: bool
+    """Whether a waiting store's operation is worth trying on the event loop first, within
+    ``nowait()`` (SQLite: an uncontended commit is a local file write, cheaper than a thread hop;
+    PostgreSQL: no, every statement is a round trip to the server)."""
+
     url: str
     """Where the store is, as ``open_store`` takes it (any password masked)."""
 

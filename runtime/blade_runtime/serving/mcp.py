@@ -34,6 +34,7 @@ import base64
 import inspect
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -344,13 +345,55 @@ class McpTools:
         name = listing.from_wire.get(params.name, params.name)
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
-        result = await self.runtime.call(
-            name,
-            params.arguments or {},
-            run_id=self.run_id,
-            context=CallContext(principal=principal),
-        )
+        context = CallContext(principal=principal)
+        if req.context is None or not _wants_progress(req.context):
+            result = await self.runtime.call(
+                name, params.arguments or {}, run_id=self.run_id, context=context
+            )
+        else:
+            result = await self._reporting(req.context, name, params.arguments or {}, context)
         return await self._answer(req, result, params.name, principal)
+
+    async def _reporting(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        arguments: dict[str, Any],
+        context: CallContext,
+    ) -> ToolResult[Any]:
+        """A call whose client asked for progress: its ``ctx.progress`` events become
+        ``notifications/progress`` (its messages, their text), in order, while it runs."""
+        call_id = f"mcp_{uuid.uuid4().hex}"
+        subscription = self.runtime.subscribe(self.run_id)
+
+        async def forward() -> None:
+            count = 0
+            async for event in subscription:
+                if event.call_id != call_id or event.kind not in ("progress", "message"):
+                    continue
+                count += 1
+                payload = event.payload if isinstance(event.payload, dict) else {}
+                completed = payload.get("completed") if event.kind == "progress" else None
+                total = payload.get("total") if event.kind == "progress" else None
+                text = payload.get("message") if event.kind == "progress" else event.payload
+                try:
+                    await ctx.session.report_progress(
+                        float(completed) if isinstance(completed, int | float) else count,
+                        float(total) if isinstance(total, int | float) else None,
+                        text if isinstance(text, str) else json.dumps(text),
+                    )
+                except Exception as error:  # a client gone is not the tool's failure
+                    log.warning("MCP progress for %s not sent: %s", call_id, error)
+                    return
+
+        pump = asyncio.create_task(forward())
+        try:
+            return await self.runtime.call(
+                name, arguments, call_id=call_id, run_id=self.run_id, context=context
+            )
+        finally:
+            subscription.close()
+            await asyncio.gather(pump, return_exceptions=True)
 
     async def _principal(self, req: McpRequest) -> Principal | None:
         if self.authenticate is None:
@@ -1023,3 +1066,15 @@ def run_cli(
     finally:
         listening.close()
     return 0
+
+
+def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client asked for progress on this request, so that a call nobody watches
+    costs no subscription: a ``_meta.progressToken`` over JSON-RPC (stdio, HTTP), a progress
+    callback on the SDK's in-process client (which says so only to its dispatch context)."""
+    meta: Any = ctx.meta or {}
+    if isinstance(meta, Mapping) and meta.get("progressToken") is not None:
+        return True
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    direct = getattr(outbound, "_inner", outbound)
+    return getattr(direct, "_on_progress", None) is not None

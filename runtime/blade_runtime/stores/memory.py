@@ -45,6 +45,7 @@ class MemoryStore:
 
     durable = False
     waits = False  # one lock, held only while a dict is read or changed
+    inline_first = False
     url = "memory:"
 
     def __init__(self, *, keep_settled: int = DEFAULT_KEEP_SETTLED) -> None:

@@ -156,6 +156,7 @@ class SQLStore:
 
     durable = True
     waits = True
+    inline_first = False
     url: str
 
     _mark: ClassVar[str]  # the parameter marker: "?" or "%s"

@@ -1,0 +1,140 @@
+"""A store that stalls never stalls the worker: issue 27's required behaviour, on both stores.
+
+Another connection holds a lock on the store (SQLite: ``BEGIN EXCLUSIVE``; PostgreSQL:
+``LOCK TABLE blade_calls``) for three leases while worker A runs 50 calls (half of them running
+across the lock, half started during it) and worker B, another process on another host, runs its
+recovery loop. Then: no live worker lost a lease (B claimed nothing), no call was entered twice,
+none settled INTERRUPTED, every result is what the store records, and a coroutine on A's loop
+that does nothing but wake every 5 ms was never late by more than 50 ms. (The issue's 15 s lock
+and 5 s leases, scaled down to 6 s and 2 s: three leases either way.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from test_workers import Cluster, cluster, local_runtime, store_url, worker_package
+
+from blade_runtime.core.results import ToolResult, ToolSuccess
+from blade_runtime.stores.urls import sqlite_path
+
+__all__ = ["cluster", "store_url", "worker_package"]  # the fixtures this module uses
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 2.0
+LOCK_S = 6.0
+TICK_S = 0.005
+
+
+def hold_lock(url: str, seconds: float, held: threading.Event) -> None:
+    """Hold the store's lock from a connection of its own for ``seconds``."""
+    if url.startswith("sqlite"):
+        db = sqlite3.connect(sqlite_path(url), isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")
+        held.set()
+        time.sleep(seconds)
+        db.execute("ROLLBACK")
+        db.close()
+        return
+    with psycopg.connect(url) as db:
+        db.execute("LOCK TABLE blade_calls IN ACCESS EXCLUSIVE MODE")
+        held.set()
+        time.sleep(seconds)
+        db.rollback()
+
+
+async def lateness(stop: asyncio.Event) -> float:
+    """The most a 5 ms sleep on this loop overslept while ``stop`` was unset."""
+    loop = asyncio.get_running_loop()
+    worst = 0.0
+    while not stop.is_set():
+        before = loop.time()
+        await asyncio.sleep(TICK_S)
+        worst = max(worst, loop.time() - before - TICK_S)
+    return worst
+
+
+def test_a_locked_store_stalls_no_loop_and_takes_no_live_lease(
+    cluster: Cluster, store_url: str
+) -> None:
+    recovering = cluster.spawn(loop=0.2, host="host-b", lease_s=LEASE_S, stop=str(cluster.stop))
+    cluster.start(1)
+    runtime, store = local_runtime(cluster, lease_s=LEASE_S)
+    across = [(f"long-{i}", "sync" if i % 2 else "charge") for i in range(25)]
+    during = [(f"short-{i}", "sync" if i % 2 else "charge") for i in range(25)]
+
+    async def scenario() -> tuple[list[ToolResult[Any]], float]:
+        for tool in ("sync", "charge"):  # the first call of a tool builds its validators
+            assert isinstance(
+                await runtime.call(tool, {"n": -1}, call_id=f"warm-{tool}"), ToolSuccess
+            )
+        stop = asyncio.Event()
+        watch = asyncio.create_task(lateness(stop))
+        long_ms = int((LOCK_S + LEASE_S) * 1000)
+        calls = [
+            asyncio.create_task(runtime.call(tool, {"n": i, "sleep_ms": long_ms}, call_id=call_id))
+            for i, (call_id, tool) in enumerate(across)
+        ]
+        await asyncio.sleep(0.5)  # all of them started, under their leases
+        held = threading.Event()
+        locker = threading.Thread(target=hold_lock, args=(store_url, LOCK_S, held))
+        locker.start()
+        await asyncio.to_thread(held.wait, 10)
+        calls += [
+            asyncio.create_task(runtime.call(tool, {"n": i, "sleep_ms": 100}, call_id=call_id))
+            for i, (call_id, tool) in enumerate(during)
+        ]
+        results = list(await asyncio.gather(*calls))
+        await asyncio.to_thread(locker.join)
+        stop.set()
+        worst = await watch
+        await runtime.close()
+        return results, worst
+
+    results, worst = asyncio.run(scenario())
+    cluster.stop.touch()
+    cluster.results(recovering)
+
+    called = [call_id for call_id, _ in across + during]
+    assert [r.call.call_id for r in results] == called
+    assert all(isinstance(r, ToolSuccess) for r in results), [
+        (r.call.call_id, getattr(r, "code", None), getattr(r, "message", None))
+        for r in results
+        if not isinstance(r, ToolSuccess)
+    ]
+    entered = [
+        call_id
+        for call_id, entry, _, _ in cluster.entries()
+        if entry == "initial" and not call_id.startswith("warm-")
+    ]
+    assert sorted(entered) == sorted(called)  # each call entered once, by worker A
+    for result in results:
+        record = store.call(result.call.call_id)
+        assert record is not None and record.state == "settled"
+        assert record.result == {"status": "success", "content": result.content}
+    claimed = [e for e in store.events("default") if e.kind == "claimed"]
+    assert claimed == []
+    assert worst < 0.05, f"a 5 ms sleep on the worker's loop overslept by {worst * 1000:.0f} ms"
+    store.close()
+
+
+def test_the_check_sees_a_stalled_loop() -> None:
+    """``lateness`` is not vacuous: a loop blocked for 0.2 s is seen late by about that."""
+
+    async def blocked() -> float:
+        stop = asyncio.Event()
+        watch = asyncio.create_task(lateness(stop))
+        await asyncio.sleep(0.02)
+        time.sleep(0.2)  # what a synchronous store call does to the loop
+        await asyncio.sleep(0.02)
+        stop.set()
+        return await watch
+
+    assert asyncio.run(blocked()) >= 0.15
