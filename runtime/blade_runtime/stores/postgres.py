@@ -415,6 +415,9 @@ class PostgresStore(SQLStore):
             open=False,
             timeout=pool_timeout_s,
             name="blade-runtime",
+            # A server restart leaves every pooled connection dead without a sign; checked as it
+            # is handed out, a dead one is replaced instead of failing the statement that follows.
+            check=ConnectionPool.check_connection,
         )
         try:
             self._pool.open(wait=True, timeout=connect_timeout_s)
