@@ -4,6 +4,7 @@ allowlisted."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -235,5 +236,145 @@ def test_a_parent_calls_its_child_again_after_a_resume_and_after_a_replay(
         await asyncio.gather(task, return_exceptions=True)
         await first.close()
         await later.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_parent_owns_its_child_registrations(kin: tuple[Path, Any]) -> None:
+    """A parent's own registration of a child (002's child registrations): its implementation,
+    context, ``enabled`` (decided once per parent call, read as ``ctx.tools.enabled``), policy and
+    ``on_output`` are its own, apart from the direct registration of the same spec; one child
+    cut short leaves its siblings; ``describe`` reads the enabled children's metadata."""
+    from kin_pkg.kin import child_v1, other_v1, parent_v1
+
+    from blade_runtime import CallContext, Child, Principal, RegistrationError
+
+    observed: list[tuple[int, str | None]] = []
+    answers: dict[str, Any] = {}
+    readers = {"ann"}  # who may use the parent's child: read when each parent call starts
+
+    async def direct(ctx: Any) -> Any:
+        return child_v1.ChildOutput(double=ctx.input.n * 2)
+
+    async def own(ctx: Any) -> Any:
+        if ctx.input.n == 0:
+            await asyncio.Event().wait()  # a slow child: its parent gives up on it
+        return child_v1.ChildOutput(double=ctx.input.n * 10)
+
+    async def parent(ctx: Any) -> Any:
+        answers[ctx.call.call_id] = (
+            ctx.tools.enabled(child_v1.SPEC),
+            ctx.tools.enabled(other_v1.SPEC),  # declared, but registered nowhere
+        )
+        if ctx.input.n == 5:
+            readers.discard("ann")  # too late for this call: it decided when it started
+        try:
+            async with asyncio.TaskGroup() as group:
+                slow = group.create_task(_cut_short(ctx, child_v1.ChildInput(n=0)))
+                fast = group.create_task(
+                    ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=ctx.input.n))
+                )
+        except* ChildToolError as failed:
+            error = failed.exceptions[0]
+            assert isinstance(error, ChildToolError)
+            ctx.fail(f"{error.code}: {error.message}")
+        assert slow.result() == "cut short"
+        return parent_v1.ParentOutput(sum=fast.result().double)
+
+    async def _cut_short(ctx: Any, input: Any) -> str:
+        try:
+            async with asyncio.timeout(0.05):
+                await ctx.tools.call(child_v1.SPEC, input)
+        except TimeoutError:
+            return "cut short"
+        return "finished"
+
+    def only_readers(call: Any) -> bool:
+        principal = call.context.principal if call.context else None
+        return principal is not None and principal.id in readers
+
+    def denies_big(request: Any) -> str | None:
+        return "too big" if request.input.get("n", 0) > 100 else None
+
+    def describe(context: Any, *, children: Any) -> str:
+        return "Sums with " + (", ".join(sorted(children)) or "no children")
+
+    def as_for(who: str) -> CallContext:
+        return CallContext(principal=Principal(who, "acme"))
+
+    async def scenario() -> None:
+        runtime = Runtime()
+        runtime.register(child_v1.SPEC, direct)
+        with pytest.raises(RegistrationError, match="does not declare it as a child"):
+            runtime.register(parent_v1.SPEC, parent, children=[Child(parent_v1.SPEC, own)])
+        runtime.register(
+            parent_v1.SPEC,
+            parent,
+            describe=describe,
+            children=[
+                Child(
+                    child_v1.SPEC,
+                    own,
+                    enabled=only_readers,
+                    permission=denies_big,
+                    on_output=lambda output, call: observed.append((output.double, call.parent)),
+                )
+            ],
+        )
+        done = await runtime.call("parent", {"n": 4}, call_id="p1", context=as_for("ann"))
+        assert isinstance(done, ToolSuccess) and done.output.sum == 40, done  # its own child
+        assert answers["p1"] == (True, False)
+        assert observed == [(40, "p1")]  # only the output the parent received
+        direct_call = await runtime.call("child", {"n": 4})  # the direct registration stays
+        assert isinstance(direct_call, ToolSuccess) and direct_call.output.double == 8
+
+        denied = await runtime.call("parent", {"n": 101}, call_id="p2", context=as_for("ann"))
+        assert isinstance(denied, ToolError) and denied.message.startswith("PERMISSION_DENIED")
+
+        def description(who: str) -> Any:
+            document: Any = runtime.export(context=as_for(who)).document
+            (tool,) = [t for t in document["tools"] if t["name"] == "parent"]
+            return tool["description"]
+
+        assert description("ann") == "Sums with kin.child.v1"
+        assert description("bob") == "Sums with no children"
+
+        refused = await runtime.call("parent", {"n": 3}, call_id="p3", context=as_for("bob"))
+        assert answers["p3"] == (False, False)
+        assert isinstance(refused, ToolError) and refused.message.startswith("TOOL_NOT_ALLOWED")
+
+        kept = await runtime.call("parent", {"n": 5}, call_id="p4", context=as_for("ann"))
+        assert isinstance(kept, ToolSuccess) and kept.output.sum == 50  # decided at its start
+        after = await runtime.call("parent", {"n": 5}, call_id="p5", context=as_for("ann"))
+        assert answers["p5"] == (False, False) and isinstance(after, ToolError)
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_child_output_observer_ends_the_parent(kin: tuple[Path, Any]) -> None:
+    """An ``on_output`` that raises is an observer's failure: fatal to the parent even though
+    the parent catches the child's error."""
+    from kin_pkg.kin import child_v1, parent_v1
+
+    from blade_runtime import Child
+
+    async def own(ctx: Any) -> Any:
+        return child_v1.ChildOutput(double=1)
+
+    async def parent(ctx: Any) -> Any:
+        with contextlib.suppress(BaseException):  # the runtime ends the parent anyway
+            await ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=1))
+        return parent_v1.ParentOutput(sum=0)
+
+    def broken(output: Any, call: Any) -> None:
+        raise RuntimeError("observer bug")
+
+    async def scenario() -> None:
+        runtime = Runtime()
+        runtime.register(
+            parent_v1.SPEC, parent, children=[Child(child_v1.SPEC, own, on_output=broken)]
+        )
+        result = await runtime.call("parent", {"n": 1})
+        assert isinstance(result, ToolError) and result.code == "OBSERVER_FAILED", result
 
     asyncio.run(scenario())

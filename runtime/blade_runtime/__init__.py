@@ -29,6 +29,7 @@ from blade_runtime.core.export import (
     export_tools,
 )
 from blade_runtime.core.hooks import HookEvent, HookInput, HookOutput
+from blade_runtime.core.registry import Child
 from blade_runtime.core.results import (
     ErrorCode,
     ToolError,
@@ -93,6 +94,7 @@ __all__ = [
     "CallInfo",
     "CancellationSignal",
     "CapabilitySpec",
+    "Child",
     "ChildToolError",
     "ClientToolSpec",
     "DataChannel",

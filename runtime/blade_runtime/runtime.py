@@ -48,12 +48,18 @@ from blade_runtime.core.pending import PendingActions
 from blade_runtime.core.permissions import PermissionRequest, Policy
 from blade_runtime.core.records import Records
 from blade_runtime.core.recovery import Recovery
-from blade_runtime.core.registry import ContextProvider, Registration, RegistrationError
+from blade_runtime.core.registry import (
+    Child,
+    ContextProvider,
+    Describe,
+    Registration,
+    RegistrationError,
+)
 from blade_runtime.core.results import ErrorCode, ToolError
 from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, Store
-from blade_runtime.core.tools import Tools
+from blade_runtime.core.tools import Tools, takes_children
 from blade_runtime.stores.memory import MemoryStore
 
 IdT = TypeVar("IdT", bound=str)
@@ -191,9 +197,10 @@ class Runtime:
             | None
         ) = None,
         enabled: Callable[[CallInfo], bool] | None = None,
-        describe: Callable[[CallContext | None], str] | None = None,
+        describe: Describe | None = None,
         permission: Policy | None = None,
         capability_config: Mapping[str, JsonValue] | None = None,
+        children: Collection[Child] = (),
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -207,6 +214,10 @@ class Runtime:
         model reads for a caller's context (the manifest keeps the spec's). ``permission``: this
         registration's own policy, instead of the runtime's. ``capability_config``: per declared
         capability, the configuration its binding gets (validated against its configSchema).
+        ``children``: the parent's own registrations of children its spec declares (``Child``:
+        spec, implementation, context, enabled, permission, on_output), apart from any direct
+        registration of the same spec; a declared child without one runs the runtime's. A
+        ``describe`` that takes ``children=`` reads its enabled children's metadata.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -227,15 +238,22 @@ class Runtime:
             raise RegistrationError(f"{where}: the implementation is not callable")
         self.tools.check_children(spec, where)
         bindings = self.tools.bindings(spec, where, capability_config or {})
+        own = self.tools.own_children(spec, where, children)
         added = self.tools.add(spec, registered, implementation, context, timeout_ms)
+        added.own_children = own
         added.bindings = bindings
         added.services = services_of(bindings) if bindings else None
         added.project = project
         added.project_context = project is not None and takes_context(project)
         added.enabled = enabled
         added.describe = describe
+        added.describe_children = describe is not None and takes_children(describe)
         added.permission = permission
-        self.tools.dynamic = self.tools.dynamic or enabled is not None
+        self.tools.dynamic = (
+            self.tools.dynamic
+            or enabled is not None
+            or any(child.enabled is not None for child in own.values())
+        )
         return added
 
     def register_client(
@@ -245,7 +263,7 @@ class Runtime:
         name: str | None = None,
         timeout_ms: int | None = None,
         enabled: Callable[[CallInfo], bool] | None = None,
-        describe: Callable[[CallContext | None], str] | None = None,
+        describe: Describe | None = None,
     ) -> Registration[OutputT]:
         """Offer a client-executed tool: a call becomes a pending action whose submission
         (validated against the output schema) completes it."""
@@ -258,6 +276,7 @@ class Runtime:
         added = self.tools.add(spec, registered, None, None, timeout_ms)
         added.enabled = enabled
         added.describe = describe
+        added.describe_children = describe is not None and takes_children(describe)
         self.tools.dynamic = self.tools.dynamic or enabled is not None
         return added
 

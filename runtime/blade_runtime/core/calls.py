@@ -12,6 +12,7 @@ itself raises. The store is reached through ``StoreAccess``, never on the event 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import uuid
@@ -93,7 +94,7 @@ from blade_runtime.core.store import (
     now,
     storable_id,
 )
-from blade_runtime.core.tools import Tools, enabled_for
+from blade_runtime.core.tools import Tools
 from blade_runtime.core.validation import describe
 
 _FATAL_IN_CHILDREN = frozenset(
@@ -156,12 +157,14 @@ class CallRunner:
         run_id: str = "default",
         context: CallContext | None = None,
         parent: str | None = None,
+        child: Registration[Any] | None = None,
     ) -> ToolResult[Any]:
         """Call the tool registered as ``name`` with the model's arguments (a JSON object or
         its text). ``context``: who the call is for (stored with the call and its actions).
-        ``parent``: the call id of the call whose ``ctx.tools`` makes this one (set by it).
+        ``parent``: the call id of the call whose ``ctx.tools`` makes this one (set by it), and
+        ``child`` the registration it runs (a parent's own, or the runtime's).
         Never raises for an expected outcome: the result says what happened."""
-        registration = self.tools.by_name.get(name)
+        registration = self.tools.by_name.get(name) if child is None else child
         spec_id = "" if registration is None else registration.spec.id
         call = CallInfo(
             next(self._ids) if call_id is None else call_id, run_id, name, spec_id, context, parent
@@ -253,10 +256,16 @@ class CallRunner:
             return result
         return await self.record_end(call, result, attempt)
 
-    async def _call_child(self, tool: ToolSpec[Any, Any, Any], input: Any, call: CallInfo) -> Any:
+    async def _call_child(
+        self,
+        parent: Registration[Any],
+        tool: ToolSpec[Any, Any, Any],
+        input: Any,
+        call: CallInfo,
+    ) -> Any:
         """One ``ctx.tools.call``: a full call of the child's registration, its output or a
         ChildToolError. A child's hook or observer failure is fatal to the parent."""
-        registration = self.tools.by_spec.get(tool.id)
+        registration = self.tools.child(parent, tool.id)
         if registration is None:
             raise ChildToolError(
                 tool.id, "TOOL_HANDLER_NOT_FOUND", "this runtime has no registration of it"
@@ -269,8 +278,11 @@ class CallRunner:
             run_id=call.run_id,
             context=call.context,
             parent=call.parent,
+            child=registration,
         )
         if isinstance(result, ToolSuccess):
+            if registration.on_output is not None:
+                await self._child_output(registration, call, result.output)
             return result.output
         if isinstance(result, ToolError):
             if result.code in _FATAL_IN_CHILDREN:
@@ -282,14 +294,24 @@ class CallRunner:
             raise ChildToolError(tool.id, "SKIPPED", result.reason)
         raise ChildToolError(tool.id, "PENDING", "a child tool cannot wait on a pending action")
 
-    def _disabled_children(self, registration: Registration[Any], call: CallInfo) -> frozenset[str]:
-        """The children not there for this parent call: decided once, when it starts."""
-        disabled = set()
-        for spec_id in registration.children:
-            child = self.tools.by_spec.get(spec_id)
-            if child is not None and child.enabled is not None and not enabled_for(child, call):
-                disabled.add(spec_id)
-        return frozenset(disabled)
+    async def _child_output(
+        self, registration: Registration[Any], call: CallInfo, output: Any
+    ) -> None:
+        """A child registration's ``on_output`` sees what its parent receives; one that fails
+        ends the parent (as any observer's failure does), even if the parent catches it."""
+        assert registration.on_output is not None and call.parent is not None
+        try:
+            seen = registration.on_output(output, call)
+            if inspect.isawaitable(seen):
+                await seen
+        except Exception as error:
+            log.error("%s (call %s): its on_output raised: %r", call.name, call.call_id, error)
+            self.fatal[call.parent] = error_result(
+                call, ErrorCode.OBSERVER_FAILED, "The child tool's output observer failed."
+            )
+            raise ChildHookFailed(
+                registration.spec.id, ErrorCode.OBSERVER_FAILED.value, str(error)
+            ) from None
 
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
@@ -433,11 +455,16 @@ class CallRunner:
             ctx._history = history
         if registration.children:
             ctx.tools = ChildTools(
-                self._call_child,
+                functools.partial(self._call_child, registration),
                 call,
                 entry.action.action_id if isinstance(entry, ResumeEntry) else "",
                 registration.children,
-                self._disabled_children(registration, call) if self.tools.dynamic else frozenset(),
+                (
+                    self.tools.disabled_children(registration, call)
+                    if self.tools.dynamic
+                    else frozenset()
+                ),
+                self.tools.missing_children(registration),
             )
         running: Awaitable[Any]
         if registration.services is not None:  # every binding shared: nothing to acquire

@@ -144,7 +144,7 @@ class ChildTools:
     Each child call is a full call of its registration (hooks, validation, timeout), in the same
     run, with a call id under the parent's; cancelling the parent cancels it."""
 
-    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_prefix")
+    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_missing", "_prefix")
 
     def __init__(
         self,
@@ -153,17 +153,31 @@ class ChildTools:
         entry: str,
         allowed: tuple[str, ...],
         disabled: frozenset[str] = frozenset(),
+        missing: frozenset[str] = frozenset(),
     ) -> None:
         self._caller = caller
         self._call = call
         self._allowed = allowed
         self._disabled = disabled  # decided when the parent started, for its whole length
+        self._missing = missing  # no registration of them
         self._count = itertools.count(1)
         # Child ids are the parent's entry's: the initial entry's, or the resume of an action's
         # (a counter per entry, so that a resumed parent calling a child again gets a new id).
         self._prefix = call.call_id if not entry else f"{call.call_id}/{entry}"
 
+    def enabled(self, tool: ToolSpec[Any, Any, Any], /) -> bool:
+        """Whether ``tool`` may be called here: a declared child, registered, and enabled for
+        this parent call (decided when it started, so the answer holds for its whole length)."""
+        return (
+            tool.id in self._allowed
+            and tool.id not in self._disabled
+            and tool.id not in self._missing
+        )
+
     async def call(self, tool: ToolSpec[Any, Any, Any], input: Any, /) -> Any:
+        """The child's validated output, or a ChildToolError. To cut one child short without
+        its siblings, cancel its task (``asyncio.timeout``, ``task.cancel()``): the child
+        settles CANCELLED and the parent goes on."""
         if tool.id not in self._allowed:
             declared = ", ".join(self._allowed) or "none"
             raise ChildToolError(

@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 from pydantic import TypeAdapter
 
@@ -29,6 +29,41 @@ ContextT = TypeVar("ContextT")
 
 ContextProvider: TypeAlias = Callable[[CallInfo], ContextT | Awaitable[ContextT]]
 """Builds a tool's server context for one call (sync or async)."""
+
+OutputObserver: TypeAlias = Callable[[Any, CallInfo], Awaitable[None] | None]
+"""Sees a child's output as its parent receives it (the typed output, the child's CallInfo)."""
+
+
+class DescribeWithChildren(Protocol):
+    """A ``describe`` callback that also reads its enabled children's metadata."""
+
+    def __call__(
+        self, context: CallContext | None, /, *, children: Mapping[str, ExportedTool]
+    ) -> str: ...
+
+
+Describe: TypeAlias = Callable[[CallContext | None], str] | DescribeWithChildren
+"""The description the model reads for a caller's context (and the parent's children)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    """A parent's own registration of one of the children its spec declares.
+
+    It owns its policy apart from any direct registration of the same spec: its implementation,
+    server ``context`` provider, ``enabled`` callback (decided once when the parent starts),
+    ``permission`` policy, ``on_output`` observer, timeout and capabilities' configuration.
+    A declared child without one runs the runtime's own registration of that spec."""
+
+    spec: Any  # the child's BackendToolSpec
+    implementation: Callable[[Any], Awaitable[Any]]
+    context: ContextProvider[Any] | None = None
+    enabled: Callable[[CallInfo], bool] | None = None
+    permission: Any = None
+    on_output: OutputObserver | None = None
+    timeout_ms: int | None = None
+    capability_config: Mapping[str, Any] | None = None
+
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # the spec format's rule for names
 
@@ -85,14 +120,19 @@ class Registration(Generic[OutputT]):
     """What the model reads of the typed output (``blade_runtime.core.content``)."""
     enabled: Callable[[CallInfo], bool] | None = None
     """Whether the tool is there for a call (its run, the caller's context); None: always."""
-    describe: Callable[[CallContext | None], str] | None = None
+    describe: Describe | None = None
     """The description the model reads for a caller's context; None: the spec's."""
+    describe_children: bool = False  # the callback takes children=
     permission: Any = None
     """This registration's own permission policy (else the runtime's)."""
     bindings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     """The capabilities its implementation gets: name -> (binding, its configuration)."""
     services: Any = None
     """``ctx.capabilities`` made once, when every binding is shared (else made per call)."""
+    own_children: Mapping[str, Registration[Any]] = field(default_factory=dict)
+    """The parent's own registrations of its children, by spec id (else the runtime's)."""
+    on_output: OutputObserver | None = None
+    """A parent's own child registration: sees each output it delivers to the parent."""
 
     @property
     def checked(self) -> bool:
@@ -120,12 +160,23 @@ class Registration(Generic[OutputT]):
             f" raising {type(error).__name__}: {error}" if error else "",
         )
 
-    def exported(self, context: CallContext | None = None) -> ExportedTool:
+    def exported(
+        self,
+        context: CallContext | None = None,
+        children: Mapping[str, ExportedTool] | None = None,
+    ) -> ExportedTool:
+        """The tool as the model sees it; ``children``: its enabled children's metadata, for a
+        ``describe`` that reads them."""
         spec = self.spec
         description = spec.description
         if self.describe is not None:
             try:
-                description = self.describe(context)
+                if self.describe_children:
+                    description = self.describe(  # type: ignore[call-arg]
+                        context, children=children or {}
+                    )
+                else:
+                    description = self.describe(context)  # type: ignore[call-arg]
             except Exception:  # the spec's own description stands; the bug is in the log
                 log.exception("%s: its describe callback raised", self.name)
         return ExportedTool(

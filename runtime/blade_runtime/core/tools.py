@@ -7,18 +7,20 @@ capabilities), so that a call never finds a registration it cannot run.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.core.caller import CallContext
-from blade_runtime.core.capabilities import Binding
+from blade_runtime.core.capabilities import Binding, services_of
 from blade_runtime.core.context import CallInfo
-from blade_runtime.core.export import ExportFormat, ToolExport, export_tools
+from blade_runtime.core.export import ExportedTool, ExportFormat, ToolExport, export_tools
 from blade_runtime.core.outcomes import DEFAULT_TIMEOUT_MS, log
 from blade_runtime.core.registry import (
     NAME,
+    Child,
     ContextProvider,
     Registration,
     RegistrationError,
@@ -44,6 +46,17 @@ def enabled_for(registration: Registration[Any], call: CallInfo) -> bool:
     except Exception:
         log.exception("%s: its enabled callback raised; the tool is left out", registration.name)
         return False
+
+
+def takes_children(describe: Callable[..., str]) -> bool:
+    """Whether a ``describe`` callback takes the ``children=`` keyword."""
+    try:
+        parameters = inspect.signature(describe).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    return "children" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 class Tools:
@@ -132,6 +145,56 @@ class Tools:
                         "cannot wait on a pending action"
                     )
 
+    def own_children(
+        self, spec: Any, where: str, children: Collection[Child]
+    ) -> dict[str, Registration[Any]]:
+        """A parent's own registrations of its declared children, compiled, or why not."""
+        own: dict[str, Registration[Any]] = {}
+        declared = getattr(spec, "children", ())
+        for index, child in enumerate(children):
+            if not isinstance(child, Child):
+                raise RegistrationError(
+                    f"{where}: children[{index}]: pass a Child(spec, implementation, ...)"
+                )
+            child_spec = child.spec
+            at = f"{where}: the child {getattr(child_spec, 'id', child_spec)!r}"
+            if not isinstance(child_spec, BackendToolSpec):
+                raise RegistrationError(f"{at}: a child tool must be a backend tool spec")
+            if child_spec.id not in declared:
+                raise RegistrationError(
+                    f"{at}: the spec does not declare it as a child (children: "
+                    f"{', '.join(declared) or 'none'}); add it to the spec's children"
+                )
+            if child_spec.suspend:
+                raise RegistrationError(
+                    f"{at}: it could suspend, and a child cannot wait on a pending action"
+                )
+            if child_spec.context_schema is not None and child.context is None:
+                raise RegistrationError(
+                    f"{at}: the child declares a contextSchema, so pass Child(context=...)"
+                )
+            if not callable(child.implementation):
+                raise RegistrationError(f"{at}: the implementation is not callable")
+            if child_spec.id in own:
+                raise RegistrationError(f"{at}: registered twice; pass one Child per spec")
+            limit = child.timeout_ms or self.timeout_ms or child_spec.timeout_ms
+            compiled_child = registration(
+                child_spec,
+                child_spec.name,
+                child.implementation,
+                child.context,
+                limit or DEFAULT_TIMEOUT_MS,
+            )
+            compiled_child.bindings = self.bindings(child_spec, at, child.capability_config or {})
+            compiled_child.services = (
+                services_of(compiled_child.bindings) if compiled_child.bindings else None
+            )
+            compiled_child.enabled = child.enabled
+            compiled_child.permission = child.permission
+            compiled_child.on_output = child.on_output
+            own[child_spec.id] = compiled_child
+        return own
+
     def add(
         self,
         spec: Any,
@@ -182,8 +245,40 @@ class Tools:
             there = CallInfo("", run_id, entry.name, entry.spec.id, context)
             if entry.enabled is not None and not enabled_for(entry, there):
                 continue
-            chosen.append(entry.exported(context))
+            children = self.described_children(entry, there) if entry.describe_children else None
+            chosen.append(entry.exported(context, children))
         return export_tools(chosen, format)
+
+    def child(self, parent: Registration[Any], spec_id: str) -> Registration[Any] | None:
+        """What a call of ``spec_id`` through ``parent``'s ``ctx.tools`` runs: the parent's own
+        registration of that child, else the runtime's registration of the spec."""
+        return parent.own_children.get(spec_id) or self.by_spec.get(spec_id)
+
+    def disabled_children(self, parent: Registration[Any], call: CallInfo) -> frozenset[str]:
+        """The declared children whose ``enabled`` leaves them out of this parent call: decided
+        once, when the parent starts."""
+        disabled = set()
+        for spec_id in parent.children:
+            child = self.child(parent, spec_id)
+            if child is not None and child.enabled is not None and not enabled_for(child, call):
+                disabled.add(spec_id)
+        return frozenset(disabled)
+
+    def missing_children(self, parent: Registration[Any]) -> frozenset[str]:
+        """The declared children this runtime has no registration of."""
+        return frozenset(i for i in parent.children if self.child(parent, i) is None)
+
+    def described_children(
+        self, parent: Registration[Any], call: CallInfo
+    ) -> dict[str, ExportedTool]:
+        """The metadata of the parent's enabled children, by spec id, for its ``describe``."""
+        disabled = self.disabled_children(parent, call) | self.missing_children(parent)
+        described = {}
+        for spec_id in parent.children:
+            child = self.child(parent, spec_id)
+            if child is not None and spec_id not in disabled:
+                described[spec_id] = child.exported(call.context)
+        return described
 
     def of(self, name: str, spec_id: str) -> Registration[Any] | None:
         """The registration ``name`` if it is still of the spec ``spec_id``: a stored call or
