@@ -35,12 +35,13 @@ def a_call(
     run_id: str = "run-1",
     tenant: str = "",
     input: dict[str, Any] | None = None,
+    spec_id: str = "acme.refund.v1",
 ) -> CallRecord:
     return CallRecord(
         call_id=call_id or uid("call"),
         run_id=run_id,
         name="refund",
-        spec_id="acme.refund.v1",
+        spec_id=spec_id,
         side_effect="non_idempotent",
         execution="inline",
         input=input if input is not None else {"amount": 10},

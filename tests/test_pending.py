@@ -574,3 +574,18 @@ def test_an_action_is_never_resumed_by_another_spec_under_its_old_name(
     assert entered == []
     stored = later.store.action(waiting.action.action_id)
     assert stored is not None and stored.state == "pending"  # it waits for its own spec
+    # Answered outside any runtime, the call is resumable: a sweep claims it only for its spec.
+    answered = cli(
+        "pending",
+        "submit",
+        waiting.action.action_id,
+        '{"approved": true, "approver": "ops"}',
+        "--store",
+        str(path),
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert run(later.recover()) == [] and entered == []
+    record = later.store.call(waiting.call.call_id)
+    assert record is not None and record.state == "resumable"
+    [resumed] = run(first.recover())
+    assert isinstance(resumed, ToolSuccess), resumed

@@ -494,6 +494,27 @@ def test_a_claim_may_name_its_call_and_tools_and_is_bounded(store: Store) -> Non
     assert len(store.claim("me", 30.0, names={"refund", "another-tool"})) == 2
 
 
+def test_a_claim_by_name_and_spec_leaves_another_specs_calls(store: Store) -> None:
+    """A runtime that registers a new spec under an old name claims none of the old spec's calls
+    (issue 29.7): neither a resumable one nor one whose lease lapsed."""
+    old = [resumable(store), begun(store, lease_s=-1.0)]
+    new = [
+        resumable(store, spec_id="acme.refund.v2"),
+        begun(store, lease_s=-1.0, spec_id="acme.refund.v2"),
+    ]
+    assert store.claim("me", 30.0, names={"refund": "acme.refund.v3"}) == []
+    taken = store.claim("me", 30.0, names={"refund": "acme.refund.v2", "other": "x.v1"})
+    assert {c.call.call_id for c in taken} == {c.call_id for c in new}
+    assert {c.call.spec_id for c in taken} == {"acme.refund.v2"}
+    for call in old:
+        stored = store.call(call.call_id)
+        assert stored is not None and stored.owner != "me"
+    assert store.claim("me", 30.0, names={}) == []
+    assert {c.call.call_id for c in store.claim("me", 30.0, names={"refund"})} == {
+        c.call_id for c in old
+    }
+
+
 def test_concurrent_sweeps_from_threads_never_share_a_call(backend: Backend) -> None:
     stores = [backend.open() for _ in range(4)]
     expected = {resumable(stores[0]).call_id for _ in range(30)}

@@ -102,7 +102,8 @@ class Recovery:
             await asyncio.sleep(interval_s)
 
     async def _claim_batch(self, limit: int = 100) -> list[Claimed]:
-        names = [r.name for r in self.tools.by_name.values() if r.implementation is not None]
+        # By name and spec: a call of another spec once registered under a name is not ours.
+        names = {r.name: r.spec.id for r in self.tools.by_name.values() if r.implementation}
         if not names:
             return []
         owners = await self.io(self.store.owners)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeAlias
@@ -196,6 +196,13 @@ class Event:
     seq: int = 0
 
 
+def made_by(call: CallRecord, names: Collection[str] | Mapping[str, str]) -> bool:
+    """Whether ``call`` is of a registration in ``names`` (a mapping: of that name and spec)."""
+    if isinstance(names, Mapping):
+        return names.get(call.name) == call.spec_id
+    return call.name in names
+
+
 class StoreError(Exception):
     """A store operation that cannot be carried out."""
 
@@ -341,14 +348,16 @@ class Store(Protocol):
         lease_s: float,
         *,
         dead: Collection[str] = (),
-        names: Collection[str] | None = None,
+        names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
         """Take over calls another runtime cannot finish, each with a ``claimed`` event, in one
         transaction per sweep: resumable calls, and running calls whose lease expired or whose
         owner is in ``dead``; ``names``: only calls of these registration names (the tools the
-        claiming runtime can run); ``call_id``: only that call. Concurrent sweeps never share a
+        claiming runtime can run), and given as a mapping of name to spec id, only those made
+        with that spec (never a call of another spec once registered under the same name);
+        ``call_id``: only that call. Concurrent sweeps never share a
         call. A lease is expired only if it had expired before the sweep began waiting for the
         store (so an owner's renewal held up by the same lock keeps its calls); the claimed
         calls' leases run ``lease_s`` from the commit."""

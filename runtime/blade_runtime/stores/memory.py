@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
 from pydantic import JsonValue
@@ -35,6 +35,7 @@ from blade_runtime.core.store import (
     Resolved,
     UnknownAction,
     clock,
+    made_by,
 )
 
 DEFAULT_KEEP_SETTLED = 1000
@@ -125,7 +126,7 @@ class MemoryStore:
         lease_s: float,
         *,
         dead: Collection[str] = (),
-        names: Collection[str] | None = None,
+        names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
@@ -143,7 +144,7 @@ class MemoryStore:
                 orphaned = call.state == "running" and (call.lease_until < at or call.owner in dead)
                 if call.state != "resumable" and not orphaned:
                     continue
-                if names is not None and call.name not in names:
+                if names is not None and not made_by(call, names):
                     continue
                 was, previous = call.state, call.owner
                 call.state, call.owner, call.lease_until = "running", owner, until

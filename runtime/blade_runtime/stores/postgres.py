@@ -67,7 +67,7 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
@@ -630,13 +630,18 @@ class PostgresStore(SQLStore):
         lease_s: float,
         *,
         dead: Collection[str] = (),
-        names: Collection[str] | None = None,
+        names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
         only: LiteralString = " AND call_id = %(only)s" if call_id is not None else ""
         if names is not None:
             only += " AND name = ANY(%(names)s)"
+        if isinstance(names, Mapping):
+            only += (
+                " AND (name, spec_id) IN "
+                "(SELECT * FROM unnest(%(names)s::text[], %(specs)s::text[]))"
+            )
         # ``picked`` locks its rows (skipping those another sweep holds, and re-checking the
         # WHERE on the committed row for those it had to wait for): the previous state and
         # owner it returns are those the update replaces. A lease counts as expired only if it
@@ -663,6 +668,7 @@ class PostgresStore(SQLStore):
             "dead": list(dead),
             "only": call_id,
             "names": None if names is None else list(names),
+            "specs": list(names.values()) if isinstance(names, Mapping) else None,
             "limit": limit,
             "owner": owner,
             "lease_s": float(lease_s),

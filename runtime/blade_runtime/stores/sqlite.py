@@ -47,7 +47,7 @@ import socket
 import sqlite3
 import threading
 import weakref
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -72,6 +72,7 @@ from blade_runtime.core.store import (
     StoreUnavailable,
     UnknownAction,
     clock,
+    made_by,
     now,
 )
 from blade_runtime.core.store import dump_json as _dump
@@ -820,7 +821,7 @@ class SQLiteStore(SQLStore):
         lease_s: float,
         *,
         dead: Collection[str] = (),
-        names: Collection[str] | None = None,
+        names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
     ) -> list[Claimed]:
@@ -833,7 +834,7 @@ class SQLiteStore(SQLStore):
         wanted = None if names is None else set(names)
 
         def claimable(call: CallRecord) -> bool:
-            if wanted is not None and call.name not in wanted:
+            if names is not None and not made_by(call, names):
                 return False
             if call.state == "resumable":
                 return True
@@ -853,7 +854,11 @@ class SQLiteStore(SQLStore):
                 ]
             else:
                 only, values = "", []
-                if wanted is not None:
+                if isinstance(names, Mapping):
+                    pairs = " OR ".join(["(name = ? AND spec_id = ?)"] * len(names))
+                    only = f" AND ({pairs or 'FALSE'})"
+                    values = [value for pair in names.items() for value in pair]
+                elif wanted is not None:
                     only, values = f" AND name IN ({','.join('?' * len(wanted))})", [*wanted]
                 candidates = [
                     call_record(row)
