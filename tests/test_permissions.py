@@ -606,3 +606,32 @@ def test_an_approval_through_the_operators_cli_is_observed_by_the_worker_taking_
     (result,) = run(worker.recover())
     assert isinstance(result, ToolSuccess) and len(deploys.inputs) == 1
     assert recorder.seen == ["permission_resolved", "execution_started", "settled"]
+
+
+def test_a_denial_through_the_operators_cli_is_observed_by_the_worker_settling_it(
+    deploy: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Denied outside a runtime, the call waits for a worker: its recovery settles it as
+    PERMISSION_DENIED where permission_resolved and settled observers see it; the tool never
+    runs."""
+    from blade_runtime.serving import cli
+
+    path = tmp_path / "deny.db"
+    asking = Runtime(store=SQLiteStore(path), permission=lambda request: Ask("deploy?"))
+    asking.register(deploy.SPEC, Deploys(deploy))
+    action = asked(run(asking.call("deploy_service", GOOD)))
+    deny = json.dumps({"decision": "deny", "message": "not during the freeze"})
+    assert cli.main(["pending", "submit", action.action_id, deny, "--store", str(path)]) == 0
+    assert "settles it as denied" in capsys.readouterr().out
+    worker = Runtime(store=SQLiteStore(path), permission=lambda request: Ask("deploy?"))
+    deploys = Deploys(deploy)
+    worker.register(deploy.SPEC, deploys)
+    recorder = Recorder()
+    worker.observe(recorder)
+    (result,) = run(worker.recover())
+    assert isinstance(result, ToolError) and result.code == ErrorCode.PERMISSION_DENIED, result
+    assert result.message == "not during the freeze"
+    assert deploys.inputs == [] and recorder.seen == ["permission_resolved", "settled"]
+    stored = worker.store.call(action.origin.call_id)
+    assert stored is not None and stored.state == "settled"
+    assert stored.result is not None and stored.result["code"] == "PERMISSION_DENIED"  # type: ignore[call-overload,index]

@@ -70,16 +70,18 @@ def answer(
 
     A permission request made before the call ran: approved, the call resumes its first entry
     (with the edited input, when the answer has one: stored with the decision); denied, the
-    call settles as PERMISSION_DENIED. Anything else: ``resumption``."""
+    call settles as PERMISSION_DENIED, and denied outside a runtime (``owner`` None: the
+    operators' CLI) it becomes resumable with the denial, so that the worker taking it up
+    settles it where the application's observers see it. Anything else: ``resumption``."""
     if action.point != ADMISSION or not isinstance(value, dict):
         return resumption(action, value, owner, lease_s)
-    if value.get("decision") == "deny":
+    if value.get("decision") == "deny" and owner is not None:
         message = str(value.get("message") or DEFAULT_DENIAL)
         result = error_json(ErrorCode.PERMISSION_DENIED, message)
         return _settling(action, "submitted", message, result)
     resolution, event = resumption(action, value, owner, lease_s)
     edited = value.get("input")
-    if isinstance(edited, dict):
+    if isinstance(edited, dict) and value.get("decision") != "deny":
         resolution = replace(resolution, call_input=edited)
     return resolution, event
 

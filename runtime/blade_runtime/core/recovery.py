@@ -28,7 +28,7 @@ from blade_runtime.core.events import EventHub
 from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.outcomes import HOST, INTERRUPTED_MESSAGE, error_result, log
 from blade_runtime.core.pending import PendingActions
-from blade_runtime.core.permissions import ADMISSION
+from blade_runtime.core.permissions import ADMISSION, DEFAULT_DENIAL
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.spec import JsonObject
@@ -127,20 +127,19 @@ class Recovery:
             return live is None or live.closed  # a runtime of this process: open, or gone
         return await self.io(self.store.alive, owner) is False
 
-    async def _granted(
+    async def _resolved(
         self,
         registration: Registration[Any],
         call: CallInfo,
         arguments: JsonObject,
         entry: dict[str, Any],
+        decision: str,
+        reason: str | None,
     ) -> ToolError | None:
-        """The ``permission_resolved`` observers see a grant made outside a runtime."""
+        """The ``permission_resolved`` observers see a decision made outside a runtime."""
         methods = self.interceptors.observers.permission_resolved
         if not methods:
             return None
-        answer = entry.get("resume")
-        message = answer.get("message") if isinstance(answer, dict) else None
-        reason = message if isinstance(message, str) else None
         action_id = entry.get("action_id")
         try:
             await self.interceptors.observing(
@@ -149,13 +148,34 @@ class Recovery:
                 registration,
                 call,
                 arguments,
-                "allow",
+                decision,
                 reason,
                 action_id if isinstance(action_id, str) else None,
             )
         except Exception as error:
             return self.interceptors.observer_failed("permission_resolved", call, error)
         return None
+
+    async def _denied(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        entry: dict[str, Any],
+        answer: dict[str, Any],
+        claimed: Claimed,
+    ) -> ToolResult[Any]:
+        """Settle a call whose permission request was denied outside a runtime: the
+        ``permission_resolved`` observers (on its first take-up) and the ``settled`` ones see
+        the denial, as they do one submitted to a runtime."""
+        reason = _reason(answer)
+        result: ToolResult[Any] | None = None
+        if claimed.was == "resumable":
+            result = await self._resolved(registration, call, arguments, entry, "deny", reason)
+        if result is None:
+            denied = error_result(call, ErrorCode.PERMISSION_DENIED, reason or DEFAULT_DENIAL)
+            result = await self.interceptors.settled(registration, call, arguments, denied)
+        return await self.runner.record_end(call, result, Attempt(recorded=True))
 
     async def _take_up(self, claimed: Claimed, replay: bool) -> ToolResult[Any]:
         """Resume, replay or interrupt one call this runtime just claimed."""
@@ -169,19 +189,27 @@ class Recovery:
             CallContext.from_json(record.context),
         )
         self.events.poke()  # the claim's event was committed with it
+        entry = record.entry if isinstance(record.entry, dict) else {}
+        admission = entry.get("point") == ADMISSION
+        answer = entry.get("resume") if admission else None
+        if isinstance(answer, dict) and answer.get("decision") == "deny":
+            # Denied outside a runtime (the operators' CLI): the tool never ran nor runs; this
+            # worker settles it, where the application's observers see it.
+            return await self._denied(registration, call, record.input, entry, answer, claimed)
         safe = claimed.was == "resumable" or (
             replay and record.side_effect in ("pure", "idempotent")
         )
         if not safe:
             interrupted = error_result(call, ErrorCode.INTERRUPTED, INTERRUPTED_MESSAGE)
             return await self.runner.record_end(call, interrupted, Attempt(recorded=True))
-        entry = record.entry
-        if isinstance(entry, dict) and entry.get("point") == ADMISSION:
+        if admission:
             # Its permission was granted (and the final input stored with the decision): the
             # first entry runs, without asking again. Granted from outside a runtime (the
             # operators' CLI), this worker is the first to see the decision.
             if claimed.was == "resumable":
-                refused = await self._granted(registration, call, record.input, entry)
+                refused = await self._resolved(
+                    registration, call, record.input, entry, "allow", _reason(answer)
+                )
                 if refused is not None:
                     return await self.runner.record_end(call, refused, Attempt(recorded=True))
             return await self.runner.run_claimed(registration, call, record.input)
@@ -192,3 +220,9 @@ class Recovery:
                     registration, call, action, entry.get("resume"), record.input
                 )
         return await self.runner.run_claimed(registration, call, record.input)
+
+
+def _reason(answer: Any) -> str | None:
+    """A person's message with a permission decision, if any."""
+    message = answer.get("message") if isinstance(answer, dict) else None
+    return message if isinstance(message, str) and message else None

@@ -264,6 +264,8 @@ def _submit(store: Store, action_id: str, text: str) -> int:
     else:
         resolution, event = actions.answer(action, value, owner=None)
         done = "a worker's recovery (loop or Runtime.recover()) resumes the call"
+        if isinstance(value, dict) and value.get("decision") == "deny":
+            done = "a worker's recovery (loop or Runtime.recover()) settles it as denied"
     return _resolve(store, action, resolution, event, done)
 
 
