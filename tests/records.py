@@ -4,7 +4,11 @@ the first steps of a call (begun, suspended, resumable) done through a store."""
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Callable
 from typing import Any
+
+import pytest
 
 from blade_runtime.core.spec import JsonObject
 from blade_runtime.core.store import (
@@ -14,6 +18,7 @@ from blade_runtime.core.store import (
     Event,
     Resolution,
     Store,
+    StoreUnavailable,
     clock,
     now,
 )
@@ -104,3 +109,25 @@ def resumable(store: Store, **fields: Any) -> CallRecord:
 
 def submitted(**fields: Any) -> Resolution:
     return Resolution("submitted", now(), resume=fields.pop("resume", {"ok": True}), **fields)
+
+
+def kinds(store: Store, run_id: str = "run-1") -> list[str]:
+    return [event.kind for event in store.events(run_id)]
+
+
+def one_line(error: pytest.ExceptionInfo[StoreUnavailable], *absent: str) -> str:
+    message = str(error.value)
+    assert "\n" not in message and message
+    for secret in absent:
+        assert secret not in message
+    return message
+
+
+def eventually(done: Callable[[], bool], limit_s: float = 10) -> bool:
+    """Whether ``done()`` holds within ``limit_s`` (looked at every 10 ms)."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

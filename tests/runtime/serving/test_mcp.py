@@ -25,7 +25,7 @@ from blade_runtime.runtime import Runtime
 from blade_runtime.serving.mcp import RESUME_KEY, flat_form_schema, mcp_asgi_app, mcp_server
 from blade_runtime.stores.sqlite import SQLiteStore
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[2]  # the tests folder: its helper modules
 sys.path.insert(0, str(TESTS))
 import agent_tools  # noqa: E402
 

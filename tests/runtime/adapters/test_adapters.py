@@ -14,7 +14,7 @@ import pytest
 from blade_runtime.core.caller import Principal
 from blade_runtime.runtime import Runtime
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[2]  # the tests folder: its helper modules
 sys.path.insert(0, str(TESTS))
 import agent_tools  # noqa: E402
 
