@@ -210,11 +210,20 @@ def approve_impl(module: Any) -> Any:
 
 
 async def run_cycles(
-    module: Any, store: Store, count: int, prefix: str = "o", ends: list[float] | None = None
+    module: Any,
+    store: Store,
+    count: int,
+    prefix: str = "o",
+    ends: list[float] | None = None,
+    *,
+    on_the_loop: bool = False,
 ) -> float:
     """Seconds for ``count`` suspend-submit-resume cycles by one runtime on ``store`` (and, into
-    ``ends``, when each cycle ended)."""
+    ``ends``, when each cycle ended). ``on_the_loop``: the store called inline on the event
+    loop, as before the runtime took it off the loop (what that costs, measured beside it)."""
     runtime = Runtime(store=store)
+    if on_the_loop:
+        runtime.io.waits = runtime.io.inline_first = False
     runtime.register(module.SPEC, approve_impl(module))
     start = time.perf_counter()
     for i in range(count):
@@ -533,6 +542,17 @@ def measure_engine(
             listener.close()
             listened.append(span.wall_s / (per * 4))
         figures["listened"] = min(listened)
+    off_loop: list[float] = []
+    on_loop: list[float] = []
+    for _ in range(rounds):  # alternating, so that a busy moment hits both alike
+        for on_the_loop, into in ((False, off_loop), (True, on_loop)):
+            store = open_store(next(urls))
+            elapsed = asyncio.run(
+                run_cycles(module, store, per, prefix="l", on_the_loop=on_the_loop)
+            )
+            store.close()
+            into.append(elapsed / per)
+    figures["off_loop"], figures["on_loop"] = min(off_loop), min(on_loop)
     store = open_store(next(urls))
     figures["data"] = asyncio.run(data_writes_s(module, store, cycles))
     store.close()
@@ -581,6 +601,12 @@ def report(engine: str, figures: dict[str, Any]) -> None:
         f"{', '.join(map(str, WORKERS))} workers; at one worker's, {cpus} CPUs allow at most "
         f"{cpus * cycles[1] / busy[1]:.2f}x one worker's throughput (bare commits: "
         f"{cpus * bare[1] / bare_busy[1]:.2f}x)"
+    )
+    off_loop, on_loop = figures["off_loop"], figures["on_loop"]
+    print(
+        f"  a cycle in this process, the store off the event loop: {off_loop * 1e6:.1f} us; "
+        f"called on the loop: {on_loop * 1e6:.1f} us; off the loop costs "
+        f"{(off_loop - on_loop) * 1e6:+.1f} us a cycle ({(off_loop / on_loop - 1) * 100:+.1f}%)"
     )
     print(
         f"  durable ToolData write: {figures['data'] * 1e6:7.1f} us = "

@@ -42,7 +42,7 @@ def format_files(files: Mapping[str, str], fresh: set[str]) -> dict[str, str]:
     return out
 
 
-# Below this many lines (black takes 0.2 ms a line), black runs in this process: a rebuild of
+# Below this many lines, black runs in this process (bench/build.py): a rebuild of
 # a few modules gains nothing from starting a pool and sending it the texts.
 PARALLEL_LINES = 20_000
 

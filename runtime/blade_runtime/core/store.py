@@ -48,8 +48,8 @@ DEFAULT_LEASE_S = 5.0
 # How the durable stores write JSON: ASCII, so any Python string round-trips, a lone surrogate
 # included (as a \u escape), where UTF-8 text would refuse it; and the C encoder is fastest so.
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-# That C encoder made once, not on every call as JSONEncoder.encode makes it: a cycle's 15 small
-# documents took a third of the time (measured: 3.0 against 0.9 us for a two-key object). No
+# That C encoder made once, not on every call as JSONEncoder.encode makes it: making it is most
+# of the cost of encoding a small document, and a cycle encodes about 15 of them. No
 # circular check (a shared one would keep stale ids after a failed encode): JSON values are
 # trees, and a cycle still fails (RecursionError).
 _make_c_encoder = getattr(json.encoder, "c_make_encoder", None)

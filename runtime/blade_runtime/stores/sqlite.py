@@ -1,9 +1,9 @@
 """``SQLiteStore``: the embedded durable store.
 
-WAL journal with ``synchronous=NORMAL``: a commit survives the process being killed (measured
-about 0.1-0.23 ms a commit here); pass ``synchronous="FULL"`` to survive power loss as well (about
-4 ms a commit). Every method is one ``BEGIN IMMEDIATE`` transaction, so writers from other threads
-and processes queue on the file's lock (``busy_timeout``), and resolving an action is an
+WAL journal with ``synchronous=NORMAL``: a commit survives the process being killed; pass
+``synchronous="FULL"`` to survive power loss as well (a sync of the disk on every commit, many
+times dearer). Every method is one ``BEGIN IMMEDIATE`` transaction, so writers from other
+threads and processes queue on the file's lock (``busy_timeout``), and resolving an action is an
 ``UPDATE ... WHERE state = 'pending'``: exactly one of many concurrent submits changes a row.
 
 The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[n]`` (its statements, in one
@@ -372,8 +372,8 @@ class _Checkpointer:
     """A thread that copies the WAL back into the database file, so that no commit waits for it.
 
     SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1,000 pages, and
-    that commit waits while the WAL is synced and copied: about 12 ms here, every 60 cycles or so,
-    two thirds of the commit time of a suspend-submit-resume cycle (measured). This thread runs a
+    that commit waits while the WAL is synced and copied, most of the commit time of a cycle when
+    it is spread over the cycles between checkpoints (bench/pending.py). This thread runs a
     PASSIVE checkpoint, which waits for no reader or writer, whenever ``request`` is called. A
     failed checkpoint is logged and left to the next one (or the backstop); a thread that cannot
     open the file ends, and the store starts another later."""
