@@ -65,10 +65,23 @@ class Subscription:
             self._wake.set()
 
     def close(self) -> None:
+        """Stop, after handing out what was committed before (read on the caller's thread:
+        from a coroutine, ``await aclose()``)."""
         if self._closed:
             return
         if self._hub.store.durable:
             self._catch_up()
+        self._stop()
+
+    async def aclose(self) -> None:
+        """``close``, with the last read of the store off the event loop."""
+        if self._closed:
+            return
+        if self._hub.store.durable:
+            self._catch_up(await self._hub.io(self._hub.store.events, self.run_id, self.after))
+        self._stop()
+
+    def _stop(self) -> None:
         self._closed = True
         self._hub.unsubscribe(self)
         if self._pump is not None:

@@ -128,6 +128,14 @@ class Records:
             return True
         return bool(await self.calls(run_id=run_id, principal=principal))
 
+    async def head(self, run_id: str) -> int:
+        """The sequence number of the run's last committed event (0: none), to subscribe from
+        now on without reading the store on the event loop."""
+        if not self.store.durable:
+            return 0
+        last: int = await self.io(self.store.head, run_id)
+        return last
+
     async def events(
         self, run_id: str, after: int = 0, *, principal: Principal | None = None
     ) -> list[Event]:

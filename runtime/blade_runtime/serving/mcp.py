@@ -364,7 +364,8 @@ class McpTools:
         """A call whose client asked for progress: its ``ctx.progress`` events become
         ``notifications/progress`` (its messages, their text), in order, while it runs."""
         call_id = f"mcp_{uuid.uuid4().hex}"
-        subscription = self.runtime.subscribe(self.run_id)
+        head = await self.runtime.records.head(self.run_id)
+        subscription = self.runtime.subscribe(self.run_id, after=head)
 
         async def forward() -> None:
             count = 0
@@ -392,7 +393,7 @@ class McpTools:
                 name, arguments, call_id=call_id, run_id=self.run_id, context=context
             )
         finally:
-            subscription.close()
+            await subscription.aclose()
             await asyncio.gather(pump, return_exceptions=True)
 
     async def _principal(self, req: McpRequest) -> Principal | None:

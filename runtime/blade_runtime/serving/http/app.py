@@ -711,6 +711,8 @@ def create_app(
             if not (resume.isascii() and resume.isdigit() and len(resume) <= 18):
                 raise Refused(HttpError.MALFORMED_REQUEST, "Last-Event-ID is a sequence number.")
             after = int(resume)
+        else:
+            after = await api.records.head(run_id)
         subscription = runtime.subscribe(run_id, after=after)
         return StreamingResponse(
             _stream(api, principal, subscription),
@@ -817,7 +819,7 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
             yield f"{head}event: {event.kind}\ndata: {data}\n\n"
     finally:
         api.streams.discard(subscription)
-        subscription.close()
+        await subscription.aclose()
 
 
 _INBOX_FILES: Final = {
