@@ -10,6 +10,8 @@ whichever runtime (or submit) sees it first.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
@@ -195,9 +197,14 @@ class PendingActions:
             model_of(point.resume.adapter.validate_python, value),
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
-        return await self.runner.run_claimed(
-            registration, call, arguments, entry, lambda: self._history(call)
-        )
+        history: Callable[[], tuple[SuspensionEpisode, ...]]
+        if self.io.waits and not self.io.inline_first:
+            # A store that may wait for a connection is read now, off the loop: the tool reads
+            # its history (a property) without awaiting.
+            history = functools.partial(tuple, await self.io(self._history, call))
+        else:  # read when the tool asks: it never waits (an in-memory or WAL read)
+            history = functools.partial(self._history, call)
+        return await self.runner.run_claimed(registration, call, arguments, entry, history)
 
     async def _complete_client(
         self,

@@ -167,8 +167,17 @@ def test_a_suspension_survives_closing_and_reopening_the_store(
     assert record.result == {"status": "success", "content": {"status": "declined", "by": "bob"}}
 
 
-def test_one_call_may_suspend_several_times(example_package: Any) -> None:
-    runtime, refunds = runtime_with(example_package)
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_one_call_may_suspend_several_times(
+    example_package: Any, kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Each entry reads the episodes before it (``ctx.suspend_history``) on every store: on
+    PostgreSQL read before the entry, off the event loop; elsewhere when the tool asks."""
+    from blade_runtime.stores.urls import open_store
+
+    url = {"memory": "memory:", "sqlite": f"sqlite:///{tmp_path / 'h.db'}"}.get(kind)
+    store = open_store(url or request.getfixturevalue("postgres_url"))
+    runtime, refunds = runtime_with(example_package, store)
     refunds.again = True
 
     async def scenario() -> ToolResult[Any]:
@@ -180,6 +189,8 @@ def test_one_call_may_suspend_several_times(example_package: Any) -> None:
         return await runtime.submit(second.action.action_id, {"approved": True, "approver": "b"})
 
     assert isinstance(run(scenario()), ToolSuccess)
+    run(runtime.close())
+    store.close()
     assert [len(h) for h in refunds.histories] == [0, 1, 2]
     assert [e.state for e in refunds.histories[2]] == ["submitted", "submitted"]
 
