@@ -464,7 +464,7 @@ class CallRunner:
                     if self.tools.dynamic
                     else frozenset()
                 ),
-                self.tools.missing_children(registration),
+                self.tools.refused_children(registration),
             )
         running: Awaitable[Any]
         if registration.services is not None:  # every binding shared: nothing to acquire
@@ -823,7 +823,10 @@ class CallRunner:
         return written
 
     def _cancelled(self, call: CallInfo, scope: CancelScope) -> ToolError:
-        registration = self.tools.by_name.get(call.name)
+        # The registration that ran: a parent's own child is not the one its name finds.
+        registration = scope.owner
+        if not isinstance(registration, Registration):
+            registration = self.tools.by_name.get(call.name)
         limit = registration.timeout_ms if registration else self.tools.timeout_ms
         return cancelled(call, scope, limit)
 

@@ -77,6 +77,11 @@ class CancelScope:
         self._owner = owner
 
     @property
+    def owner(self) -> Owner | None:
+        """The registration whose implementation runs under this scope."""
+        return self._owner
+
+    @property
     def signal(self) -> CancellationSignal:
         """The call's cancellation signal, made when first asked for (most calls never are)."""
         if self._signal is None:

@@ -144,7 +144,7 @@ class ChildTools:
     Each child call is a full call of its registration (hooks, validation, timeout), in the same
     run, with a call id under the parent's; cancelling the parent cancels it."""
 
-    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_missing", "_prefix")
+    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_prefix", "_refused")
 
     def __init__(
         self,
@@ -153,13 +153,13 @@ class ChildTools:
         entry: str,
         allowed: tuple[str, ...],
         disabled: frozenset[str] = frozenset(),
-        missing: frozenset[str] = frozenset(),
+        refused: frozenset[str] = frozenset(),
     ) -> None:
         self._caller = caller
         self._call = call
         self._allowed = allowed
         self._disabled = disabled  # decided when the parent started, for its whole length
-        self._missing = missing  # no registration of them
+        self._refused = refused  # registered nowhere, or refused by name
         self._count = itertools.count(1)
         # Child ids are the parent's entry's: the initial entry's, or the resume of an action's
         # (a counter per entry, so that a resumed parent calling a child again gets a new id).
@@ -171,7 +171,7 @@ class ChildTools:
         return (
             tool.id in self._allowed
             and tool.id not in self._disabled
-            and tool.id not in self._missing
+            and tool.id not in self._refused
         )
 
     async def call(self, tool: ToolSpec[Any, Any, Any], input: Any, /) -> Any:

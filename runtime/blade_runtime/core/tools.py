@@ -264,15 +264,21 @@ class Tools:
                 disabled.add(spec_id)
         return frozenset(disabled)
 
-    def missing_children(self, parent: Registration[Any]) -> frozenset[str]:
-        """The declared children this runtime has no registration of."""
-        return frozenset(i for i in parent.children if self.child(parent, i) is None)
+    def refused_children(self, parent: Registration[Any]) -> frozenset[str]:
+        """The declared children that cannot be called now: registered nowhere, or a name the
+        runtime's allowed and disallowed lists refuse."""
+        refused = set()
+        for spec_id in parent.children:
+            child = self.child(parent, spec_id)
+            if child is None or (self.restricted and not self.is_allowed(child.name)):
+                refused.add(spec_id)
+        return frozenset(refused)
 
     def described_children(
         self, parent: Registration[Any], call: CallInfo
     ) -> dict[str, ExportedTool]:
         """The metadata of the parent's enabled children, by spec id, for its ``describe``."""
-        disabled = self.disabled_children(parent, call) | self.missing_children(parent)
+        disabled = self.disabled_children(parent, call) | self.refused_children(parent)
         described = {}
         for spec_id in parent.children:
             child = self.child(parent, spec_id)

@@ -378,3 +378,53 @@ def test_a_failing_child_output_observer_ends_the_parent(kin: tuple[Path, Any]) 
         assert isinstance(result, ToolError) and result.code == "OBSERVER_FAILED", result
 
     asyncio.run(scenario())
+
+
+def test_a_child_the_runtime_refuses_by_name_is_not_enabled_and_its_own_timeout_is_quoted(
+    kin: tuple[Path, Any],
+) -> None:
+    """``ctx.tools.enabled`` and ``describe(children=)`` agree with the runtime's disallowed
+    list; a parent's own child times out on its own limit and says that limit."""
+    from kin_pkg.kin import child_v1, parent_v1
+
+    from blade_runtime import Child
+
+    seen: dict[str, Any] = {}
+
+    async def child(ctx: Any) -> Any:
+        if ctx.input.n == 0:
+            await asyncio.sleep(5)
+        return child_v1.ChildOutput(double=2)
+
+    async def parent(ctx: Any) -> Any:
+        seen["enabled"] = ctx.tools.enabled(child_v1.SPEC)
+        try:
+            await ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=ctx.input.n))
+        except ChildToolError as failed:
+            seen["error"] = f"{failed.code}: {failed.message}"
+        return parent_v1.ParentOutput(sum=0)
+
+    def describe(context: Any, *, children: Any) -> str:
+        return "can use: " + (", ".join(children) or "nothing")
+
+    async def scenario() -> None:
+        refusing = Runtime(disallowed={"child"})
+        refusing.register(child_v1.SPEC, child)
+        refusing.register(parent_v1.SPEC, parent, describe=describe)
+        await refusing.call("parent", {"n": 1})
+        assert seen == {
+            "enabled": False,
+            "error": "TOOL_NOT_ALLOWED: The tool 'child' is not enabled.",
+        }
+        document: Any = refusing.export().document
+        assert [t["description"] for t in document["tools"] if t["name"] == "parent"] == [
+            "can use: nothing"
+        ]
+        seen.clear()
+        own = Runtime()
+        own.register(parent_v1.SPEC, parent, children=[Child(child_v1.SPEC, child, timeout_ms=100)])
+        await own.call("parent", {"n": 0})
+        assert seen["enabled"] is True
+        assert seen["error"] == "TIMEOUT: The tool did not finish within 0.1 s.", seen
+
+    asyncio.run(scenario())
