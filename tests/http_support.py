@@ -24,10 +24,12 @@ from blade_runtime.runtime import Runtime
 TOKENS = {
     "token-alice": Principal("alice", "acme"),
     "token-bob": Principal("bob", "globex"),
+    "token-carol": Principal("carol", "acme"),  # alice's tenant, not alice
     "token-root": Principal("root", "ops", frozenset({"operator"})),
 }
 ALICE = {"Authorization": "Bearer token-alice"}
 BOB = {"Authorization": "Bearer token-bob"}
+CAROL = {"Authorization": "Bearer token-carol"}
 ROOT = {"Authorization": "Bearer token-root"}
 REFUND = {
     "payment_id": "pay_1",

@@ -276,10 +276,9 @@ class PendingActions:
         principal: Principal | None = None,
     ) -> list[PendingAction[Any]]:
         """Pending actions (all, of a run, or of a registration name), with typed inputs where
-        this runtime knows the tool. ``principal``: only those of its tenant (an operator's:
-        all)."""
-        tenant = None if principal is None or principal.operator else principal.tenant
-        found = self.store.actions(run_id=run_id, name=name, tenant=tenant)
+        this runtime knows the tool. ``principal``: only those it may see, of its tenant and
+        of calls made for it (an operator's: all)."""
+        found = self.records.actions_blocking(run_id=run_id, name=name, principal=principal)
         return [self.view(a) for a in found]
 
     def view(self, action: ActionRecord) -> PendingAction[Any]:

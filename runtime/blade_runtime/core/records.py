@@ -103,13 +103,10 @@ class Records:
         call_id: str | None = None,
         principal: Principal | None = None,
     ) -> list[ActionRecord]:
+        """The actions the principal may see: of its tenant and, within it, of calls made for
+        it (or for nobody), as ``action`` decides one at a time."""
         found: list[ActionRecord] = await self.io(
-            self.store.actions,
-            state=state,
-            run_id=run_id,
-            name=name,
-            call_id=call_id,
-            tenant=tenant_of(principal),
+            self._listed, state, run_id, name, call_id, principal
         )
         return found
 
@@ -154,10 +151,35 @@ class Records:
         *,
         state: ActionState | None = "pending",
         run_id: str | None = None,
+        name: str | None = None,
         principal: Principal | None = None,
     ) -> list[ActionRecord]:
         """``actions``, read without awaiting (it blocks on the store)."""
-        return self.store.actions(state=state, run_id=run_id, tenant=tenant_of(principal))
+        return self._listed(state, run_id, name, None, principal)
+
+    def _listed(
+        self,
+        state: ActionState | None,
+        run_id: str | None,
+        name: str | None,
+        call_id: str | None,
+        principal: Principal | None,
+    ) -> list[ActionRecord]:
+        """The listing, narrowed to the principal's calls (on the store's thread: each call is
+        read once, whatever its number of actions)."""
+        found = self.store.actions(
+            state=state, run_id=run_id, name=name, call_id=call_id, tenant=tenant_of(principal)
+        )
+        if principal is None or principal.operator or not found:
+            return found
+        mine: dict[str, bool] = {}
+        for action in found:
+            if action.call_id not in mine:
+                call = self.store.call(action.call_id)
+                mine[action.call_id] = call is not None and visible(
+                    principal, call.tenant, call.context
+                )
+        return [action for action in found if mine[action.call_id]]
 
     def data_blocking(
         self, call_id: str, channel: str | None = None, *, principal: Principal | None = None

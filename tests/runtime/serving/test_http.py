@@ -15,6 +15,7 @@ import pytest
 from http_support import (
     ALICE,
     BOB,
+    CAROL,
     REFUND,
     ROOT,
     TOKENS,
@@ -526,6 +527,42 @@ def test_another_tenants_events_are_left_out_of_a_shared_run(sqlite_store: SQLit
     assert [e["event"] for e in got] == ["pending"]
     mine = runtime.store.calls(tenant="acme")
     assert {e["call_id"] for e in got} == {c.call_id for c in mine}
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite", "postgres"])
+def test_a_listing_of_actions_holds_only_the_principal_s_own_within_its_tenant(
+    store_kind: str, request: pytest.FixtureRequest, tmp_path: Path, example_package: Any
+) -> None:
+    """Carol shares alice's tenant: she reads none of alice's actions, one by one or listed
+    (the listing once held them, prompt and principal included); an operator lists them, and
+    the runtime's own listings for a principal agree."""
+    store = (
+        MemoryStore() if store_kind == "memory" else durable_store(store_kind, request, tmp_path)
+    )
+    runtime, _ = runtime_of(store)
+    app = create_app(runtime, authenticate=authenticate, allow_anonymous=False)
+
+    async def scenario() -> None:
+        async with client_for(app, "asgi") as http:
+            mine = await http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
+            assert mine.status_code == 202, mine.text
+            action_id = mine.json()["action"]["action_id"]
+            listed = (await http.get("/v1/actions", headers=CAROL)).json()["actions"]
+            assert listed == []
+            one = await http.get(f"/v1/actions/{action_id}", headers=CAROL)
+            assert one.status_code == 404
+            assert [
+                a["action_id"]
+                for a in (await http.get("/v1/actions", headers=ALICE)).json()["actions"]
+            ] == [action_id]
+            root = (await http.get("/v1/actions", headers=ROOT)).json()["actions"]
+            assert [a["action_id"] for a in root] == [action_id]
+        carol, alice = TOKENS["token-carol"], TOKENS["token-alice"]
+        assert await runtime.records.actions(principal=carol) == []
+        assert runtime.pending(principal=carol) == []
+        assert [a.action_id for a in runtime.pending(principal=alice)] == [action_id]
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("mode", MODES)
