@@ -11,18 +11,24 @@ from dataclasses import replace
 
 from pydantic import JsonValue
 
+from blade_runtime.core.jsonvalue import encodable_tree
 from blade_runtime.core.permissions import ADMISSION, DEFAULT_DENIAL
 from blade_runtime.core.registry import compiled
 from blade_runtime.core.results import ErrorCode
 from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, Event, Resolution, now
-from blade_runtime.core.validation import describe
+from blade_runtime.core.validation import describe, unreadable
 
 
 def invalid_submission(action: ActionRecord, value: JsonValue) -> str | None:
     """Why ``value`` cannot resolve ``action`` (every failing path), or None."""
+    if not encodable_tree(value):  # whether the schema reads the string or not
+        return f"Invalid submission for {action.action_id}: {unreadable(UnicodeError())}."
     validator = compiled(action.submit_schema)
-    if validator.is_valid(value):
-        return None
+    try:
+        if validator.is_valid(value):
+            return None
+    except (ValueError, RecursionError) as error:  # UnicodeEncodeError is a ValueError
+        return f"Invalid submission for {action.action_id}: {unreadable(error)}."
     return f"Invalid submission for {action.action_id}: {describe(validator.violations(value))}."
 
 

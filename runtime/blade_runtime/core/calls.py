@@ -95,7 +95,7 @@ from blade_runtime.core.store import (
     storable_id,
 )
 from blade_runtime.core.tools import Tools
-from blade_runtime.core.validation import describe
+from blade_runtime.core.validation import describe, unreadable
 
 _FATAL_IN_CHILDREN = frozenset(
     {ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT, ErrorCode.OBSERVER_FAILED}
@@ -366,7 +366,7 @@ class CallRunner:
         try:
             problems = describe(registration.input_validator.violations(arguments))
         except (ValueError, RecursionError) as error:  # see _valid
-            problems = _unreadable(error)
+            problems = unreadable(error)
         return error_result(
             call, ErrorCode.INVALID_INPUT, f"Invalid arguments for {call.name}: {problems}."
         )
@@ -852,12 +852,4 @@ def _valid(registration: Registration[Any], arguments: JsonObject) -> bool | str
     try:
         return registration.input_validator.is_valid(arguments)
     except (ValueError, RecursionError) as error:  # UnicodeEncodeError is a ValueError
-        return f"Invalid arguments for {registration.name}: {_unreadable(error)}."
-
-
-def _unreadable(error: BaseException) -> str:
-    if isinstance(error, UnicodeError):
-        return "the text is not valid Unicode (a lone surrogate)"
-    if isinstance(error, RecursionError) or "ecursion" in str(error):
-        return "nested too deeply to validate"
-    return f"they cannot be validated ({error})"
+        return f"Invalid arguments for {registration.name}: {unreadable(error)}."

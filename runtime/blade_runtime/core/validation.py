@@ -116,3 +116,13 @@ def _json_type(value: object) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
+
+
+def unreadable(error: BaseException) -> str:
+    """Why a value a validator raised on cannot be validated at all: what no JSON text can hold
+    (a lone surrogate, from a Python dict) or nesting deeper than the validator goes."""
+    if isinstance(error, UnicodeError):
+        return "the text is not valid Unicode (a lone surrogate)"
+    if isinstance(error, RecursionError) or "ecursion" in str(error):
+        return "nested too deeply to validate"
+    return f"they cannot be validated ({error})"

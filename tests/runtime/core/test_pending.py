@@ -600,3 +600,34 @@ def test_an_action_is_never_resumed_by_another_spec_under_its_old_name(
     assert record is not None and record.state == "resumable"
     [resumed] = run(first.recover())
     assert isinstance(resumed, ToolSuccess), resumed
+
+
+def test_a_lone_surrogate_in_a_submission_is_an_invalid_submission_everywhere(
+    example_package: Any, tmp_path: Path
+) -> None:
+    """A lone surrogate (valid JSON text, "\\ud800") cannot be validated: runtime.submit answers
+    INVALID_SUBMISSION for a dict and for JSON text, the operators' CLI one line (exit 1), and
+    the action stays pending."""
+    path = tmp_path / "surrogate.db"
+    runtime, _ = runtime_with(example_package, SQLiteStore(path))
+    waiting = pending_of(run(runtime.call("refund_payment", REFUND)))
+    action_id = waiting.action.action_id
+    for payload in (
+        {"approved": True, "approver": "a\ud800"},
+        '{"approved": true, "approver": "a\\ud800"}',
+    ):
+        refused = run(runtime.submit(action_id, payload))
+        assert isinstance(refused, ToolError), refused
+        assert refused.code == ErrorCode.INVALID_SUBMISSION and "lone surrogate" in refused.message
+    answered = cli(
+        "pending",
+        "submit",
+        action_id,
+        '{"approved": true, "approver": "a\\ud800"}',
+        "--store",
+        str(path),
+    )
+    assert answered.returncode == 1 and len(answered.stderr.splitlines()) == 1, answered.stderr
+    assert "lone surrogate" in answered.stderr
+    stored = runtime.store.action(action_id)
+    assert stored is not None and stored.state == "pending"
