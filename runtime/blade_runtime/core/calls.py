@@ -539,6 +539,11 @@ class CallRunner:
         event = self._event(call, "suspended", {"action_id": action.action_id, "point": ADMISSION})
         try:
             await self._emit(self.store.suspend, record, action, event)
+        except StoreError as error:
+            log.error(
+                "%s (call %s): the store refused its permission request: %s", *_named(call), error
+            )
+            return error_result(call, ErrorCode.STORE_UNAVAILABLE, NOT_ASKED)
         except Exception as error:
             return tool_error(call, error, self.interceptors.error_mapper)
         view = PendingAction.of(action, PermissionPrompt.model_validate(payload))
@@ -734,6 +739,9 @@ class CallRunner:
             known = attempt is not None and attempt.recorded
             await self.io(self.store.suspend, record, action, event, known=known)
             self.events.publish(event)
+        except StoreError as error:  # settled as such where the store takes it, else recovered
+            log.error("%s (call %s): the store refused its suspension: %s", *_named(call), error)
+            return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNSUSPENDED)
         except Exception as error:
             failed = tool_error(call, error, self.interceptors.error_mapper)
             return await self.record_end(call, failed, attempt)
@@ -760,6 +768,11 @@ class CallRunner:
             await self._emit(
                 self.store.suspend, record, action, self._event(call, "pending", payload)
             )
+        except StoreError as error:
+            log.error(
+                "%s (call %s): the store refused its pending action: %s", *_named(call), error
+            )
+            return error_result(call, ErrorCode.STORE_UNAVAILABLE, NOT_OFFERED)
         except Exception as error:
             return tool_error(call, error, self.interceptors.error_mapper)
         view = PendingAction.of(action, model_of(registration.build_input, arguments))
@@ -831,6 +844,18 @@ class CallRunner:
         return cancelled(call, scope, limit)
 
 
+UNSUSPENDED = (
+    "The tool suspended, but its pending action could not be recorded (the store is "
+    "unavailable), so nobody can answer it. Try the call again later."
+)
+NOT_ASKED = (
+    "The permission request could not be recorded (the store is unavailable); the tool did not "
+    "run. Try again."
+)
+NOT_OFFERED = (
+    "The client tool's pending action could not be recorded (the store is unavailable); "
+    "nothing was asked of the client. Try again."
+)
 UNRECORDED = (
     "The tool ran, but its result could not be recorded (the store is unavailable); the call "
     "is left for recovery to settle."
@@ -843,6 +868,10 @@ _ID_RULE = (
     "A call id and a run id are 1 to 200 printable characters (no NUL, no line break, no "
     "lone surrogate): every store must hold and index them alike."
 )
+
+
+def _named(call: CallInfo) -> tuple[str, str]:
+    return call.name, call.call_id
 
 
 def _valid(registration: Registration[Any], arguments: JsonObject) -> bool | str:

@@ -29,11 +29,11 @@ from blade_runtime.core.context import (
 from blade_runtime.core.events import EventHub, PendingAction
 from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.jsonvalue import NotJson, model_of
-from blade_runtime.core.outcomes import error_result, nobody, submitted_json
+from blade_runtime.core.outcomes import error_result, log, nobody, submitted_json
 from blade_runtime.core.permissions import ADMISSION, POINTS, STEP, STEP_POINT, PermissionPrompt
 from blade_runtime.core.records import Records
 from blade_runtime.core.registry import Registration
-from blade_runtime.core.results import ErrorCode, ToolResult, ToolSuccess
+from blade_runtime.core.results import ErrorCode, ToolError, ToolResult, ToolSuccess
 from blade_runtime.core.spec import JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
@@ -42,6 +42,7 @@ from blade_runtime.core.store import (
     Event,
     Resolution,
     Resolved,
+    StoreError,
     UnknownAction,
     clock,
 )
@@ -85,7 +86,18 @@ class PendingActions:
         concurrent submits wins; the others get ACTION_ALREADY_RESOLVED. A suspension re-enters
         its implementation with a typed resume entry; a client tool's call completes.
         ``principal``: who submits (another tenant's action is UNKNOWN_ACTION to it); None is
-        the application itself."""
+        the application itself. A store that cannot be reached is STORE_UNAVAILABLE."""
+        try:
+            return await self._submit(action_id, payload, principal)
+        except StoreError as error:
+            return _unavailable("submit", action_id, error)
+
+    async def _submit(
+        self,
+        action_id: str,
+        payload: JsonValue | BaseModel | str | bytes,
+        principal: Principal | None,
+    ) -> ToolResult[Any]:
         action = await self.records.action(action_id, principal=principal)
         if action is None:
             return error_result(
@@ -249,12 +261,15 @@ class PendingActions:
     async def _settle_by_id(
         self, action_id: str, principal: Principal | None, *, cancelled: bool, reason: str
     ) -> ToolResult[Any]:
-        action = await self.records.action(action_id, principal=principal)
-        if action is None:
-            return error_result(
-                nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}."
-            )
-        return await self.settle_action(action, cancelled=cancelled, reason=reason)
+        try:
+            action = await self.records.action(action_id, principal=principal)
+            if action is None:
+                return error_result(
+                    nobody(), ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}."
+                )
+            return await self.settle_action(action, cancelled=cancelled, reason=reason)
+        except StoreError as error:
+            return _unavailable("cancel" if cancelled else "fail", action_id, error)
 
     async def settle_action(
         self, action: ActionRecord, *, cancelled: bool, reason: str
@@ -310,6 +325,16 @@ class PendingActions:
             for a in self.store.actions(state=None, call_id=call.call_id)
             if a.point is not None
         )
+
+
+def _unavailable(verb: str, action_id: str, error: StoreError) -> ToolError:
+    log.error("%s of action %s: the store is unavailable: %s", verb, action_id, error)
+    return error_result(
+        nobody(),
+        ErrorCode.STORE_UNAVAILABLE,
+        f"The store is unavailable, so the {verb} of {action_id!r} may not have been recorded; "
+        "read the action, or try again.",
+    )
 
 
 def _call_of(action: ActionRecord) -> CallInfo:

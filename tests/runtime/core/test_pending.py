@@ -631,3 +631,72 @@ def test_a_lone_surrogate_in_a_submission_is_an_invalid_submission_everywhere(
     assert "lone surrogate" in answered.stderr
     stored = runtime.store.action(action_id)
     assert stored is not None and stored.state == "pending"
+
+
+class FailingStore(SQLiteStore):
+    """A SQLite store whose methods named in ``failing`` raise StoreUnavailable."""
+
+    failing: frozenset[str] = frozenset()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in object.__getattribute__(self, "failing"):
+
+            def unavailable(*args: Any, **kwargs: Any) -> Any:
+                from blade_runtime.core.store import StoreUnavailable
+
+                raise StoreUnavailable(f"store down ({name})")
+
+            return unavailable
+        return super().__getattribute__(name)
+
+
+def test_a_store_that_fails_around_a_pending_action_is_a_value_never_an_exception(
+    example_package: Any, tmp_path: Path
+) -> None:
+    """Suspending, offering a client tool's action, asking for permission, submitting and
+    cancelling, each with the store down: STORE_UNAVAILABLE (never an exception, never
+    TOOL_ERROR "internal error"), and an action that could not be resolved stays pending."""
+    from blade_runtime.core.permissions import Ask
+
+    store = FailingStore(tmp_path / "failing.db")
+    runtime, refunds = runtime_with(example_package, store)
+
+    def down(*names: str) -> None:
+        store.failing = frozenset(names)
+
+    async def scenario() -> None:
+        down("suspend")
+        for name, arguments in (
+            ("refund_payment", REFUND),
+            ("check_page", {"url": "https://a.example"}),
+        ):
+            result = await runtime.call(name, arguments)
+            assert (
+                isinstance(result, ToolError) and result.code == ErrorCode.STORE_UNAVAILABLE
+            ), result
+        down()
+        waiting = pending_of(await runtime.call("refund_payment", REFUND))
+        action_id = waiting.action.action_id
+        for failing in ("resolve", "action"):
+            down(failing)
+            answered = await runtime.submit(action_id, {"approved": True, "approver": "ann"})
+            cancelled = await runtime.cancel(action_id)
+            for result in (answered, cancelled):
+                assert isinstance(result, ToolError), result
+                assert result.code == ErrorCode.STORE_UNAVAILABLE and action_id in result.message
+        down()
+        stored = store.action(action_id)
+        assert stored is not None and stored.state == "pending"
+
+        asking = Runtime(store=store, permission=lambda request: Ask("refund?"))
+        refunds.register(asking)
+        entered = refunds.entries[:]
+        down("suspend")
+        asked = await asking.call("refund_payment", REFUND)
+        assert isinstance(asked, ToolError) and asked.code == ErrorCode.STORE_UNAVAILABLE, asked
+        assert "did not run" in asked.message and refunds.entries == entered
+        down()
+        await asking.close()
+        await runtime.close()
+
+    run(scenario())
