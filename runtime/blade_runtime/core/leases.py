@@ -8,8 +8,9 @@ cancelled here: its late result would not be recorded anyway.
 
 On a store that can wait (SQLite, PostgreSQL) the heartbeat is a thread with a connection of its
 own (``Store.renewer``): neither a stalled event loop nor a store whose pool or lock the calls
-are waiting on can starve it. ``confirmed_at`` says when a renewal last succeeded, so that this
-runtime knows when it can no longer vouch for its leases.
+are waiting on can starve it. ``confirmed_at`` says when a renewal last succeeded: a call whose
+lease no renewal has confirmed for a whole lease (the store refused every one) may have been
+taken over, so it is cancelled here rather than run on beside its new owner.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Leases:
         self.lease_s = lease_s
         self.confirmed_at = 0.0  # when the last renewal began that the store confirmed
         self._held: dict[str, CancelScope] = {}
+        self._since: dict[str, float] = {}  # when each held call's lease was last written
         self._lock = threading.Lock()  # _held is read by the heartbeat thread
         self._threaded = store.waits
         self._task: asyncio.Task[None] | None = None
@@ -46,6 +48,7 @@ class Leases:
         thread = None
         with self._lock:
             self._held[scope.call.call_id] = scope
+            self._since[scope.call.call_id] = clock()
             if self._threaded and self._thread is None:
                 thread = self._thread = threading.Thread(
                     target=self._heartbeat,
@@ -62,6 +65,23 @@ class Leases:
         """The call was settled or suspended here: its lease is no longer kept."""
         with self._lock:
             self._held.pop(call_id, None)
+            self._since.pop(call_id, None)
+
+    def unconfirmed(self, now: float) -> None:
+        """Renewals failed: cancel each call whose lease no renewal has confirmed for a whole
+        lease (another worker may hold it now; its outcome is the one the store records)."""
+        for call_id, scope in list(self._held.items()):
+            vouched = max(self.confirmed_at, self._since.get(call_id, now))
+            if now - vouched <= self.lease_s or not scope.active:
+                continue
+            log.error(
+                "%s (call %s): no renewal of its lease succeeded for %.1f s; cancelling it here",
+                scope.call.name,
+                call_id,
+                now - vouched,
+            )
+            scope.cancel("cancelled", "this runtime could not renew its lease")
+            self.release(call_id)
 
     def renewed(self, asked: tuple[str, ...], held: set[str]) -> None:
         """A renewal of the calls ``asked`` kept ``held``: cancel the others still running."""
@@ -98,6 +118,7 @@ class Leases:
                 self.renew()
             except Exception as error:  # the store is down: try again next beat
                 log.error("lease renewal failed: %s", error)
+                self.unconfirmed(clock())
 
     def _heartbeat(self, loop: asyncio.AbstractEventLoop) -> None:
         """The thread: renew every third of the lease while anything is held, on a connection
@@ -116,6 +137,10 @@ class Leases:
                     held = renewer.renew(self.owner, self.lease_s)
                 except Exception as error:  # the store is down: try again next beat
                     log.error("lease renewal failed: %s", error)
+                    try:
+                        loop.call_soon_threadsafe(self.unconfirmed, clock())
+                    except RuntimeError:  # the loop is closed
+                        return
                     continue
                 self.confirmed_at = started
                 try:
@@ -132,3 +157,4 @@ class Leases:
         self._stop.set()
         with self._lock:
             self._held.clear()
+            self._since.clear()

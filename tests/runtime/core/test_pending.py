@@ -700,3 +700,63 @@ def test_a_store_that_fails_around_a_pending_action_is_a_value_never_an_exceptio
         await runtime.close()
 
     run(scenario())
+
+
+class UnrenewableStore(SQLiteStore):
+    """A SQLite store whose lease renewals all fail (the heartbeat's connection is lost)."""
+
+    def renewer(self) -> Any:
+        from blade_runtime.core.store import StoreUnavailable
+
+        class Refusing:
+            def renew(self, owner: str, lease_s: float) -> set[str]:
+                raise StoreUnavailable("the renewer's connection is lost")
+
+            def close(self) -> None:
+                pass
+
+        return Refusing()
+
+
+def test_a_call_whose_lease_no_renewal_confirms_is_cancelled_before_another_worker_takes_it(
+    example_package: Any, tmp_path: Path
+) -> None:
+    """Every renewal fails: within a lease of the last confirmed one this runtime stops the call
+    (CANCELLED, as recorded), so another worker's recovery never runs it beside it."""
+    from blade_specs.crm import lookup_customer_v1 as lookup
+
+    entered: list[str] = []
+
+    def slow(who: str) -> Any:
+        async def implementation(ctx: Any) -> Any:
+            entered.append(who)
+            await asyncio.sleep(3)
+            return lookup.LookupCustomerOutput(found=True)
+
+        return implementation
+
+    path = tmp_path / "unrenewable.db"
+    worker = Runtime(store=UnrenewableStore(path), lease_s=0.6)
+    context = lambda call: lookup.LookupCustomerContext(tenant_id="t")  # noqa: E731
+    worker.register(lookup.SPEC, slow("worker"), context=context)
+    other = Runtime(store=SQLiteStore(path), lease_s=0.6)
+    other.register(lookup.SPEC, slow("other"), context=context)
+
+    async def scenario() -> tuple[Any, list[Any]]:
+        call = asyncio.create_task(
+            worker.call("lookup_customer", {"customer_id": "cus_1"}, call_id="c1")
+        )
+        await asyncio.sleep(1.2)
+        recovered = await other.recover()
+        result = await call
+        await worker.close()
+        await other.close()
+        return result, recovered
+
+    result, recovered = run(scenario())
+    assert isinstance(result, ToolError) and result.code == ErrorCode.CANCELLED, result
+    assert "could not renew its lease" in result.message
+    assert recovered == [] and entered == ["worker"]
+    stored = other.store.call("c1")
+    assert stored is not None and stored.result is not None
+    assert stored.result["code"] == "CANCELLED"  # type: ignore[call-overload,index]
