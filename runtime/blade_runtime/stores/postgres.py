@@ -292,6 +292,65 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         $$
         """,
     ),
+    (  # 3: files tools saved, and triggers to deliver
+        """
+        CREATE TABLE blade_files (
+            file_id text PRIMARY KEY,
+            tenant text NOT NULL,
+            name text NOT NULL,
+            media_type text NOT NULL,
+            size bigint NOT NULL,
+            sha256 text NOT NULL,
+            created_at text NOT NULL,
+            call_id text NOT NULL,
+            run_id text NOT NULL,
+            creator text,
+            thread_id text,
+            content bytea NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE blade_triggers (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            trigger_id text NOT NULL UNIQUE,
+            call_id text NOT NULL,
+            run_id text NOT NULL,
+            name text NOT NULL,
+            tenant text NOT NULL,
+            input text NOT NULL,
+            created_at text NOT NULL,
+            context text,
+            thread_id text,
+            state text NOT NULL,
+            owner text NOT NULL,
+            claimed_until double precision NOT NULL,
+            finished_at text,
+            error text
+        )
+        """,
+        # Deliveries read only the triggers not yet delivered.
+        "CREATE INDEX blade_triggers_open ON blade_triggers (seq) "
+        "WHERE state IN ('pending', 'claimed')",
+        # A role that may use the first release's tables may use these.
+        """
+        DO $$
+        DECLARE
+            grantee_name text;
+        BEGIN
+            FOR grantee_name IN
+                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+                FROM pg_class c, aclexplode(c.relacl) a
+                WHERE c.oid = 'blade_calls'::regclass AND a.privilege_type = 'INSERT'
+                    AND a.grantee <> c.relowner
+            LOOP
+                EXECUTE 'GRANT SELECT, INSERT, UPDATE ON blade_files, blade_triggers TO '
+                    || grantee_name;
+            END LOOP;
+        END
+        $$
+        """,
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -187,6 +187,46 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "@owners_and_action_ids",  # the data of the two new columns and table, in Python
         "DROP INDEX actions_call",
     ),
+    (  # 4: files tools saved, and triggers to deliver
+        # A rowid table (not WITHOUT ROWID): its rows hold whole files.
+        """
+        CREATE TABLE files (
+            file_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            name TEXT NOT NULL,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            creator TEXT,
+            thread_id TEXT,
+            content BLOB NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE triggers (
+            seq INTEGER PRIMARY KEY,
+            trigger_id TEXT NOT NULL UNIQUE,
+            call_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            input TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            context TEXT,
+            thread_id TEXT,
+            state TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            claimed_until REAL NOT NULL,
+            finished_at TEXT,
+            error TEXT
+        )
+        """,
+        # Deliveries read only the triggers not yet delivered.
+        "CREATE INDEX triggers_open ON triggers (seq) WHERE state IN ('pending', 'claimed')",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
