@@ -47,7 +47,7 @@ import socket
 import sqlite3
 import threading
 import weakref
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -64,12 +64,15 @@ from blade_runtime.core.store import (
     DataRecord,
     DuplicateCall,
     Event,
+    FileRecord,
     LeaseLost,
     Resolution,
     Resolved,
+    SaveStopped,
     StoreBusy,
     StoreError,
     StoreUnavailable,
+    TriggerRecord,
     UnknownAction,
     clock,
     now,
@@ -79,11 +82,16 @@ from blade_runtime.core.store import load_json as _load
 from blade_runtime.stores.sql import (
     ACTION_COLUMNS,
     CALL_COLUMNS,
+    FILE_COLUMNS,
+    TRIGGER_COLUMNS,
     SQLStore,
     action_record,
     action_values,
     call_record,
     call_values,
+    file_values,
+    trigger_record,
+    trigger_values,
 )
 
 log = logging.getLogger("blade_runtime")
@@ -491,6 +499,7 @@ class SQLiteStore(SQLStore):
     _mark = "?"
     _holds_nul = True
     _calls, _actions, _data = "calls", "actions", "data"
+    _files, _triggers = "files", "triggers"
     inline_first = True  # an uncontended commit costs less than a thread hop
 
     def __init__(
@@ -989,6 +998,57 @@ class SQLiteStore(SQLStore):
             )
             if event is not None:
                 self._append(db, event)
+
+    # -- files and triggers ----------------------------------------------------------------
+
+    def save_file(
+        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
+    ) -> None:
+        with self._write() as db:
+            db.execute(
+                f"INSERT INTO files ({FILE_COLUMNS}, content) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*file_values(record), content),
+            )
+            if keep is not None and not keep():  # rolled back: nothing of it is stored
+                raise SaveStopped(f"file {record.file_id} was not kept")
+
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+        with self._write() as db:
+            if owner is not None:
+                held = db.execute(
+                    "SELECT 1 FROM calls WHERE call_id = ? AND owner = ? AND state = 'running'",
+                    (trigger.call_id, owner),
+                ).fetchone()
+                if held is None:
+                    raise LeaseLost(trigger.call_id, owner)
+            db.execute(
+                f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                trigger_values(trigger),
+            )
+            self._append(db, event)
+
+    def claim_triggers(
+        self, owner: str, lease_s: float, *, limit: int = 100
+    ) -> list[TriggerRecord]:
+        with self._write() as db:  # the write lock: concurrent claims wait, then see these taken
+            at = clock()
+            rows = db.execute(
+                "UPDATE triggers SET state = 'claimed', owner = ?, claimed_until = ? "
+                "WHERE seq IN (SELECT seq FROM triggers WHERE state IN ('pending', 'claimed') "
+                "AND (state = 'pending' OR claimed_until < ?) ORDER BY seq LIMIT ?) "
+                f"RETURNING seq, {TRIGGER_COLUMNS}",
+                (owner, at + lease_s, at, limit),
+            ).fetchall()
+        return [trigger_record(row[1:]) for row in sorted(rows)]
+
+    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
+        with self._write() as db:
+            changed = db.execute(
+                "UPDATE triggers SET state = ?, finished_at = ?, error = ? "
+                "WHERE trigger_id = ? AND owner = ? AND state = 'claimed'",
+                ("delivered" if error is None else "failed", now(), error, trigger_id, owner),
+            ).rowcount
+        return bool(changed)
 
     def _actions_of(
         self, call_id: str, clauses: list[str], values: list[Any]
