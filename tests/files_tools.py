@@ -2,8 +2,9 @@
 file, one that reads one, one that triggers, one that reports progress.
 
 ``build(root)`` builds their specs into the importable package ``blade_files_tests``;
-``register(runtime)`` registers the implementations. ``deliver(url, out, stop)`` is a worker
-process's work: deliver triggers from the store to a handler that appends a line to ``out``.
+``register(runtime)`` registers the implementations. ``save(url, out)`` and
+``deliver(url, out, stop)`` are worker processes' work: save a file as alice, and deliver
+triggers from the store to a handler that appends a line to ``out``.
 """
 
 from __future__ import annotations
@@ -143,6 +144,27 @@ def register(runtime: Runtime) -> None:
     runtime.register(export.SPEC, export_report)
     runtime.register(read.SPEC, read_report)
     runtime.register(notify.SPEC, notify_later)
+
+
+def save(url: str, out: str) -> None:
+    """A worker process: alice's call saves a report; its file id is written to ``out``."""
+    from blade_runtime import CallContext, Principal
+    from blade_runtime.stores.urls import open_store
+
+    store = open_store(url)
+
+    async def main() -> None:
+        runtime = Runtime(store=store)
+        register(runtime)
+        context = CallContext(principal=Principal("alice", "acme"), thread_id="thread-w")
+        result = await runtime.call("export_report", {"rows": 7}, context=context)
+        Path(out).write_text(json.dumps(result.content), "utf-8")
+        await runtime.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
 
 
 def deliver(url: str, out: str, stop: str) -> None:

@@ -8,6 +8,7 @@ Tools are real registrations of generated specs (``tests/files_tools.py``); stor
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections import Counter
@@ -264,6 +265,33 @@ def test_files_in_a_folder_round_trip_and_a_cancelled_save_leaves_nothing(
     assert folder.file(gated.ids[0]) is None
 
 
+def test_a_file_another_worker_process_saved_is_read_here_per_tenant(
+    files_package: Path, durable_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "saved.json"
+    (tmp_path / "w").mkdir()
+    worker = forked.start(tmp_path / "w", files_tools.save, durable_url, str(out))
+    worker.communicate(60)
+    assert worker.returncode == 0
+    file_id = json.loads(out.read_text("utf-8"))["file_id"]
+    store = open_store(durable_url)
+
+    async def scenario() -> tuple[Any, Any]:
+        runtime = runtime_on(store)
+        mine = await call(runtime, "read_report", {"file_id": file_id}, ALICE_CONTEXT)
+        theirs = await runtime.records.file(file_id, principal=TOKENS["token-bob"])
+        await runtime.close()
+        return mine, theirs
+
+    try:
+        mine, theirs = run(scenario())
+        record = store.file(file_id)
+    finally:
+        store.close()
+    assert mine == {"text": files_tools.csv(7), "media_type": "text/csv"} and theirs is None
+    assert record is not None and (record.creator, record.thread_id) == ("alice", "thread-w")
+
+
 def test_get_a_file_over_http_is_tenant_checked_and_the_typed_client_reads_it(
     files_package: Path, tmp_path: Path
 ) -> None:
@@ -461,6 +489,35 @@ def test_progress_keeps_its_place_behind_stored_events_other_runs_pushed_back(
     finally:
         store.close()
     assert kinds == ["started", "progress", "progress", "message", "trigger", "result"]
+
+
+def test_the_in_process_typed_client_follows_only_its_principals_events(
+    files_package: Path, tmp_path: Path
+) -> None:
+    from blade_runtime.client import RuntimeTransport
+
+    store = open_store(f"sqlite:///{tmp_path / 'client.db'}")
+
+    async def scenario() -> list[RunEvent]:
+        runtime = runtime_on(store)
+        await call(runtime, "notify_later", {"job": "a"}, ALICE_CONTEXT, run_id="both")
+        await call(runtime, "notify_later", {"job": "b"}, BOB_CONTEXT, run_id="both")
+        client = ToolClient(RuntimeTransport(runtime, TOKENS["token-bob"]))
+        seen: list[RunEvent] = []
+        events = client.events("both", after=0)
+        async for event in events:
+            seen.append(event)
+            if event.kind == "result":
+                break
+        await runtime.close()
+        return seen
+
+    try:
+        seen = run(scenario())
+    finally:
+        store.close()
+    assert [e.kind for e in seen] == ["started", "trigger", "result"]
+    assert seen[1].payload["input"]["job"] == "b"  # type: ignore[index]
 
 
 def _watch(

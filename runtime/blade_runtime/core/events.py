@@ -72,10 +72,10 @@ class Subscription:
             self._known = max(self._known, event.seq)
             self.wake()
 
-    def _release(self, *, all: bool = False) -> None:
+    def _release(self, *, everything: bool = False) -> None:
         """Hand out the held transient events whose stored predecessors are out."""
         held = self._held
-        while held and (all or held[0][0] <= self.after):
+        while held and (everything or held[0][0] <= self.after):
             self._queue.put_nowait(held.pop(0)[1])
 
     def wake(self) -> None:
@@ -87,7 +87,7 @@ class Subscription:
             return
         if self._hub.store.durable:
             self._catch_up()
-            self._release(all=True)
+            self._release(everything=True)
         self._closed = True
         self._hub.unsubscribe(self)
         if self._pump is not None:
