@@ -28,6 +28,13 @@ from blade_runtime.core.export import (
     WireNames,
     export_tools,
 )
+from blade_runtime.core.files import (
+    FileBody,
+    FileRejected,
+    FolderFiles,
+    SavedFile,
+    UnknownFile,
+)
 from blade_runtime.core.hooks import HookEvent, HookInput, HookOutput
 from blade_runtime.core.registry import Child
 from blade_runtime.core.results import (
@@ -52,6 +59,7 @@ from blade_runtime.core.spec import (
     load_schemas,
 )
 from blade_runtime.core.store import Store, StoreError, StoreUnavailable
+from blade_runtime.core.triggers import Trigger, TriggerRejected
 from blade_runtime.runtime import (
     FallbackCall,
     PermissionRequest,
@@ -105,6 +113,9 @@ __all__ = [
     "ExportFormat",
     "ExportedTool",
     "FallbackCall",
+    "FileBody",
+    "FileRejected",
+    "FolderFiles",
     "HookEvent",
     "HookInput",
     "HookOutput",
@@ -119,6 +130,7 @@ __all__ = [
     "ResumeEntry",
     "Runtime",
     "SQLiteStore",
+    "SavedFile",
     "SideEffect",
     "Store",
     "StoreError",
@@ -135,6 +147,9 @@ __all__ = [
     "ToolSkipped",
     "ToolSpec",
     "ToolSuccess",
+    "Trigger",
+    "TriggerRejected",
+    "UnknownFile",
     "WireNames",
     "__version__",
     "export_tools",

@@ -9,6 +9,8 @@ Each service owns its state and is handed its collaborators here, once:
     Recovery       claims, the recovery sweep and its loop                   (core.recovery)
     Records        calls, actions, ToolData and events as a principal sees them (core.records)
     EventHub       subscriptions to a run's events                           (core.events)
+    FileAccess     the files tools save, in the store or a folder            (core.files)
+    Triggers       tools' requests to continue a thread, and their delivery  (core.triggers)
     Leases         the heartbeat of this runtime's claims                    (core.leases)
     StoreAccess    the store, reached off the event loop                     (core.storage)
 
@@ -33,6 +35,8 @@ from blade_runtime.core.capabilities import Binding, services_of
 from blade_runtime.core.content import Projected, ProjectionWithContext, project, takes_context
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import EventHub, Subscription
+from blade_runtime.core.execution import CallServices
+from blade_runtime.core.files import DEFAULT_MAX_FILE_BYTES, FileAccess, FileBackend
 from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.jsonvalue import model_of
 from blade_runtime.core.leases import Leases
@@ -60,6 +64,7 @@ from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, Store
 from blade_runtime.core.tools import Tools, takes_children
+from blade_runtime.core.triggers import TriggerHandler, Triggers
 from blade_runtime.stores.memory import MemoryStore
 
 IdT = TypeVar("IdT", bound=str)
@@ -103,6 +108,9 @@ class Runtime:
         lease_s: float = DEFAULT_LEASE_S,
         host: str | None = None,
         capabilities: Mapping[str, Binding] | None = None,
+        files: FileBackend | None = None,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        on_trigger: TriggerHandler | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
@@ -113,7 +121,11 @@ class Runtime:
         ``blade_runtime.core.capabilities``); a tool whose capability is unbound is refused.
         ``permission``: the policy deciding each new call on its final input (allow, deny or
         ask: see ``blade_runtime.core.permissions``; ``permissions.by_kind()`` asks for every
-        ``write`` and ``execute`` tool)."""
+        ``write`` and ``execute`` tool). ``files``: where ``ctx.files`` keeps files (default:
+        the store; ``FolderFiles(path)`` for a folder), each at most ``max_file_bytes``.
+        ``on_trigger``: called with each ``ctx.trigger`` of any worker sharing the store, once
+        across them (see ``blade_runtime.core.triggers``; ``run_triggers`` polls for other
+        processes' triggers)."""
         self.store: Store = MemoryStore() if store is None else store
         self.owner = f"{host or HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_s = lease_s
@@ -128,7 +140,15 @@ class Runtime:
             hook_timeout_s=hook_timeout_ms / 1000, permission=permission, error_mapper=error_mapper
         )
         self.events = EventHub(self.store, self.io)
-        self.records = Records(self.store, self.io)
+        self.files = FileAccess(
+            self.store if files is None else files,
+            self.io if files is None else None,
+            max_file_bytes,
+        )
+        self.records = Records(self.store, self.io, files=self.files)
+        self.triggers = Triggers(
+            io=self.io, publish=self.events.publish, owner=self.owner, handler=on_trigger
+        )
         self.leases = Leases(self.store, self.owner, lease_s)
         self.calls = CallRunner(
             io=self.io,
@@ -140,6 +160,7 @@ class Runtime:
             lease_s=lease_s,
             fallback=fallback,
             cleanup_grace_s=cleanup_grace_s,
+            services=CallServices(self.files, self.triggers, self.store.durable),
         )
         self.actions = PendingActions(
             io=self.io,
@@ -178,6 +199,8 @@ class Runtime:
         self.pending = self.actions.pending
         self.recover = self.recovery.recover
         self.run_recovery = self.recovery.run_recovery
+        self.deliver_triggers = self.triggers.deliver
+        self.run_triggers = self.triggers.run
         self._closed = False
         self.store.attach(self.owner)
 
@@ -414,6 +437,7 @@ class Runtime:
         self._closed = True
         self.leases.close()
         await self.recovery.end()
+        await self.triggers.close()
         await self.io(self.store.detach, self.owner)
         self.io.close()
         if abandoned or stuck:

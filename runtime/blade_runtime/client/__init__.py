@@ -16,7 +16,7 @@ with the same typed calls, results, pending actions and submit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import (
@@ -31,6 +31,7 @@ from pydantic import (
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.events import PendingAction
+from blade_runtime.core.files import FileBody, UnknownFile
 from blade_runtime.core.permissions import POINTS as PERMISSION_POINTS
 from blade_runtime.core.permissions import PermissionAnswer, PermissionPrompt
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
@@ -196,6 +197,20 @@ Data: TypeAlias = dict[str, Any]
 """A result or action DTO's fields, before the typed parse."""
 
 
+class RunEvent(BaseModel):
+    """One event of a run, as a client watches it: ``started``, ``data``, ``suspended``,
+    ``pending``, ``resumed``, ``claimed``, ``trigger``, ``result``, and the transient ``progress``
+    and ``message`` (never stored: ``seq`` 0), in the order they happened."""
+
+    model_config = _DTO
+    run_id: str
+    call_id: str
+    kind: str
+    payload: JsonValue = None
+    at: str
+    seq: int = 0
+
+
 class Transport:
     """Where a typed client's requests go. Results come back as DTO fields (``status`` and
     the ids, then ``output``, ``code`` and ``message``, ``action`` or ``reason``)."""
@@ -216,6 +231,12 @@ class Transport:
         raise NotImplementedError
 
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
+        raise NotImplementedError
+
+    async def read_file(self, file_id: str) -> FileBody:
+        raise NotImplementedError
+
+    def events(self, run_id: str, after: int | None) -> AsyncIterator[RunEvent]:
         raise NotImplementedError
 
 
@@ -263,6 +284,39 @@ class RuntimeTransport(Transport):
             item = {"id": record.item_id, "value": record.value, "updated_at": record.updated_at}
             channels.setdefault(record.channel, []).append(item)
         return channels
+
+    async def read_file(self, file_id: str) -> FileBody:
+        found = await self.runtime.records.file(file_id, principal=self.principal)
+        if found is None:
+            raise UnknownFile(file_id)
+        return found
+
+    async def events(self, run_id: str, after: int | None) -> AsyncIterator[RunEvent]:
+        """The run's events as the principal may see them (those of its own calls), until the
+        iterator is closed."""
+        subscription = self.runtime.subscribe(run_id, after=after)
+        records = self.runtime.records
+        seen: dict[str, bool] = {}
+        try:
+            async for event in subscription:
+                if self.principal is not None and not self.principal.operator:
+                    shown = seen.get(event.call_id)
+                    if shown is None:
+                        shown = await records.sees_call(event.call_id, principal=self.principal)
+                        if shown is not None:
+                            seen[event.call_id] = shown
+                    if not shown:
+                        continue
+                yield RunEvent(
+                    run_id=event.run_id,
+                    call_id=event.call_id,
+                    kind=event.kind,
+                    payload=event.payload,
+                    at=event.at,
+                    seq=event.seq,
+                )
+        finally:
+            subscription.close()
 
 
 def result_data(called: ToolResult[Any]) -> Data:
@@ -353,6 +407,17 @@ class ToolClient:
 
     def _data(self, call_id: str, view: Parser[T]) -> T:
         return view.parse(self.transport.data(call_id))
+
+    async def read_file(self, file_id: str) -> FileBody:
+        """A file a tool saved (``ctx.files``), of this client's tenant; ``UnknownFile`` when
+        there is none (another tenant's is none)."""
+        return await self.transport.read_file(file_id)
+
+    def events(self, run_id: str, *, after: int | None = None) -> AsyncIterator[RunEvent]:
+        """The run's events from now on (or after the sequence number ``after``): stored ones
+        and the transient ``progress`` and ``message``, in order, until closed
+        (``aclose()``, or leaving an ``async for`` early)."""
+        return self.transport.events(run_id, after)
 
 
 def _action_data(view: PendingAction[Any]) -> dict[str, Any]:

@@ -6,19 +6,26 @@
 Every call carries an ``Idempotency-Key`` (the call id given, or a new one), so a call whose
 connection broke is retried safely: the server answers a retry with the first call's result and
 never runs the tool twice. Listing pending actions and reading call data are synchronous, as
-the in-process client's are (they block for one round trip).
+the in-process client's are (they block for one round trip). ``read_file`` reads a file a tool
+saved (its content checked against the server's SHA-256), and ``events`` follows a run's event
+stream (Server-Sent Events), progress and messages included.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 from pydantic import JsonValue
 from pydantic_core import to_jsonable_python
 
-from blade_runtime.client import Data, Transport
+from blade_runtime.client import Data, RunEvent, Transport
+from blade_runtime.core.files import FileBody, SavedFile, UnknownFile
 from blade_runtime.core.results import ErrorCode
 
 _CODES = frozenset(code.value for code in ErrorCode)
@@ -168,6 +175,47 @@ class HttpTransport(Transport):
         if answer.status_code != 200:
             raise _refused(answer.status_code, body)
         return dict(body.get("data", {}))
+
+    async def read_file(self, file_id: str) -> FileBody:
+        answer = await self._async().get(f"/v1/files/{file_id}")
+        if answer.status_code == 404 and _body(answer).get("code") == "UNKNOWN_FILE":
+            raise UnknownFile(file_id)
+        if answer.status_code != 200:
+            raise _refused(answer.status_code, _body(answer))
+        content = answer.content
+        digest = hashlib.sha256(content).hexdigest()
+        if answer.headers.get("etag", "").strip('"') != digest:
+            raise RemoteRefused(200, "BAD_RESPONSE", f"file {file_id}: the content is not whole")
+        disposition = answer.headers.get("content-disposition", "")
+        _, _, quoted = disposition.partition("filename*=UTF-8''")
+        saved = SavedFile(
+            file_id,
+            unquote(quoted),
+            answer.headers.get("content-type", "application/octet-stream"),
+            len(content),
+            digest,
+            answer.headers.get("x-file-created-at", ""),
+        )
+        return FileBody(saved, content)
+
+    async def events(self, run_id: str, after: int | None) -> AsyncIterator[RunEvent]:
+        """The run's Server-Sent Events, parsed, until the iterator is closed or the server
+        ends the stream."""
+        headers = {} if after is None else {"Last-Event-ID": str(after)}
+        timeout = httpx.Timeout(self._timeout, read=None)  # a quiet run sends keep-alives only
+        async with self._async().stream(
+            "GET", f"/v1/runs/{run_id}/events", headers=headers, timeout=timeout
+        ) as answer:
+            if answer.status_code != 200:
+                await answer.aread()
+                raise _refused(answer.status_code, _body(answer))
+            data: list[str] = []
+            async for line in answer.aiter_lines():
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                elif not line and data:
+                    yield RunEvent.model_validate(json.loads("\n".join(data)))
+                    data = []
 
 
 def _body(answer: httpx.Response) -> Any:

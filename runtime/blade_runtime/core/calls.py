@@ -38,6 +38,7 @@ from blade_runtime.core.events import EventHub, PendingAction
 from blade_runtime.core.execution import (
     INITIAL,
     CallData,
+    CallServices,
     ChildHookFailed,
     ChildToolError,
     ChildTools,
@@ -131,6 +132,7 @@ class CallRunner:
         lease_s: float,
         fallback: FallbackHandler | None,
         cleanup_grace_s: float,
+        services: CallServices | None = None,
     ) -> None:
         self.io = io
         self.store = io.store
@@ -143,6 +145,7 @@ class CallRunner:
         self.lease_s = lease_s
         self.fallback = fallback
         self.cleanup_grace_s = cleanup_grace_s
+        self.services = services  # ctx.files and ctx.trigger
         self.running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
         prefix = f"call_{uuid.uuid4().hex[:12]}"
@@ -445,6 +448,7 @@ class CallRunner:
                 return self.interceptors.observer_failed("execution_started", call, error)
         ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
         ctx._publish = self.events.publish
+        ctx._services = self.services
         if context is not None:
             ctx.context = context
         if attempt is not None:

@@ -17,6 +17,7 @@ from pydantic import JsonValue
 from blade_runtime.core.caller import CallContext
 
 if TYPE_CHECKING:
+    from blade_runtime.core.files import ScopedFiles
     from blade_runtime.core.permissions import PermissionAnswer
 
 InputT = TypeVar("InputT", covariant=True)
@@ -177,3 +178,12 @@ class Execution(Protocol[InputT, ContextT]):
 
     def display(self, content: JsonValue) -> None:
         """Set UI-facing content for the result; the model never reads it."""
+
+    @property
+    def files(self) -> ScopedFiles:
+        """Durable files of the call's tenant: ``save(name, content, media_type)``, ``read(id)``."""
+        ...
+
+    async def trigger(self, input: JsonValue) -> str:
+        """Ask the application to continue generation on the call's thread (returns its id)."""
+        ...

@@ -39,6 +39,10 @@ class Subscription:
         self.after = 0
         self._pump: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        # A transient event (progress, a message) waits here while a stored event this process
+        # committed before it is still to be read from the store: it is handed out after it.
+        self._known = 0  # the largest seq of this process's stored events put here
+        self._held: list[tuple[int, Event]] = []  # (the seq it follows, the event)
         if hub.store.durable:
             self.after = hub.store.head(run_id) if after is None else after
 
@@ -52,13 +56,27 @@ class Subscription:
         process (read from the store first), so the order is the commit order."""
         if self._closed:
             return
-        if event.seq == 0 or not self._hub.store.durable:
+        if not self._hub.store.durable:
             self._queue.put_nowait(event)
+        elif event.seq == 0:
+            if self._held or self._known > self.after:
+                self._held.append((self._known, event))
+            else:
+                self._queue.put_nowait(event)
         elif event.seq == self.after + 1:
+            self._release()
             self.after = event.seq
             self._queue.put_nowait(event)
+            self._release()
         elif event.seq > self.after:  # others committed before it: the pump reads them all
+            self._known = max(self._known, event.seq)
             self.wake()
+
+    def _release(self, *, everything: bool = False) -> None:
+        """Hand out the held transient events whose stored predecessors are out."""
+        held = self._held
+        while held and (everything or held[0][0] <= self.after):
+            self._queue.put_nowait(held.pop(0)[1])
 
     def wake(self) -> None:
         if self._wake is not None:
@@ -71,6 +89,7 @@ class Subscription:
             return
         if self._hub.store.durable:
             self._catch_up()
+            self._release(everything=True)
         self._stop()
 
     async def aclose(self) -> None:
@@ -79,6 +98,7 @@ class Subscription:
             return
         if self._hub.store.durable:
             self._catch_up(await self._hub.io(self._hub.store.events, self.run_id, self.after))
+            self._release(everything=True)
         self._stop()
 
     def _stop(self) -> None:
@@ -108,8 +128,10 @@ class Subscription:
             found = self._hub.store.events(self.run_id, self.after)
         for event in found:
             if event.seq > self.after:  # put() may have handed it out meanwhile
+                self._release()  # those that came before it
                 self.after = event.seq
                 self._queue.put_nowait(event)
+        self._release()
 
     async def _read(self) -> None:
         """Hand out other processes' events of the run as the store reports their commits."""

@@ -25,17 +25,31 @@ from blade_runtime.core.context import (
     SuspensionEpisode,
     ToolFailed,
 )
+from blade_runtime.core.files import FileAccess, ScopedFiles
 from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
 from blade_runtime.core.permissions import STEP, PermissionAnswer, step_payload
 from blade_runtime.core.registry import Point, Typed
 from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import DataRecord, Event, now
+from blade_runtime.core.triggers import Triggers
 from blade_runtime.core.validation import describe
 
 log = logging.getLogger("blade_runtime")
 
 INITIAL = InitialEntry()
+
+
+class CallServices:
+    """What a runtime lends every ``ctx``: its files, its triggers, and whether the store holds
+    each running call under this runtime (a durable store does, a child's through its parent)."""
+
+    __slots__ = ("durable", "files", "triggers")
+
+    def __init__(self, files: FileAccess, triggers: Triggers, durable: bool) -> None:
+        self.files = files
+        self.triggers = triggers
+        self.durable = durable
 
 
 class DataRejected(ValueError):
@@ -224,6 +238,8 @@ class ToolContext:
     _publish: Callable[[Event], None] | None = None  # set while anyone subscribes
     _display: JsonValue = None
     _history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = ()
+    _services: CallServices | None = None
+    _files: ScopedFiles | None = None
 
     def __init__(
         self,
@@ -289,6 +305,25 @@ class ToolContext:
         except NotJson:
             shown = str(display)
         self._announce("message", shown)
+
+    @property
+    def files(self) -> ScopedFiles:
+        """Durable files bound to this call's tenant, creator and thread (see ``core.files``)."""
+        if self._files is None:
+            self._files = ScopedFiles(self._runtime().files, self.call, self._scope.signal)
+        return self._files
+
+    async def trigger(self, input: JsonValue) -> str:
+        """Ask the application to continue generation on this call's thread: a durable trigger
+        and a ``trigger`` event of the run, delivered to ``Runtime(on_trigger=...)`` once across
+        workers. Returns the trigger's id. ``TriggerRejected`` when ``input`` is not JSON."""
+        services = self._runtime()
+        return await services.triggers.request(self.call, input, owned=services.durable)
+
+    def _runtime(self) -> CallServices:
+        if self._services is None:
+            raise RuntimeError("this context was not made by a Runtime (no files, no triggers)")
+        return self._services
 
     def _announce(self, kind: str, payload: JsonValue) -> None:
         publish = self._publish

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from blade_runtime.core.caller import Principal, may_act_on
+from blade_runtime.core.files import FileAccess, FileBody
 from blade_runtime.core.store import (
     ActionRecord,
     ActionState,
@@ -46,9 +47,20 @@ def tenant_of(principal: Principal | None) -> str | None:
 class Records:
     """Reads of calls, actions, ToolData and events for one principal at a time."""
 
-    def __init__(self, store: Store, io: StoreIO = inline) -> None:
+    def __init__(
+        self, store: Store, io: StoreIO = inline, *, files: FileAccess | None = None
+    ) -> None:
         self.store = store
         self.io = io
+        self.files = files
+
+    async def file(self, file_id: str, *, principal: Principal | None = None) -> FileBody | None:
+        """The file ``file_id`` and its content, or None when it is not stored or not of the
+        principal's tenant (the same None: another tenant learns nothing of it). Files are
+        the tenant's, whoever of it saved them; an operator reads every tenant's."""
+        if self.files is None:
+            return None
+        return await self.files.read(file_id, tenant_of(principal))
 
     async def call(self, call_id: str, *, principal: Principal | None = None) -> CallRecord | None:
         """The call ``call_id``, or None when it is not stored or not the principal's."""

@@ -40,6 +40,7 @@ from blade_runtime.core.spec import JsonObject
 
 CallState: TypeAlias = Literal["running", "suspended", "pending", "resumable", "settled"]
 ActionState: TypeAlias = Literal["pending", "submitted", "cancelled", "failed", "expired"]
+TriggerState: TypeAlias = Literal["pending", "claimed", "delivered", "failed"]
 
 DEFAULT_LEASE_S = 5.0
 """How long a claim on a running call holds without a heartbeat (renewed every third of it)."""
@@ -196,6 +197,47 @@ class Event:
     seq: int = 0
 
 
+@dataclass(slots=True)
+class FileRecord:
+    """A file a tool saved (``ctx.files.save``), without its content. ``tenant``, ``creator``
+    (the principal's id) and ``thread_id`` come from the call's stored caller context."""
+
+    file_id: str
+    tenant: str
+    name: str
+    media_type: str
+    size: int
+    sha256: str
+    created_at: str
+    call_id: str
+    run_id: str
+    creator: str | None = None
+    thread_id: str | None = None
+
+
+@dataclass(slots=True)
+class TriggerRecord:
+    """A tool's request to continue generation on its call's thread (``ctx.trigger``).
+
+    ``pending`` until a runtime with an ``on_trigger`` handler claims it (``claimed``, by
+    ``owner`` until ``claimed_until``), then ``delivered`` or ``failed`` (the handler raised)."""
+
+    trigger_id: str
+    call_id: str
+    run_id: str
+    name: str
+    tenant: str
+    input: JsonValue
+    created_at: str
+    context: JsonValue = None  # the call's CallContext as stored
+    thread_id: str | None = None
+    state: TriggerState = "pending"
+    owner: str = ""
+    claimed_until: float = 0.0
+    finished_at: str | None = None
+    error: str | None = None
+
+
 def made_by(call: CallRecord, names: Collection[str] | Mapping[str, str]) -> bool:
     """Whether ``call`` is of a registration in ``names`` (a mapping: of that name and spec)."""
     if isinstance(names, Mapping):
@@ -227,6 +269,10 @@ class StoreUnavailable(StoreError):
 
 class StoreBusy(StoreError):
     """The store would have to wait for a lock (within ``Store.nowait()``); nothing was done."""
+
+
+class SaveStopped(StoreError):
+    """``save_file`` was told not to keep the file (its call was cancelled): nothing stored."""
 
 
 class LeaseLost(StoreError):
@@ -407,6 +453,42 @@ class Store(Protocol):
     def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]: ...
 
     def call(self, call_id: str) -> CallRecord | None: ...
+
+    # -- files and triggers (``core.files``, ``core.triggers``) ---------------------------------
+
+    def save_file(
+        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
+    ) -> None:
+        """Store a file and its content in one transaction; ``keep`` is asked just before the
+        commit, and when it says False nothing is stored (``SaveStopped``)."""
+        ...
+
+    def file(self, file_id: str) -> FileRecord | None: ...
+
+    def file_content(self, file_id: str) -> bytes | None: ...
+
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+        """Record a pending trigger and append its event. ``owner``: the call must be running
+        under it (``LeaseLost`` otherwise, and nothing is written)."""
+        ...
+
+    def claim_triggers(
+        self, owner: str, lease_s: float, *, limit: int = 100
+    ) -> list[TriggerRecord]:
+        """Claim pending triggers (and claimed ones whose claim expired), oldest first, each for
+        ``lease_s``; concurrent claims never share one."""
+        ...
+
+    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
+        """Mark a trigger ``owner`` holds delivered (or failed, with ``error``); False when the
+        claim was lost."""
+        ...
+
+    def trigger(self, trigger_id: str) -> TriggerRecord | None: ...
+
+    def triggers(
+        self, *, state: TriggerState | None = None, run_id: str | None = None
+    ) -> list[TriggerRecord]: ...
 
     def calls(
         self,

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 
 from pydantic import JsonValue
@@ -30,12 +30,17 @@ from blade_runtime.core.store import (
     DataRecord,
     DuplicateCall,
     Event,
+    FileRecord,
     LeaseLost,
     Resolution,
     Resolved,
+    SaveStopped,
+    TriggerRecord,
+    TriggerState,
     UnknownAction,
     clock,
     made_by,
+    now,
 )
 
 DEFAULT_KEEP_SETTLED = 1000
@@ -60,6 +65,10 @@ class MemoryStore:
         self._call_actions: dict[str, list[str]] = {}
         self._call_channels: dict[str, set[str]] = {}
         self._seq = 0
+        # Files and triggers are kept until the process ends (they are not part of a call's
+        # retirement: a file id may travel in an output long after the call).
+        self._files: dict[str, tuple[FileRecord, bytes]] = {}
+        self._triggers: dict[str, TriggerRecord] = {}  # in the order they were added
 
     def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
         with self._lock:
@@ -265,6 +274,73 @@ class MemoryStore:
                 and name in (None, a.name)
                 and call_id in (None, a.call_id)
                 and tenant in (None, a.tenant)
+            ]
+
+    # -- files and triggers ----------------------------------------------------------------
+
+    def save_file(
+        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
+    ) -> None:
+        with self._lock:
+            if keep is not None and not keep():
+                raise SaveStopped(f"file {record.file_id} was not kept")
+            self._files[record.file_id] = (replace(record), bytes(content))
+
+    def file(self, file_id: str) -> FileRecord | None:
+        with self._lock:
+            found = self._files.get(file_id)
+            return None if found is None else replace(found[0])
+
+    def file_content(self, file_id: str) -> bytes | None:
+        with self._lock:
+            found = self._files.get(file_id)
+            return None if found is None else found[1]
+
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+        with self._lock:
+            if owner is not None:
+                self._owned(trigger.call_id, owner)
+            self._triggers[trigger.trigger_id] = replace(trigger)
+
+    def claim_triggers(
+        self, owner: str, lease_s: float, *, limit: int = 100
+    ) -> list[TriggerRecord]:
+        with self._lock:
+            at = clock()
+            claimed: list[TriggerRecord] = []
+            for trigger in self._triggers.values():
+                if len(claimed) >= limit:
+                    break
+                if trigger.state == "pending" or (
+                    trigger.state == "claimed" and trigger.claimed_until < at
+                ):
+                    trigger.state, trigger.owner = "claimed", owner
+                    trigger.claimed_until = at + lease_s
+                    claimed.append(replace(trigger))
+            return claimed
+
+    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
+        with self._lock:
+            trigger = self._triggers.get(trigger_id)
+            if trigger is None or trigger.state != "claimed" or trigger.owner != owner:
+                return False
+            trigger.state = "delivered" if error is None else "failed"
+            trigger.finished_at, trigger.error = now(), error
+            return True
+
+    def trigger(self, trigger_id: str) -> TriggerRecord | None:
+        with self._lock:
+            found = self._triggers.get(trigger_id)
+            return None if found is None else replace(found)
+
+    def triggers(
+        self, *, state: TriggerState | None = None, run_id: str | None = None
+    ) -> list[TriggerRecord]:
+        with self._lock:
+            return [
+                replace(t)
+                for t in self._triggers.values()
+                if state in (None, t.state) and run_id in (None, t.run_id)
             ]
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:

@@ -67,7 +67,7 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
@@ -86,11 +86,14 @@ from blade_runtime.core.store import (
     DataRecord,
     DuplicateCall,
     Event,
+    FileRecord,
     LeaseLost,
     Resolution,
     Resolved,
+    SaveStopped,
     StoreError,
     StoreUnavailable,
+    TriggerRecord,
     UnknownAction,
     clock,
     now,
@@ -99,6 +102,8 @@ from blade_runtime.core.store import dump_json as _dump
 from blade_runtime.core.store import load_json as _load
 from blade_runtime.stores.sql import ACTION_COLUMNS as _ACTION_COLUMNS
 from blade_runtime.stores.sql import CALL_COLUMNS as _CALL_COLUMNS
+from blade_runtime.stores.sql import FILE_COLUMNS as _FILE_COLUMNS
+from blade_runtime.stores.sql import TRIGGER_COLUMNS as _TRIGGER_COLUMNS
 from blade_runtime.stores.sql import (
     Schemas,
     SQLStore,
@@ -106,6 +111,9 @@ from blade_runtime.stores.sql import (
     action_values,
     call_record,
     call_values,
+    file_values,
+    trigger_record,
+    trigger_values,
 )
 from blade_runtime.stores.urls import masked, secrets_of
 
@@ -292,6 +300,65 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         $$
         """,
     ),
+    (  # 3: files tools saved, and triggers to deliver
+        """
+        CREATE TABLE blade_files (
+            file_id text PRIMARY KEY,
+            tenant text NOT NULL,
+            name text NOT NULL,
+            media_type text NOT NULL,
+            size bigint NOT NULL,
+            sha256 text NOT NULL,
+            created_at text NOT NULL,
+            call_id text NOT NULL,
+            run_id text NOT NULL,
+            creator text,
+            thread_id text,
+            content bytea NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE blade_triggers (
+            seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            trigger_id text NOT NULL UNIQUE,
+            call_id text NOT NULL,
+            run_id text NOT NULL,
+            name text NOT NULL,
+            tenant text NOT NULL,
+            input text NOT NULL,
+            created_at text NOT NULL,
+            context text,
+            thread_id text,
+            state text NOT NULL,
+            owner text NOT NULL,
+            claimed_until double precision NOT NULL,
+            finished_at text,
+            error text
+        )
+        """,
+        # Deliveries read only the triggers not yet delivered.
+        "CREATE INDEX blade_triggers_open ON blade_triggers (seq) "
+        "WHERE state IN ('pending', 'claimed')",
+        # A role that may use the first release's tables may use these.
+        """
+        DO $$
+        DECLARE
+            grantee_name text;
+        BEGIN
+            FOR grantee_name IN
+                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+                FROM pg_class c, aclexplode(c.relacl) a
+                WHERE c.oid = 'blade_calls'::regclass AND a.privilege_type = 'INSERT'
+                    AND a.grantee <> c.relowner
+            LOOP
+                EXECUTE 'GRANT SELECT, INSERT, UPDATE ON blade_files, blade_triggers TO '
+                    || grantee_name;
+            END LOOP;
+        END
+        $$
+        """,
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -323,6 +390,12 @@ _RENEW: LiteralString = (
     f"UPDATE blade_calls SET lease_until = {_NOW} + %s WHERE owner = %s AND state = 'running' "
     "RETURNING call_id"
 )
+_TRIGGER_VALUES: LiteralString = (
+    "%(trigger_id)s, %(t_call_id)s, %(t_run_id)s, %(t_name)s, %(t_tenant)s, %(t_input)s, "
+    "%(created_at)s, %(t_context)s, %(thread_id)s, %(t_state)s, %(t_owner)s, "
+    "%(claimed_until)s, %(finished_at)s, %(error)s"
+)
+_TRIGGER_KEYS = tuple(name.strip()[2:-2] for name in _TRIGGER_VALUES.split(","))
 # The call's and action's parameter names, in CALL_COLUMNS' and ACTION_COLUMNS' order.
 _CALL_KEYS = tuple(name.strip() for name in _CALL_COLUMNS.split(","))
 _ACTION_KEYS = tuple(name.strip()[2:-2] for name in _ACTION_VALUES.replace("%(", " %(").split(","))
@@ -366,6 +439,7 @@ class PostgresStore(SQLStore):
     _mark = "%s"
     _holds_nul = False  # text holds no U+0000
     _calls, _actions, _data = "blade_calls", "blade_actions", "blade_data"
+    _files, _triggers = "blade_files", "blade_triggers"
 
     def __init__(
         self,
@@ -799,6 +873,65 @@ class PostgresStore(SQLStore):
                 f"WITH d AS ({upsert}) SELECT {_EVENT} FROM d", params | _event_params(event)
             ).fetchone()
         event.seq = int(row[0]) if row else 0
+
+    # -- files and triggers ----------------------------------------------------------------
+
+    def save_file(
+        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
+    ) -> None:
+        with self._db() as db, db.transaction():
+            db.execute(
+                f"INSERT INTO blade_files ({_FILE_COLUMNS}, content) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*file_values(record), content),
+            )
+            if keep is not None and not keep():  # rolled back: nothing of it is stored
+                raise SaveStopped(f"file {record.file_id} was not kept")
+
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+        params = dict(zip(_TRIGGER_KEYS, trigger_values(trigger), strict=True))
+        params |= _event_params(event) | {"owner": owner}
+        if owner is not None:  # the call's row is locked before its run's events lock
+            query: LiteralString = (
+                "WITH c AS (SELECT call_id FROM blade_calls WHERE call_id = %(t_call_id)s "
+                "AND owner = %(owner)s AND state = 'running' FOR SHARE), "
+                f"t AS (INSERT INTO blade_triggers ({_TRIGGER_COLUMNS}) "
+                f"SELECT {_TRIGGER_VALUES} FROM c RETURNING trigger_id) SELECT {_EVENT} FROM t"
+            )
+        else:
+            query = (
+                f"WITH t AS (INSERT INTO blade_triggers ({_TRIGGER_COLUMNS}) "
+                f"VALUES ({_TRIGGER_VALUES}) RETURNING trigger_id) SELECT {_EVENT} FROM t"
+            )
+        with self._db() as db:
+            row = db.execute(query, params).fetchone()
+        if row is None:
+            raise LeaseLost(trigger.call_id, owner or "")
+        event.seq = int(row[0])
+
+    def claim_triggers(
+        self, owner: str, lease_s: float, *, limit: int = 100
+    ) -> list[TriggerRecord]:
+        # Concurrent claims skip the rows another holds and re-check those it committed.
+        with self._db() as db:
+            rows = db.execute(
+                f"UPDATE blade_triggers SET state = 'claimed', owner = %s, "
+                f"claimed_until = {_NOW} + %s WHERE seq IN (SELECT seq FROM blade_triggers "
+                "WHERE state IN ('pending', 'claimed') AND (state = 'pending' OR "
+                f"claimed_until < {_NOW}) ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"RETURNING seq, {_TRIGGER_COLUMNS}",
+                (owner, lease_s, limit),
+            ).fetchall()
+        return [trigger_record(row[1:]) for row in sorted(rows)]
+
+    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
+        with self._db() as db:
+            changed = db.execute(
+                "UPDATE blade_triggers SET state = %s, finished_at = %s, error = %s "
+                "WHERE trigger_id = %s AND owner = %s AND state = 'claimed'",
+                ("delivered" if error is None else "failed", now(), error, trigger_id, owner),
+            ).rowcount
+        return bool(changed)
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:
         self._watch()  # before the read: a commit after it wakes changed()

@@ -20,7 +20,10 @@ from blade_runtime.core.store import (
     CallRecord,
     CallState,
     DataRecord,
+    FileRecord,
     StoreUnavailable,
+    TriggerRecord,
+    TriggerState,
     clock,
     encodable,
 )
@@ -36,6 +39,14 @@ ACTION_COLUMNS = (
     "state, resume, resolved_at, reason, tenant, expires_at"
 )
 DATA_COLUMNS = "call_id, channel, item_id, value, updated_at, seq"
+FILE_COLUMNS = (
+    "file_id, tenant, name, media_type, size, sha256, created_at, call_id, run_id, creator, "
+    "thread_id"
+)
+TRIGGER_COLUMNS = (
+    "trigger_id, call_id, run_id, name, tenant, input, created_at, context, thread_id, state, "
+    "owner, claimed_until, finished_at, error"
+)
 
 
 class Schemas:
@@ -151,6 +162,78 @@ def data_record(row: Sequence[Any]) -> DataRecord:
     return DataRecord(row[0], row[1], row[2], load(row[3]), row[4], int(row[5]))
 
 
+def file_values(record: FileRecord) -> tuple[Any, ...]:
+    """``record`` in FILE_COLUMNS' order."""
+    return (
+        record.file_id,
+        record.tenant,
+        record.name,
+        record.media_type,
+        record.size,
+        record.sha256,
+        record.created_at,
+        record.call_id,
+        record.run_id,
+        record.creator,
+        record.thread_id,
+    )
+
+
+def file_record(row: Sequence[Any]) -> FileRecord:
+    return FileRecord(
+        file_id=row[0],
+        tenant=row[1],
+        name=row[2],
+        media_type=row[3],
+        size=int(row[4]),
+        sha256=row[5],
+        created_at=row[6],
+        call_id=row[7],
+        run_id=row[8],
+        creator=row[9],
+        thread_id=row[10],
+    )
+
+
+def trigger_values(trigger: TriggerRecord) -> tuple[Any, ...]:
+    """``trigger`` in TRIGGER_COLUMNS' order, as stored."""
+    return (
+        trigger.trigger_id,
+        trigger.call_id,
+        trigger.run_id,
+        trigger.name,
+        trigger.tenant,
+        dump(trigger.input),
+        trigger.created_at,
+        dump(trigger.context),
+        trigger.thread_id,
+        trigger.state,
+        trigger.owner,
+        float(trigger.claimed_until),
+        trigger.finished_at,
+        trigger.error,
+    )
+
+
+def trigger_record(row: Sequence[Any]) -> TriggerRecord:
+    return TriggerRecord(
+        trigger_id=row[0],
+        call_id=row[1],
+        run_id=row[2],
+        name=row[3],
+        tenant=row[4],
+        input=load(row[5]),
+        created_at=row[6],
+        context=load(row[7]),
+        thread_id=row[8],
+        state=row[9],
+        owner=row[10],
+        claimed_until=float(row[11]),
+        finished_at=row[12],
+        error=row[13],
+    )
+
+
 class SQLStore:
     """The reads and rules both SQL stores share; a dialect subclasses it."""
 
@@ -164,6 +247,8 @@ class SQLStore:
     _calls: ClassVar[str]  # the tables' names
     _actions: ClassVar[str]
     _data: ClassVar[str]
+    _files: ClassVar[str]
+    _triggers: ClassVar[str]
 
     def __init__(self) -> None:
         self._schemas = Schemas()
@@ -277,6 +362,41 @@ class SQLStore:
             values,
         )
         return [data_record(row) for row in rows]
+
+    def file(self, file_id: str) -> FileRecord | None:
+        if not self._holdable(file_id):
+            return None
+        rows = self._fetch(
+            f"SELECT {FILE_COLUMNS} FROM {self._files} WHERE file_id = {self._mark}", (file_id,)
+        )
+        return file_record(rows[0]) if rows else None
+
+    def file_content(self, file_id: str) -> bytes | None:
+        if not self._holdable(file_id):
+            return None
+        rows = self._fetch(
+            f"SELECT content FROM {self._files} WHERE file_id = {self._mark}", (file_id,)
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    def trigger(self, trigger_id: str) -> TriggerRecord | None:
+        if not self._holdable(trigger_id):
+            return None
+        rows = self._fetch(
+            f"SELECT {TRIGGER_COLUMNS} FROM {self._triggers} WHERE trigger_id = {self._mark}",
+            (trigger_id,),
+        )
+        return trigger_record(rows[0]) if rows else None
+
+    def triggers(
+        self, *, state: TriggerState | None = None, run_id: str | None = None
+    ) -> list[TriggerRecord]:
+        clauses, values = self._where({"state": state, "run_id": run_id})
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._fetch(
+            f"SELECT {TRIGGER_COLUMNS} FROM {self._triggers}{where} ORDER BY seq", values
+        )
+        return [trigger_record(row) for row in rows]
 
     def expired(self, limit: int = 100) -> list[ActionRecord]:
         # Deadlines are the runtime's clock (it computes expires_at), on every store.

@@ -47,7 +47,7 @@ import socket
 import sqlite3
 import threading
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -64,12 +64,15 @@ from blade_runtime.core.store import (
     DataRecord,
     DuplicateCall,
     Event,
+    FileRecord,
     LeaseLost,
     Resolution,
     Resolved,
+    SaveStopped,
     StoreBusy,
     StoreError,
     StoreUnavailable,
+    TriggerRecord,
     UnknownAction,
     clock,
     made_by,
@@ -80,11 +83,16 @@ from blade_runtime.core.store import load_json as _load
 from blade_runtime.stores.sql import (
     ACTION_COLUMNS,
     CALL_COLUMNS,
+    FILE_COLUMNS,
+    TRIGGER_COLUMNS,
     SQLStore,
     action_record,
     action_values,
     call_record,
     call_values,
+    file_values,
+    trigger_record,
+    trigger_values,
 )
 
 log = logging.getLogger("blade_runtime")
@@ -187,6 +195,46 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX calls_resumable ON calls (started_at) WHERE state = 'resumable'",
         "@owners_and_action_ids",  # the data of the two new columns and table, in Python
         "DROP INDEX actions_call",
+    ),
+    (  # 4: files tools saved, and triggers to deliver
+        # A rowid table (not WITHOUT ROWID): its rows hold whole files.
+        """
+        CREATE TABLE files (
+            file_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            name TEXT NOT NULL,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            creator TEXT,
+            thread_id TEXT,
+            content BLOB NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE triggers (
+            seq INTEGER PRIMARY KEY,
+            trigger_id TEXT NOT NULL UNIQUE,
+            call_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            input TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            context TEXT,
+            thread_id TEXT,
+            state TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            claimed_until REAL NOT NULL,
+            finished_at TEXT,
+            error TEXT
+        )
+        """,
+        # Deliveries read only the triggers not yet delivered.
+        "CREATE INDEX triggers_open ON triggers (seq) WHERE state IN ('pending', 'claimed')",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -452,6 +500,7 @@ class SQLiteStore(SQLStore):
     _mark = "?"
     _holds_nul = True
     _calls, _actions, _data = "calls", "actions", "data"
+    _files, _triggers = "files", "triggers"
     inline_first = True  # an uncontended commit costs less than a thread hop
 
     def __init__(
@@ -954,6 +1003,57 @@ class SQLiteStore(SQLStore):
             )
             if event is not None:
                 self._append(db, event)
+
+    # -- files and triggers ----------------------------------------------------------------
+
+    def save_file(
+        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
+    ) -> None:
+        with self._write() as db:
+            db.execute(
+                f"INSERT INTO files ({FILE_COLUMNS}, content) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*file_values(record), content),
+            )
+            if keep is not None and not keep():  # rolled back: nothing of it is stored
+                raise SaveStopped(f"file {record.file_id} was not kept")
+
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+        with self._write() as db:
+            if owner is not None:
+                held = db.execute(
+                    "SELECT 1 FROM calls WHERE call_id = ? AND owner = ? AND state = 'running'",
+                    (trigger.call_id, owner),
+                ).fetchone()
+                if held is None:
+                    raise LeaseLost(trigger.call_id, owner)
+            db.execute(
+                f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                trigger_values(trigger),
+            )
+            self._append(db, event)
+
+    def claim_triggers(
+        self, owner: str, lease_s: float, *, limit: int = 100
+    ) -> list[TriggerRecord]:
+        with self._write() as db:  # the write lock: concurrent claims wait, then see these taken
+            at = clock()
+            rows = db.execute(
+                "UPDATE triggers SET state = 'claimed', owner = ?, claimed_until = ? "
+                "WHERE seq IN (SELECT seq FROM triggers WHERE state IN ('pending', 'claimed') "
+                "AND (state = 'pending' OR claimed_until < ?) ORDER BY seq LIMIT ?) "
+                f"RETURNING seq, {TRIGGER_COLUMNS}",
+                (owner, at + lease_s, at, limit),
+            ).fetchall()
+        return [trigger_record(row[1:]) for row in sorted(rows)]
+
+    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
+        with self._write() as db:
+            changed = db.execute(
+                "UPDATE triggers SET state = ?, finished_at = ?, error = ? "
+                "WHERE trigger_id = ? AND owner = ? AND state = 'claimed'",
+                ("delivered" if error is None else "failed", now(), error, trigger_id, owner),
+            ).rowcount
+        return bool(changed)
 
     def _actions_of(
         self, call_id: str, clauses: list[str], values: list[Any]

@@ -2,10 +2,12 @@
 
 Every request is authenticated by the application's ``authenticate(request)`` (a Principal, or
 None: refused with 401) before anything is read or written. A principal sees only its tenant's
-calls, actions and event streams (another tenant's do not exist: 404); the ``operator`` role sees
-all. Every read goes through ``runtime.records`` with the request's principal, and every submit,
-cancel and fail takes it: the store's record decides whose a call is, never a memory of this
-process (another process sharing the store may have made the call a key names). A call is keyed
+calls, actions, files and event streams (another tenant's do not exist: 404); the ``operator``
+role sees all. Every read goes through ``runtime.records`` with the request's principal, and
+every submit, cancel and fail takes it: the store's record decides whose a call is, never a
+memory of this process (another process sharing the store may have made the call a key names).
+Progress and messages (``ctx.progress``, ``ctx.message``) reach the run's event stream as
+transient events without an ``id``, in order with the stored ones. A call is keyed
 by its ``Idempotency-Key`` (its call id): a retry, or the same request sent twice at once,
 returns the first call's result and never runs the tool again.
 """
@@ -24,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final, TypeAlias
+from urllib.parse import quote
 
 from pydantic import JsonValue
 from starlette.applications import Starlette
@@ -720,6 +723,24 @@ def create_app(
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
+    async def read_file(request: Request, principal: Principal) -> Response:
+        file_id = request.path_params["file_id"]
+        found = await api.records.file(file_id, principal=principal)
+        if found is None:  # never saved, or another tenant's: the same answer
+            raise Refused(HttpError.UNKNOWN_FILE, f"No file {file_id!r}.")
+        saved = found.file
+        return Response(
+            found.content,
+            headers={
+                "Content-Type": saved.media_type,
+                "Content-Disposition": f"attachment; filename*=UTF-8''{quote(saved.name)}",
+                "X-Content-Type-Options": "nosniff",  # served as saved, never sniffed as HTML
+                "ETag": f'"{saved.sha256}"',
+                "X-File-Created-At": saved.created_at,
+                "Cache-Control": "private, no-store",
+            },
+        )
+
     async def openapi(request: Request) -> Response:
         return Response(api.openapi(), media_type="application/json")
 
@@ -736,6 +757,7 @@ def create_app(
         Route("/v1/calls/{call_id}", route(read_call), methods=["GET"]),
         Route("/v1/runs/{run_id}/calls", route(run_calls), methods=["GET"]),
         Route("/v1/runs/{run_id}/events", route(events), methods=["GET"]),
+        Route("/v1/files/{file_id}", route(read_file), methods=["GET"]),
         Route("/v1/actions", route(list_actions), methods=["GET"]),
         Route("/v1/actions/{action_id}", route(read_action), methods=["GET"]),
         Route("/v1/actions/{action_id}/submit", route(submit), methods=["POST"]),

@@ -26,6 +26,8 @@ class HttpError(StrEnum):
     """No call with that id exists for the principal."""
     UNKNOWN_RUN = "UNKNOWN_RUN"
     """No call of that run exists for the principal."""
+    UNKNOWN_FILE = "UNKNOWN_FILE"
+    """No file with that id exists for the principal's tenant."""
     MALFORMED_REQUEST = "MALFORMED_REQUEST"
     """The body is not JSON, or a parameter has the wrong form."""
     BODY_TOO_LARGE = "BODY_TOO_LARGE"
@@ -70,6 +72,7 @@ STATUS: Final[dict[str, int]] = {
     HttpError.METHOD_NOT_ALLOWED: 405,
     HttpError.UNKNOWN_CALL: 404,
     HttpError.UNKNOWN_RUN: 404,
+    HttpError.UNKNOWN_FILE: 404,
     HttpError.MALFORMED_REQUEST: 400,
     HttpError.BODY_TOO_LARGE: 413,
     HttpError.HEADERS_TOO_LARGE: 431,

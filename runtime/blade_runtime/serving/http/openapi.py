@@ -171,6 +171,17 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
                 "responses": {"200": {"content": {"text/event-stream": {}}}},
             }
         },
+        "/v1/files/{file_id}": {
+            "get": {
+                "operationId": "read_file",
+                "summary": "A file a tool saved (ctx.files), of the principal's tenant",
+                "parameters": [{"name": "file_id", "in": "path", "required": True, "schema": {}}],
+                "responses": {
+                    "200": {"description": "the file's content, with its media type"},
+                    **_errors(401, 404),
+                },
+            }
+        },
         "/v1/actions": {
             "get": {"operationId": "list_actions", "responses": {"200": {"description": "list"}}}
         },
