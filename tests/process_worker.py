@@ -11,7 +11,8 @@ with ``stop``, once the stop file exists).
 
 Every entry of an implementation appends one line, ``CALL_ID ENTRY TOOL PID``, to the shared
 entries file with O_APPEND (one ``write``, so lines of concurrent processes never interleave):
-the tests count entries there, whichever process ran them. ``hang``: tools whose entries block
+the tests count entries there, whichever process ran them (the fenced tool ``post`` also
+records its write, ``CALL_ID write-TOKEN post PID``). ``hang``: tools whose entries block
 forever after recording themselves (the test kills the process while it holds their lease).
 """
 
@@ -35,6 +36,7 @@ from blade_runtime.stores.urls import open_store
 
 SIDE_EFFECTS = {"charge": "non_idempotent", "sync": "idempotent", "fetch": "pure"}
 EXPIRING = "remind"  # idempotent, its approval declared with expiresAfterMs
+FENCED = "post"  # idempotent, with lease fencing: its write is recorded with its fencing token
 EXPIRES_AFTER_MS = 500
 PACKAGE = "blade_workers"
 WAIT_S = 60.0  # the longest a worker waits for its start or stop file
@@ -87,6 +89,7 @@ def _spec(name: str, side_effect: str, expires_after_ms: int | None = None) -> d
 SPECS: dict[str, dict[str, Any]] = (
     {name: _spec(name, side) for name, side in SIDE_EFFECTS.items()}
     | {EXPIRING: _spec(EXPIRING, "idempotent", EXPIRES_AFTER_MS)}
+    | {FENCED: {**_spec(FENCED, "idempotent"), "lease": True}}
     | {
         "ask": {
             "id": "work.ask.v1",
@@ -145,7 +148,7 @@ class Tools:
         expires_after_ms: int | None = None,
         client_timeout_ms: int | None = None,
     ) -> None:
-        for name in [*SIDE_EFFECTS, EXPIRING]:
+        for name in [*SIDE_EFFECTS, EXPIRING, FENCED]:
             spec = self.modules[name].SPEC
             if expires_after_ms is not None:
                 points = {
@@ -175,6 +178,10 @@ class Tools:
                 continue
         if arguments.get("sleep_ms"):
             await asyncio.sleep(arguments["sleep_ms"] / 1000)
+        if name == FENCED:  # the write to another system, fenced: only while the claim holds
+            await ctx.lease.assert_held()
+            token = ctx.lease.fencing_token
+            record(self.entries, f"{ctx.call.call_id} write-{token} {name} {os.getpid()}")
         note = self.note
         if resumed:
             resume = ctx.entry.payload.model_dump(exclude_unset=True)

@@ -96,6 +96,11 @@ def json_text(value: str) -> str:
     return json.dumps(value)
 
 
+def table_cell(value: object) -> str:
+    """Text for one cell of a Markdown table: one line, its pipes escaped."""
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
 @cache
 def environment(user_templates: Path | None = None) -> jinja2.Environment:
     loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader(_templates_dir())]
@@ -109,7 +114,9 @@ def environment(user_templates: Path | None = None) -> jinja2.Environment:
         keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(pyrepr=pyrepr, docstring_text=docstring_text, json_text=json_text)
+    env.filters.update(
+        pyrepr=pyrepr, docstring_text=docstring_text, json_text=json_text, cell=table_cell
+    )
     return env
 
 
@@ -454,6 +461,8 @@ def render_tool(
         if spec.capabilities:
             runtime.add("CapabilitySpec")
             own["typing"].add("Any")
+        if spec.lease:
+            runtime.add("Lease")
         if spec.children:
             runtime.add("ToolSpec")
             if len(spec.children) > 1:
@@ -724,6 +733,12 @@ def manifest(plan: BuildPlan) -> str:
             }
         if spec.children:
             entry["children"] = list(spec.children)
+        if spec.lease:
+            entry["lease"] = True
+        if spec.permissions:
+            entry["permissions"] = dict(sorted(spec.permissions.items()))
+        if spec.environment:
+            entry["environment"] = dict(sorted(spec.environment.items()))
         tool = tools[spec.id]
         entry["python"] = {
             "module": f"{plan.package}.{tool.module}",

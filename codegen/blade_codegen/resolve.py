@@ -61,6 +61,11 @@ class ResolvedSpec:
     # Server-side services the implementation needs (name: description, configSchema); not part
     # of the wire contract (callers never see them), so not of the fingerprint either.
     capabilities: Mapping[str, Any] = field(default_factory=dict)
+    # Also server-side only, outside the fingerprint: lease fencing (ctx.lease), and what the
+    # README documents: the permission subjects it asks for and the environment it reads.
+    lease: bool = False
+    permissions: Mapping[str, Any] = field(default_factory=dict)
+    environment: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -229,6 +234,9 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 children=tuple(spec.get("children", ())),
                 deadlines=deadlines,
                 capabilities=dict(spec.get("capabilities", {})),
+                lease=bool(spec.get("lease", False)),
+                permissions=dict(spec.get("permissions", {})),
+                environment=dict(spec.get("environment", {})),
             )
         )
     if problems:

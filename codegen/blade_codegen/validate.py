@@ -137,7 +137,14 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
                     "add outputSchema",
                 )
             )
-        for key in ("suspend", "contextSchema", "capabilities"):
+        for key in (
+            "suspend",
+            "contextSchema",
+            "capabilities",
+            "lease",
+            "permissions",
+            "environment",
+        ):
             if key in spec:
                 problems.append(
                     source.problem(

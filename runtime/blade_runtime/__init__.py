@@ -6,6 +6,7 @@ users install neither the code generator nor its dependencies.
 
 from typing import TYPE_CHECKING, Any
 
+from blade_runtime.core.behavior import Behavior
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.context import (
     ActionRef,
@@ -28,6 +29,7 @@ from blade_runtime.core.export import (
     WireNames,
     export_tools,
 )
+from blade_runtime.core.fencing import Lease, LeaseNotHeld
 from blade_runtime.core.files import (
     FileBody,
     FileRejected,
@@ -98,6 +100,7 @@ __all__ = [
     "ActionOrigin",
     "ActionRef",
     "BackendToolSpec",
+    "Behavior",
     "CallContext",
     "CallInfo",
     "CancellationSignal",
@@ -121,6 +124,8 @@ __all__ = [
     "HookOutput",
     "InitialEntry",
     "JsonObject",
+    "Lease",
+    "LeaseNotHeld",
     "MemoryStore",
     "PendingAction",
     "PermissionRequest",

@@ -28,7 +28,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, JsonValue
 
-from blade_runtime.core.caller import CallContext
+from blade_runtime.core import grants
+from blade_runtime.core.behavior import Behavior
+from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.calls import CallRunner
 from blade_runtime.core.cancel_scope import GRACE_S
 from blade_runtime.core.capabilities import Binding, services_of
@@ -62,7 +64,7 @@ from blade_runtime.core.registry import (
 from blade_runtime.core.results import ErrorCode, ToolError
 from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec
 from blade_runtime.core.storage import StoreAccess
-from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, Store
+from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, GrantRecord, Store
 from blade_runtime.core.tools import Tools, takes_children
 from blade_runtime.core.triggers import TriggerHandler, Triggers
 from blade_runtime.stores.memory import MemoryStore
@@ -198,6 +200,8 @@ class Runtime:
         self.expire = self.actions.expire
         self.pending = self.actions.pending
         self.recover = self.recovery.recover
+        self.grants = self.records.grants
+        self.revoke_grant = self.records.revoke_grant
         self.run_recovery = self.recovery.run_recovery
         self.deliver_triggers = self.triggers.deliver
         self.run_triggers = self.triggers.run
@@ -224,6 +228,7 @@ class Runtime:
         permission: Policy | None = None,
         capability_config: Mapping[str, JsonValue] | None = None,
         children: Collection[Child] = (),
+        behavior: Callable[[InputT], Behavior] | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -241,6 +246,9 @@ class Runtime:
         spec, implementation, context, enabled, permission, on_output), apart from any direct
         registration of the same spec; a declared child without one runs the runtime's. A
         ``describe`` that takes ``children=`` reads its enabled children's metadata.
+        ``behavior``: the kind and side effect of one call, from its typed input, never wider
+        than the spec's (see ``blade_runtime.core.behavior``): the policy sees them, the call's
+        start stores them and recovery follows them.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -259,6 +267,11 @@ class Runtime:
             )
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
+        if behavior is not None and not callable(behavior):
+            raise RegistrationError(
+                f"{where}: behavior= is not callable (pass a function of the typed input "
+                "returning a Behavior)"
+            )
         self.tools.check_children(spec, where)
         bindings = self.tools.bindings(spec, where, capability_config or {})
         own = self.tools.own_children(spec, where, children)
@@ -272,6 +285,8 @@ class Runtime:
         added.describe = describe
         added.describe_children = describe is not None and takes_children(describe)
         added.permission = permission
+        added.behavior = behavior
+        added.fenced = spec.lease
         self.tools.dynamic = (
             self.tools.dynamic
             or enabled is not None
@@ -344,6 +359,15 @@ class Runtime:
     @disallowed.setter
     def disallowed(self, names: Collection[str]) -> None:
         self.tools.disallowed = names
+
+    async def grant(self, principal: Principal, tool: str, subject: str = "") -> GrantRecord:
+        """A standing grant: ``principal`` always allows ``tool`` (a registration name) to act
+        on ``subject`` ("" for the call as a whole) when the policy would ask a person. The one
+        already there is kept."""
+        made: GrantRecord = await self.io(
+            self.store.add_grant, grants.new_grant(principal, tool, subject)
+        )
+        return made
 
     async def reproject(self, call_id: str) -> JsonValue:
         """What the model would read of the stored call ``call_id`` with its registration's

@@ -65,6 +65,10 @@ def test_stubs_pass_mypy_strict_and_ruff_as_written(project: Path) -> None:
     assert 'await ctx.data.write("progress", SweepProgressData(...))' in sweep
     assert 'Child tool "crm.lookup-customer.v1"' in sweep
     assert "async def register_impl(" in (out / "register_v1.py").read_text()
+    deploy = (out / "deploy_service_v1.py").read_text()  # a fenced tool, one permission subject
+    assert "#     await ctx.lease.assert_held()" in deploy
+    assert '#     answer = await ctx.request_permission("...", subject="production")' in deploy
+    assert "lease" not in refund
     checked = run_mypy(*written, cwd=out)
     assert checked.returncode == 0, checked.stdout
     linted = run_ruff(*written)

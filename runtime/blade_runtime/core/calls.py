@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from blade_runtime.core import grants
+from blade_runtime.core.behavior import narrowed
 from blade_runtime.core.caller import CallContext
 from blade_runtime.core.cancel_scope import GRACE_S, Abandoned, CancelScope
 from blade_runtime.core.capabilities import with_capabilities
@@ -45,6 +47,7 @@ from blade_runtime.core.execution import (
     ToolContext,
     UnreadableInput,
 )
+from blade_runtime.core.fencing import Lease, LeaseNotHeld
 from blade_runtime.core.hooks import HookVerdict
 from blade_runtime.core.interceptors import Asking, Interceptors, policy_failed
 from blade_runtime.core.jsonvalue import NotJson, checked, model_of
@@ -65,10 +68,22 @@ from blade_runtime.core.outcomes import (
 )
 from blade_runtime.core.permissions import (
     ADMISSION,
+    ALLOW,
+    APPROVED,
+    ASK,
     STEP,
     STEP_POINT,
+    Allow,
+    Ask,
+    Decision,
+    Deny,
+    PermissionAnswer,
     PermissionPrompt,
+    PermissionRequest,
+    StepRefused,
     answer_schema,
+    decide,
+    describe_decision,
     request_payload,
 )
 from blade_runtime.core.registry import Registration
@@ -110,6 +125,7 @@ class Attempt:
 
     recorded: bool = False
     data: CallData | None = None
+    fence: int = 0  # the fencing token of the store's claim this entry runs under
 
     @property
     def stored(self) -> bool:
@@ -148,6 +164,7 @@ class CallRunner:
         self.services = services  # ctx.files and ctx.trigger
         self.running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
+        self.held: dict[str, Lease] = {}  # a running parent's claim, by call id, for its children
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
@@ -223,13 +240,16 @@ class CallRunner:
         arguments: JsonObject,
         entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
         history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
+        *,
+        fence: int = 0,
     ) -> ToolResult[Any]:
         """One entry of an admitted call this runtime has claimed (a resume, or a replay),
-        under its own cancel scope: the store records it as running here already."""
+        under its own cancel scope: the store records it as running here already, under the
+        claim of fencing token ``fence``."""
         scope = CancelScope(call, self.running, registration)
         try:
             result = await self._run(
-                registration, call, arguments, scope, entry, history, claimed=True
+                registration, call, arguments, scope, entry, history, claimed=True, fence=fence
             )
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = await self._stopped(call, scope, stopped)
@@ -384,6 +404,7 @@ class CallRunner:
         history: Callable[[], tuple[SuspensionEpisode, ...]] | None = None,
         *,
         claimed: bool = False,
+        fence: int = 0,
     ) -> ToolResult[Any]:
         """Run one entry of the implementation (or open a client tool's pending action). The
         result is not recorded here: ``settle`` does it, after the post-hooks. ``claimed``:
@@ -402,6 +423,15 @@ class CallRunner:
                     )
                 except Exception as error:
                     return self.interceptors.observer_failed("scheduled", call, error)
+        if admitting and registration.behavior is not None:
+            try:
+                call.behavior = narrowed(
+                    registration.spec,
+                    registration.name,
+                    registration.behavior(model_of(registration.build_input, arguments)),
+                )
+            except Exception as error:
+                return policy_failed(call, "its behavior callback", error)
         context = None
         policy = (registration.permission or self.interceptors.permission) if admitting else None
         if registration.context is not None:
@@ -413,16 +443,17 @@ class CallRunner:
             if permitted is not None:
                 decided = permitted if isinstance(permitted, _RESULTS) else await permitted
                 if isinstance(decided, Asking):
-                    return await self._ask(registration, call, arguments, decided)
-                if decided is not None:
+                    if await self.io(grants.lookup, self.store, call, "") is None:
+                        return await self._ask(registration, call, arguments, decided)
+                elif decided is not None:
                     return decided
         if registration.implementation is None:
             return await self._await_client(registration, call, arguments)
         attempt = None
-        if self.durable or registration.data or claimed:
+        if self.durable or registration.data or registration.fenced or claimed:
             try:
                 attempt = scope.stored = await self._start(
-                    registration, call, arguments, claimed, scope
+                    registration, call, arguments, claimed, scope, fence
                 )
             except DuplicateCall as duplicate:
                 return error_result(call, ErrorCode.DUPLICATE_CALL, f"{duplicate}; nothing ran.")
@@ -449,10 +480,16 @@ class CallRunner:
         ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
         ctx._publish = self.events.publish
         ctx._services = self.services
+        ctx._steps = self
+        ctx._registration = registration
         if context is not None:
             ctx.context = context
         if attempt is not None:
             ctx.data = attempt.data
+        lease = None
+        if registration.fenced or registration.children:
+            lease = self._lease(call, attempt)
+            ctx.lease = lease if registration.fenced else None
         if entry is not INITIAL:
             ctx.entry = entry
         if history is not None:
@@ -480,6 +517,8 @@ class CallRunner:
             )
         else:
             running = registration.implementation(ctx)
+        if lease is not None and registration.children:
+            self.held[call.call_id] = lease  # its children run under this entry's claim
         try:
             output = await scope.run(running, registration.timeout_s)
         except ToolFailed as failure:
@@ -490,6 +529,11 @@ class CallRunner:
             return await self._suspend(registration, call, arguments, suspended, attempt)
         except ChildHookFailed:
             return self.fatal.pop(call.call_id)
+        except StepRefused as refused:
+            return error_result(call, ErrorCode(refused.code), refused.message)
+        except LeaseNotHeld as lost:
+            log.error("%s (call %s): %s", call.name, call.call_id, lost)
+            return error_result(call, ErrorCode.LEASE_LOST, LOST_LEASE)
         except UnreadableInput as unreadable:
             message = f"Invalid arguments for {call.name}: {unreadable}."
             return error_result(call, ErrorCode.INVALID_INPUT, message)
@@ -499,6 +543,8 @@ class CallRunner:
             )
         finally:
             scope.stop()
+            if lease is not None and registration.children:
+                self.held.pop(call.call_id, None)
         if registration.children and call.call_id in self.fatal:  # it caught the failure
             return self.fatal.pop(call.call_id)
         if scope.reason is not None:  # it swallowed its cancellation: the call still ended
@@ -507,6 +553,50 @@ class CallRunner:
         if registration.project is None or not isinstance(done, ToolSuccess):
             return done
         return await self._project(registration, ctx, done)
+
+    def _lease(self, call: CallInfo, attempt: Attempt | None) -> Lease | None:
+        """The claim an entry runs under: its own where the store records it, else (a child
+        tool's call) its parent entry's, if that one holds a claim."""
+        if attempt is not None and attempt.recorded:
+            return Lease(self.io, call.call_id, self.owner, attempt.fence)
+        return None if call.parent is None else self.held.get(call.parent)
+
+    async def decide_step(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+        prompt: str,
+        subject: str | None,
+    ) -> PermissionAnswer | None:
+        """``ctx.request_permission``: the policy first (allow: go on; deny: the call ends),
+        then, where it asks, a standing grant; None: ask a person."""
+        policy = registration.permission or self.interceptors.permission
+        decision: Decision = ASK
+        if policy is not None:
+            request = PermissionRequest(
+                call.name, registration.spec, call, arguments, scope, True, prompt, subject
+            )
+            try:
+                decision = await decide(policy, request)
+            except Exception as error:
+                failed = policy_failed(call, "the permission policy", error)
+                raise StepRefused(failed.code, failed.message) from None
+        if isinstance(decision, Ask):
+            granted = await self.io(grants.lookup, self.store, call, subject or "")
+            if granted is not None:
+                decision = ALLOW
+        if self.interceptors.permission_hooked:  # they see every decision, a step's too
+            label, reason = describe_decision(decision)
+            refused = await self.interceptors.permission_hooks(
+                call, arguments, scope, label, reason
+            )
+            if refused is not None:
+                raise StepRefused(refused.code, refused.message)
+        if isinstance(decision, Deny):
+            raise StepRefused(ErrorCode.PERMISSION_DENIED, decision.message)
+        return APPROVED if isinstance(decision, Allow) else None
 
     async def _server_context(
         self, registration: Registration[Any], call: CallInfo, scope: CancelScope
@@ -560,15 +650,19 @@ class CallRunner:
         arguments: JsonObject,
         claimed: bool,
         scope: CancelScope,
+        fence: int = 0,
     ) -> Attempt:
         """Record the start of an entry where the store keeps it (committed before the tool
         runs, under this runtime's lease), announce it, and open its ToolData writer."""
         # Only the outer call is a durable part: a child's start and end are not stored as a call
         # of their own, so a replayed parent never meets its children's ids again and recovery
-        # never claims a child alone.
-        attempt = Attempt((self.durable and call.parent is None) or claimed)
+        # never claims a child alone. A fenced tool's start is stored on every store: its
+        # fencing token lives there.
+        stores = self.durable or registration.fenced
+        attempt = Attempt((stores and call.parent is None) or claimed, fence=fence)
         if attempt.recorded and not claimed:  # a claimed entry's start was recorded by its claim
             record = self._record(registration, call, arguments, "running")
+            attempt.fence = record.fence
             await self._emit(
                 self.store.begin,
                 record,
@@ -639,6 +733,8 @@ class CallRunner:
             )
         except LeaseLost as lost:
             log.error("%s (call %s): %s; the result is not recorded", call.name, call.call_id, lost)
+            if isinstance(result, ToolError) and result.code is ErrorCode.LEASE_LOST:
+                return result  # the tool found out itself, before its write
             return await self._as_recorded(call)
         except StoreError as error:
             log.error(
@@ -791,12 +887,17 @@ class CallRunner:
     ) -> CallRecord:
         spec = registration.spec
         context = call.context
+        behavior = call.behavior
         return CallRecord(
             call.call_id,
             call.run_id,
             call.name,
             spec.id,
-            spec.side_effect,
+            (
+                spec.side_effect
+                if behavior is None or not behavior.side_effect
+                else behavior.side_effect
+            ),
             spec.execution,
             arguments,
             state,
@@ -805,6 +906,8 @@ class CallRunner:
             lease_until=clock() + self.lease_s if state == "running" else 0.0,
             tenant="" if context is None else context.tenant,
             context=None if context is None else context.to_json(),
+            kind=spec.kind if behavior is None else behavior.kind,
+            fence=1 if state == "running" else 0,
         )
 
     def _action(
@@ -863,6 +966,10 @@ NOT_OFFERED = (
 UNRECORDED = (
     "The tool ran, but its result could not be recorded (the store is unavailable); the call "
     "is left for recovery to settle."
+)
+LOST_LEASE = (
+    "Another worker took this call over after this one's lease lapsed; this entry stopped "
+    "before its write, and the call's outcome is the one the store records."
 )
 TAKEN_OVER = (
     "Another worker took this call over after this one's lease lapsed; its outcome is the one "

@@ -17,6 +17,7 @@ from pydantic import JsonValue
 from blade_runtime.core.caller import CallContext
 
 if TYPE_CHECKING:
+    from blade_runtime.core.behavior import Behavior
     from blade_runtime.core.files import ScopedFiles
     from blade_runtime.core.permissions import PermissionAnswer
 
@@ -58,6 +59,7 @@ class CallInfo:
     spec_id: str
     context: CallContext | None = None
     parent: str | None = None  # the call id of the parent, for a child tool's call
+    behavior: Behavior | None = None  # narrowed by its registration's ``behavior`` callback
 
 
 class CancellationSignal:
@@ -159,8 +161,13 @@ class Execution(Protocol[InputT, ContextT]):
 
     def fail(self, message: str) -> NoReturn: ...
 
-    def request_permission(self, prompt: str, details: JsonValue = None) -> NoReturn:
-        """Wait on a durable permission request before a sensitive step (see ``permission``)."""
+    async def request_permission(
+        self, prompt: str, details: JsonValue = None, *, subject: str | None = None
+    ) -> PermissionAnswer:
+        """Ask before a sensitive step: the policy, a standing grant, or a person (waiting on a
+        durable permission request; the same call returns the answer when the tool is entered
+        again)."""
+        ...
 
     @property
     def permission(self) -> PermissionAnswer | None:

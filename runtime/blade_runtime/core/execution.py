@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
@@ -25,6 +25,7 @@ from blade_runtime.core.context import (
     SuspensionEpisode,
     ToolFailed,
 )
+from blade_runtime.core.fencing import Lease
 from blade_runtime.core.files import FileAccess, ScopedFiles
 from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
 from blade_runtime.core.permissions import STEP, PermissionAnswer, step_payload
@@ -221,6 +222,22 @@ class ChildHookFailed(BaseException):
         self.code = code
 
 
+class StepDecider(Protocol):
+    """Who decides ``ctx.request_permission`` before a person is asked (the call runner)."""
+
+    async def decide_step(
+        self,
+        registration: Any,
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+        prompt: str,
+        subject: str | None,
+    ) -> PermissionAnswer | None:
+        """An answer that allows the step now, None to ask a person, or ``StepRefused``."""
+        ...
+
+
 class ToolContext:
     """The ``ctx`` an implementation receives.
 
@@ -233,6 +250,7 @@ class ToolContext:
     capabilities: Any = None
     data: CallData | None = None
     tools: ChildTools | None = None
+    lease: Lease | None = None  # set for a tool whose spec asks for lease fencing
     entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL
     _input: BaseModel | None = None
     _publish: Callable[[Event], None] | None = None  # set while anyone subscribes
@@ -240,6 +258,9 @@ class ToolContext:
     _history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = ()
     _services: CallServices | None = None
     _files: ScopedFiles | None = None
+    _steps: StepDecider | None = None  # decides request_permission before a person is asked
+    _registration: Any = None
+    _answered = False
 
     def __init__(
         self,
@@ -339,16 +360,32 @@ class ToolContext:
                 kind,
             )
 
-    def request_permission(self, prompt: str, details: JsonValue = None) -> NoReturn:
-        """Ask a human before one sensitive step: this execution ends and waits on a durable
-        permission request; the tool is entered again with ``ctx.permission`` the answer."""
+    async def request_permission(
+        self, prompt: str, details: JsonValue = None, *, subject: str | None = None
+    ) -> PermissionAnswer:
+        """Ask before one sensitive step. The policy decides first: an allow (or a standing
+        grant of the caller's for this tool and ``subject``) returns at once, a denial ends the
+        call as PERMISSION_DENIED. Otherwise this execution ends and waits on a durable
+        permission request, and the tool is entered again: there this call returns the
+        person's answer (approved or not) instead of asking again."""
+        entry = self.entry
+        if not self._answered and isinstance(entry, ResumeEntry) and entry.point == STEP:
+            self._answered = True  # the answer is for the request this entry resumes
+            answer: PermissionAnswer = entry.payload
+            return answer
         try:
             shown = checked(details)
         except NotJson as error:
             raise SuspendRejected(
                 f"request_permission: the details are not JSON: {error}"
             ) from None
-        raise Suspended(STEP, step_payload(self.call, prompt, shown))
+        if self._steps is not None:
+            allowed = await self._steps.decide_step(
+                self._registration, self.call, self._arguments, self._scope, prompt, subject
+            )
+            if allowed is not None:
+                return allowed
+        raise Suspended(STEP, step_payload(self.call, prompt, shown, subject))
 
     @property
     def permission(self) -> PermissionAnswer | None:

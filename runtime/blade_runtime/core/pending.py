@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, JsonValue
 
-from blade_runtime.core import actions
+from blade_runtime.core import actions, grants
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.calls import CallRunner
 from blade_runtime.core.context import (
@@ -138,13 +138,18 @@ class PendingActions:
         won = await self._resolve(action, resolution, event)
         if isinstance(won, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, won)
+        standing = grants.from_answer(action, value, won.call_context)
+        if standing is not None:  # "always allow": the next request is not asked
+            await self.io(self.store.add_grant, standing)
         if resolution.call_state == "settled":  # a denied permission request
             denied = error_result(call, ErrorCode.PERMISSION_DENIED, str(resolution.reason))
             return await self.interceptors.settled(registration, call, won.call_input, denied)
         call.context = CallContext.from_json(won.call_context)
         if action.point == ADMISSION:  # approved: the first entry runs now, with the final input
-            return await self.runner.run_claimed(registration, call, won.call_input)
-        return await self.resume(registration, call, action, value, won.call_input)
+            return await self.runner.run_claimed(
+                registration, call, won.call_input, fence=won.call_fence
+            )
+        return await self.resume(registration, call, action, value, won.call_input, won.call_fence)
 
     async def _answering(
         self,
@@ -201,6 +206,7 @@ class PendingActions:
         action: ActionRecord,
         value: JsonValue,
         arguments: JsonObject,
+        fence: int = 0,
     ) -> ToolResult[Any]:
         assert action.point is not None
         point = STEP_POINT if action.point == STEP else registration.points[action.point]
@@ -216,7 +222,9 @@ class PendingActions:
             history = functools.partial(tuple, await self.io(self._history, call))
         else:  # read when the tool asks: it never waits (an in-memory or WAL read)
             history = functools.partial(self._history, call)
-        return await self.runner.run_claimed(registration, call, arguments, entry, history)
+        return await self.runner.run_claimed(
+            registration, call, arguments, entry, history, fence=fence
+        )
 
     async def _complete_client(
         self,

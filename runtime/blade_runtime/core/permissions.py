@@ -9,9 +9,13 @@ answer is ``{"decision": "approve"}``, ``{"decision": "deny", "message": "..."}`
 schema before anything runs). The decision is stored (with the edited input) before the
 implementation runs, and recovery honours it.
 
-``ctx.request_permission(prompt)`` asks the same way in the middle of a tool's work (point
-``@permission-step``, no edited input); the tool resumes with ``ctx.entry.payload`` a
-``PermissionAnswer``.
+``await ctx.request_permission(prompt, subject=...)`` asks in the middle of a tool's work. The
+policy decides first (``PermissionRequest.step`` is True, with the prompt and subject): an allow
+returns at once, a denial ends the call as PERMISSION_DENIED; when it asks, a standing grant of
+the principal for the tool and subject allows (``core.grants``), and otherwise the call waits on
+a durable request (point ``@permission-step``, no edited input) and is entered again, where the
+same ``request_permission`` returns the person's ``PermissionAnswer``. With no policy, a person
+is asked. An answer with ``"always": true`` makes a standing grant.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class Ask:
 
 Decision: TypeAlias = Allow | Deny | Ask
 ALLOW = Allow()
+ASK = Ask()
 
 
 @dataclass(slots=True)
@@ -71,6 +76,9 @@ class PermissionRequest:
     call: CallInfo
     input: JsonObject
     _scope: Any = None  # the call's cancel scope: its signal is made when first asked for
+    step: bool = False  # asked by ctx.request_permission inside the tool, not before it ran
+    prompt: str | None = None  # the step's prompt
+    subject: str | None = None  # what the step acts on (standing grants are per subject)
 
     @property
     def spec_id(self) -> str:
@@ -79,11 +87,17 @@ class PermissionRequest:
 
     @property
     def kind(self) -> str | None:
-        return self.spec.kind
+        """The call's kind: the spec's, or what its registration narrowed it to."""
+        behavior = self.call.behavior
+        return self.spec.kind if behavior is None else behavior.kind
 
     @property
     def side_effect(self) -> str:
-        return self.spec.side_effect
+        """The call's side effect: the spec's, or what its registration narrowed it to."""
+        behavior = self.call.behavior
+        if behavior is None or behavior.side_effect is None:
+            return self.spec.side_effect
+        return behavior.side_effect
 
     @property
     def principal(self) -> Principal | None:
@@ -181,6 +195,7 @@ class PermissionPrompt(BaseModel):
     prompt: str
     input: dict[str, JsonValue] = {}
     details: JsonValue = None
+    subject: str | None = None
 
 
 class PermissionAnswer(BaseModel):
@@ -190,6 +205,7 @@ class PermissionAnswer(BaseModel):
     decision: Literal["approve", "deny"]
     message: str | None = None
     input: dict[str, JsonValue] | None = None
+    always: bool = False  # approve, and do not ask again (a standing grant)
 
     @property
     def approved(self) -> bool:
@@ -202,6 +218,11 @@ def answer_schema(input_schema: JsonObject | None) -> JsonObject:
     properties: dict[str, Any] = {
         "decision": {"enum": ["approve", "deny"]},
         "message": {"type": "string", "minLength": 1},
+        "always": {
+            "type": "boolean",
+            "title": "Always allow",
+            "description": "Approve, and do not ask this person again for this tool and subject.",
+        },
     }
     schema: dict[str, Any] = {
         "type": "object",
@@ -225,6 +246,7 @@ PROMPT_SCHEMA: JsonObject = {
         "side_effect": {"type": ["string", "null"]},
         "prompt": {"type": "string"},
         "input": {"type": "object"},
+        "subject": {"type": ["string", "null"]},
     },
 }
 
@@ -234,8 +256,33 @@ STEP_POINT = Point(
 """The point ``ctx.request_permission`` waits at, in every backend tool."""
 
 
-def step_payload(call: CallInfo, prompt: str, details: JsonValue) -> JsonValue:
-    return {"tool": call.name, "spec_id": call.spec_id, "prompt": prompt, "details": details}
+def step_payload(
+    call: CallInfo, prompt: str, details: JsonValue, subject: str | None = None
+) -> JsonValue:
+    payload: dict[str, JsonValue] = {
+        "tool": call.name,
+        "spec_id": call.spec_id,
+        "prompt": prompt,
+        "details": details,
+    }
+    if subject is not None:
+        payload["subject"] = subject
+    return payload
+
+
+class StepRefused(BaseException):
+    """``ctx.request_permission`` was refused without asking a person: the call ends with
+    ``code`` (PERMISSION_DENIED, or POLICY_FAILED when the policy raised). A BaseException, so
+    that an implementation's ``except Exception`` does not go on to the step it guards."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+APPROVED = PermissionAnswer(decision="approve")
+"""What ``request_permission`` returns when the policy or a standing grant allows the step."""
 
 
 def request_payload(

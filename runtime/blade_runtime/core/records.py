@@ -1,4 +1,4 @@
-"""Calls, pending actions and ToolData as a principal may see them: the tenant rule in one place.
+"""Calls, actions, ToolData and standing grants as a principal may see them: the tenant rule.
 
 Every surface that reads records for a client (the HTTP API, MCP, the adapters, typed clients)
 reads them here, with the client's principal, and never through ``runtime.store``: the store's
@@ -20,6 +20,7 @@ from blade_runtime.core.store import (
     CallState,
     DataRecord,
     Event,
+    GrantRecord,
     Store,
 )
 
@@ -202,3 +203,22 @@ class Records:
             if record is None or not visible(principal, record.tenant, record.context):
                 return []
         return self.store.data(call_id, channel)
+
+    async def grants(
+        self, *, principal: Principal | None = None, tool: str | None = None
+    ) -> list[GrantRecord]:
+        """The standing permission grants of the principal's tenant (an operator's: all)."""
+        found: list[GrantRecord] = await self.io(
+            self.store.grants, tenant=tenant_of(principal), tool=tool
+        )
+        return found
+
+    async def revoke_grant(
+        self, grant_id: str, *, principal: Principal | None = None
+    ) -> GrantRecord | None:
+        """Remove a grant of the principal's tenant (an operator's: any); None when there is
+        no such grant for it (another tenant's grant does not exist for it)."""
+        revoked: GrantRecord | None = await self.io(
+            self.store.revoke_grant, grant_id, tenant=tenant_of(principal)
+        )
+        return revoked

@@ -212,14 +212,16 @@ class Recovery:
                 )
                 if refused is not None:
                     return await self.runner.record_end(call, refused, Attempt(recorded=True))
-            return await self.runner.run_claimed(registration, call, record.input)
+            return await self.runner.run_claimed(
+                registration, call, record.input, fence=record.fence
+            )
         if isinstance(entry, dict) and entry.get("action_id"):
             action = await self.io(self.store.action, str(entry["action_id"]))
             if action is not None:
                 return await self.pending.resume(
-                    registration, call, action, entry.get("resume"), record.input
+                    registration, call, action, entry.get("resume"), record.input, record.fence
                 )
-        return await self.runner.run_claimed(registration, call, record.input)
+        return await self.runner.run_claimed(registration, call, record.input, fence=record.fence)
 
 
 def _reason(answer: Any) -> str | None:

@@ -128,6 +128,8 @@ class Registration(Generic[OutputT]):
     bindings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     """The capabilities its implementation gets: name -> (binding, its configuration)."""
     services: Any = None
+    fenced: bool = False  # the spec asks for lease fencing: ctx.lease, and a stored start
+    behavior: Any = None  # the input's narrowed kind and side effect (core.behavior)
     """``ctx.capabilities`` made once, when every binding is shared (else made per call)."""
     own_children: Mapping[str, Registration[Any]] = field(default_factory=dict)
     """The parent's own registrations of its children, by spec id (else the runtime's)."""

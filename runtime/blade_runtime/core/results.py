@@ -67,11 +67,14 @@ class ErrorCode(StrEnum):
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     """The store could not record the call's start (the implementation did not run), or its
     result (the call is left for recovery to settle)."""
+    LEASE_LOST = "LEASE_LOST"
+    """``ctx.lease.assert_held()`` found that another worker holds the call now (this worker
+    stalled past its lease): nothing this entry reports is recorded."""
     POLICY_FAILED = "POLICY_FAILED"
-    """The application's permission policy or ``enabled`` callback raised, or answered with
-    something that is not a decision: the call was refused before the implementation ran (a
-    bug of the application's, in its log; not TOOL_ERROR, which says the implementation
-    raised)."""
+    """The application's permission policy, ``enabled`` or ``behavior`` callback raised, or
+    answered with something that is not a decision (a behaviour wider than the spec's): the
+    call was refused before the implementation ran (a bug of the application's, in its log;
+    not TOOL_ERROR, which says the implementation raised)."""
 
 
 @dataclass(slots=True)

@@ -116,6 +116,7 @@ class BackendToolSpec(
     suspend: Mapping[str, SuspendPoint[Any, Any]] = field(default_factory=dict)
     children: tuple[str, ...] = ()  # ids of the tools it may call through ``ctx.tools``
     capabilities: Mapping[str, CapabilitySpec] = field(default_factory=dict)
+    lease: bool = False  # lease fencing: its implementation gets ``ctx.lease``
 
     @property
     def execution(self) -> ExecutionMode:

@@ -145,6 +145,8 @@ class CallRecord:
     lease_until: float = 0.0
     tenant: str = ""
     context: JsonValue = None  # the CallContext as stored (principal, client data, thread)
+    kind: str | None = None  # the kind its start was decided with (narrowed, or the spec's)
+    fence: int = 0  # the fencing token: 1 at its start, one more at every claim and re-entry
 
 
 @dataclass(slots=True)
@@ -171,6 +173,20 @@ class ActionRecord:
     reason: str | None = None
     tenant: str = ""
     expires_at: float | None = None  # epoch seconds; past it the action settles as TIMEOUT
+
+
+@dataclass(slots=True)
+class GrantRecord:
+    """A standing permission grant: ``principal`` (of ``tenant``) always allows ``tool`` to act
+    on ``subject`` ("" for the tool as a whole) without asking a person again."""
+
+    grant_id: str
+    tenant: str
+    principal: str
+    tool: str
+    subject: str
+    created_at: str
+    action_id: str | None = None  # the permission request whose "always allow" answer made it
 
 
 @dataclass(slots=True)
@@ -320,6 +336,7 @@ class Resolved:
     action: ActionRecord
     call_input: JsonObject
     call_context: JsonValue = None
+    call_fence: int = 0  # the call's fencing token after it (one more when it is re-entered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +462,34 @@ class Store(Protocol):
         ...
 
     def detach(self, owner: str) -> None: ...
+
+    def held(self, call_id: str, owner: str, fence: int) -> bool:
+        """Whether ``owner`` still holds the running call under the claim of fencing token
+        ``fence``, its lease not expired by the store's clock (``ctx.lease.assert_held``)."""
+        ...
+
+    def add_grant(self, grant: GrantRecord) -> GrantRecord:
+        """Store a standing grant; one of the same tenant, principal, tool and subject that is
+        already there is kept (and returned) instead."""
+        ...
+
+    def find_grant(
+        self, tenant: str, principal: str, tool: str, subject: str
+    ) -> GrantRecord | None: ...
+
+    def grants(
+        self,
+        *,
+        tenant: str | None = None,
+        principal: str | None = None,
+        tool: str | None = None,
+    ) -> list[GrantRecord]:
+        """The standing grants, oldest first."""
+        ...
+
+    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
+        """Remove a grant (of ``tenant`` only, when given); the grant removed, or None."""
+        ...
 
     def write_data(self, record: DataRecord, event: Event | None) -> None:
         """Insert or update (same call, channel and item id: in place) one ToolData item."""

@@ -1,9 +1,11 @@
-"""``blade-runtime``: operators' access to pending actions in a store.
+"""``blade-runtime``: operators' access to pending actions and standing grants in a store.
 
     blade-runtime pending list --store URL [--run RUN] [--tool NAME] [--json]
     blade-runtime pending show ACTION_ID --store URL
     blade-runtime pending submit ACTION_ID [JSON | -] --store URL
     blade-runtime pending cancel ACTION_ID --store URL [--reason TEXT]
+    blade-runtime grants list --store URL [--tenant T] [--principal ID] [--tool NAME] [--json]
+    blade-runtime grants revoke GRANT_ID --store URL
     blade-runtime serve MODULE:RUNTIME --store URL [--host 127.0.0.1] [--port 8000]
                         [--auth MODULE:FUNCTION | --allow-anonymous]
     blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
@@ -20,9 +22,13 @@ HTTP at a loopback address; RUNTIME is a Runtime, or a function returning one (c
 A submission is validated exactly as the runtime validates it, against the schema recorded with
 the action, before anything is written. Submitting a client tool's output settles its call; a
 suspension's resume payload leaves the call resumable: a worker's recovery loop (or the next
-``Runtime.recover()`` over the store) claims it and re-enters the implementation.
+``Runtime.recover()`` over the store) claims it and re-enters the implementation. Answering a
+permission request with ``{"decision": "approve", "always": true}`` also makes a standing grant
+(its principal, tool and subject are not asked again), which ``grants list`` shows and
+``grants revoke`` removes.
 
-Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action);
+Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action, unknown
+grant);
 2 usage; 3 the store cannot be opened; 4 serve or mcp --http cannot listen on the address (the
 port is in use, say).
 """
@@ -32,10 +38,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from typing import Any
 
 from blade_runtime import __version__
-from blade_runtime.core import actions
+from blade_runtime.core import actions, grants
 from blade_runtime.core.jsonvalue import NotJson, checked
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
@@ -76,7 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     cancel.add_argument(
         "--reason", default="cancelled by an operator", help="recorded with the action"
     )
-    for sub in (listing, show, submit, cancel):
+    grants = commands.add_parser(
+        "grants",
+        help="list or revoke standing permission grants",
+        description="List or revoke the standing permission grants ('always allow') in a store.",
+    )
+    grant_verbs = grants.add_subparsers(dest="verb", required=True)
+    grant_list = grant_verbs.add_parser("list", help="standing grants, oldest first")
+    grant_list.add_argument("--tenant", help="only this tenant's")
+    grant_list.add_argument("--principal", metavar="ID", help="only this principal's")
+    grant_list.add_argument("--tool", help="registration name")
+    grant_list.add_argument("--json", action="store_true", help="one JSON document")
+    revoke = grant_verbs.add_parser("revoke", help="remove a grant: its requests are asked again")
+    revoke.add_argument("grant_id")
+    for sub in (listing, show, submit, cancel, grant_list, revoke):
         sub.add_argument(
             "--store",
             required=True,
@@ -133,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if store is None:
         return EXIT_STORE
     try:
+        if args.group == "grants":
+            if args.verb == "list":
+                return _grants(store, args.tenant, args.principal, args.tool, args.json)
+            return _revoke(store, args.grant_id)
         if args.verb == "list":
             return _list(store, args.run, args.tool, args.json)
         if args.verb == "show":
@@ -266,7 +290,37 @@ def _submit(store: Store, action_id: str, text: str) -> int:
         done = "a worker's recovery (loop or Runtime.recover()) resumes the call"
         if isinstance(value, dict) and value.get("decision") == "deny":
             done = "a worker's recovery (loop or Runtime.recover()) settles it as denied"
-    return _resolve(store, action, resolution, event, done)
+    refused = _resolve(store, action, resolution, event, done)
+    call = None if refused else store.call(action.call_id)
+    standing = None if call is None else grants.from_answer(action, value, call.context)
+    if standing is not None:
+        made = store.add_grant(standing)
+        print(f"{made.grant_id}: {made.principal} always allows {made.tool} {made.subject!r}")
+    return refused
+
+
+def _grants(
+    store: Store, tenant: str | None, principal: str | None, tool: str | None, as_json: bool
+) -> int:
+    found = store.grants(tenant=tenant, principal=principal, tool=tool)
+    if as_json:
+        print(json.dumps([asdict(g) for g in found], indent=2, ensure_ascii=False))
+        return 0
+    for grant in found:
+        print(
+            f"{grant.grant_id}  {grant.principal}@{grant.tenant}  {grant.tool}  "
+            f"subject={grant.subject!r}  since {grant.created_at}"
+        )
+    return 0
+
+
+def _revoke(store: Store, grant_id: str) -> int:
+    revoked = store.revoke_grant(grant_id)
+    if revoked is None:
+        print(f"error: no grant {grant_id!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"{grant_id}: revoked; {revoked.principal}'s {revoked.tool} requests are asked again")
+    return 0
 
 
 def _cancel(store: Store, action_id: str, reason: str) -> int:

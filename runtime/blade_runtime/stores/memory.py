@@ -31,6 +31,7 @@ from blade_runtime.core.store import (
     DuplicateCall,
     Event,
     FileRecord,
+    GrantRecord,
     LeaseLost,
     Resolution,
     Resolved,
@@ -69,6 +70,7 @@ class MemoryStore:
         # retirement: a file id may travel in an output long after the call).
         self._files: dict[str, tuple[FileRecord, bytes]] = {}
         self._triggers: dict[str, TriggerRecord] = {}  # in the order they were added
+        self._grants: dict[tuple[str, str, str, str], GrantRecord] = {}
 
     def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
         with self._lock:
@@ -82,9 +84,12 @@ class MemoryStore:
         self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
     ) -> None:
         with self._lock:
+            stored = replace(call)
             if known:
                 self._owned(call.call_id, call.owner)
-            self._calls[call.call_id] = replace(call)
+                before = self._calls.get(call.call_id)
+                stored.fence = call.fence if before is None else before.fence  # the claim's
+            self._calls[call.call_id] = stored
             self._actions[action.action_id] = replace(action)
             self._call_actions.setdefault(action.call_id, []).append(action.action_id)
 
@@ -111,11 +116,12 @@ class MemoryStore:
             if resolution.call_owner is not None:
                 call.owner = resolution.call_owner
                 call.lease_until = clock() + resolution.lease_s
+                call.fence += 1
             else:
                 call.lease_until = 0.0
             if call.state == "settled":
                 self._retire(call.call_id)
-            return Resolved(replace(action), call.input, call.context)
+            return Resolved(replace(action), call.input, call.context, call.fence)
 
     def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
         with self._lock:
@@ -157,6 +163,7 @@ class MemoryStore:
                     continue
                 was, previous = call.state, call.owner
                 call.state, call.owner, call.lease_until = "running", owner, until
+                call.fence += 1
                 claimed.append(Claimed(replace(call), was, previous))
         return claimed
 
@@ -172,6 +179,55 @@ class MemoryStore:
 
     def renewer(self) -> MemoryRenewer:
         return MemoryRenewer(self)
+
+    def held(self, call_id: str, owner: str, fence: int) -> bool:
+        with self._lock:
+            call = self._calls.get(call_id)
+            return (
+                call is not None
+                and call.state == "running"
+                and call.owner == owner
+                and call.fence == fence
+                and call.lease_until >= clock()
+            )
+
+    def add_grant(self, grant: GrantRecord) -> GrantRecord:
+        key = (grant.tenant, grant.principal, grant.tool, grant.subject)
+        with self._lock:
+            kept = self._grants.setdefault(key, replace(grant))
+            return replace(kept)
+
+    def find_grant(
+        self, tenant: str, principal: str, tool: str, subject: str
+    ) -> GrantRecord | None:
+        with self._lock:
+            found = self._grants.get((tenant, principal, tool, subject))
+            return None if found is None else replace(found)
+
+    def grants(
+        self,
+        *,
+        tenant: str | None = None,
+        principal: str | None = None,
+        tool: str | None = None,
+    ) -> list[GrantRecord]:
+        with self._lock:
+            found = [
+                replace(g)
+                for g in self._grants.values()
+                if tenant in (None, g.tenant)
+                and principal in (None, g.principal)
+                and tool in (None, g.tool)
+            ]
+        return sorted(found, key=lambda g: (g.created_at, g.grant_id))
+
+    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
+        with self._lock:
+            for key, grant in self._grants.items():
+                if grant.grant_id == grant_id and tenant in (None, grant.tenant):
+                    del self._grants[key]
+                    return grant
+        return None
 
     def nowait(self) -> contextlib.AbstractContextManager[None]:
         """A no-op: no operation here waits."""

@@ -87,6 +87,7 @@ from blade_runtime.core.store import (
     DuplicateCall,
     Event,
     FileRecord,
+    GrantRecord,
     LeaseLost,
     Resolution,
     Resolved,
@@ -103,6 +104,7 @@ from blade_runtime.core.store import load_json as _load
 from blade_runtime.stores.sql import ACTION_COLUMNS as _ACTION_COLUMNS
 from blade_runtime.stores.sql import CALL_COLUMNS as _CALL_COLUMNS
 from blade_runtime.stores.sql import FILE_COLUMNS as _FILE_COLUMNS
+from blade_runtime.stores.sql import GRANT_COLUMNS as _GRANT_COLUMNS
 from blade_runtime.stores.sql import TRIGGER_COLUMNS as _TRIGGER_COLUMNS
 from blade_runtime.stores.sql import (
     Schemas,
@@ -112,6 +114,8 @@ from blade_runtime.stores.sql import (
     call_record,
     call_values,
     file_values,
+    grant_record,
+    grant_values,
     trigger_record,
     trigger_values,
 )
@@ -359,17 +363,52 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         $$
         """,
     ),
+    (  # 4: a call's narrowed kind and its fencing token; standing permission grants
+        "ALTER TABLE blade_calls ADD COLUMN kind text",
+        "ALTER TABLE blade_calls ADD COLUMN fence bigint NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE blade_grants (
+            grant_id text PRIMARY KEY,
+            tenant text NOT NULL,
+            principal text NOT NULL,
+            tool text NOT NULL,
+            subject text NOT NULL,
+            created_at text NOT NULL,
+            action_id text,
+            UNIQUE (tenant, principal, tool, subject)
+        )
+        """,
+        # A role that may use the first release's tables may use this one.
+        """
+        DO $$
+        DECLARE
+            grantee_name text;
+        BEGIN
+            FOR grantee_name IN
+                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+                FROM pg_class c, aclexplode(c.relacl) a
+                WHERE c.oid = 'blade_calls'::regclass AND a.privilege_type = 'INSERT'
+                    AND a.grantee <> c.relowner
+            LOOP
+                EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON blade_grants TO ' || grantee_name;
+            END LOOP;
+        END
+        $$
+        """,
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _CALLS_PREFIXED: LiteralString = (
     "blade_calls.call_id, run_id, name, spec_id, side_effect, execution, input, "
-    "blade_calls.state, started_at, owner, entry, result, lease_until, tenant, context"
+    "blade_calls.state, started_at, owner, entry, result, lease_until, tenant, context, "
+    "blade_calls.kind, blade_calls.fence"
 )
 _CALL_VALUES: LiteralString = (
     "%(call_id)s, %(run_id)s, %(name)s, %(spec_id)s, %(side_effect)s, %(execution)s, %(input)s, "
     "%(state)s, %(started_at)s, %(owner)s, %(entry)s, %(result)s, %(lease_until)s, %(tenant)s, "
-    "%(context)s"
+    "%(context)s, %(kind)s, %(fence)s"
 )
 _ACTION_VALUES: LiteralString = (
     "%(action_id)s, %(a_call_id)s, %(a_run_id)s, %(a_name)s, %(a_spec_id)s, %(point)s, "
@@ -440,6 +479,7 @@ class PostgresStore(SQLStore):
     _holds_nul = False  # text holds no U+0000
     _calls, _actions, _data = "blade_calls", "blade_actions", "blade_data"
     _files, _triggers = "blade_files", "blade_triggers"
+    _grants = "blade_grants"
 
     def __init__(
         self,
@@ -650,10 +690,11 @@ class PostgresStore(SQLStore):
             "c AS (UPDATE blade_calls SET state = %(call_state)s, entry = %(entry)s, "
             "result = %(result)s, owner = COALESCE(%(call_owner)s, blade_calls.owner), "
             "input = COALESCE(%(call_input)s, blade_calls.input), "
-            f"lease_until = COALESCE({_NOW} + %(lease_s)s, 0) "
+            f"lease_until = COALESCE({_NOW} + %(lease_s)s, 0), "
+            "fence = blade_calls.fence + %(refence)s "
             "FROM a WHERE blade_calls.call_id = a.call_id "
-            "RETURNING blade_calls.input, blade_calls.context) "
-            f"SELECT a.*, c.input, c.context, {_EVENT} FROM a LEFT JOIN c ON true"
+            "RETURNING blade_calls.input, blade_calls.context, blade_calls.fence) "
+            f"SELECT a.*, c.input, c.context, c.fence, {_EVENT} FROM a LEFT JOIN c ON true"
         )
         params = _event_params(event) | {
             "state": resolution.state,
@@ -668,6 +709,7 @@ class PostgresStore(SQLStore):
             "call_owner": resolution.call_owner,
             "call_input": None if resolution.call_input is None else _dump(resolution.call_input),
             "lease_s": resolution.lease_s if resolution.call_owner else None,
+            "refence": 1 if resolution.call_owner else 0,
         }
         with self._db() as db:
             row = db.execute(query, params).fetchone()
@@ -680,10 +722,10 @@ class PostgresStore(SQLStore):
                     raise UnknownAction(action_id)
                 raise ActionAlreadyResolved(action_record(found, self._schemas))
         event.seq = int(row[-1])
-        action = action_record(row[:-3], self._schemas)
-        if row[-3] is None:  # no such call (only an action was recorded)
+        action = action_record(row[:-4], self._schemas)
+        if row[-4] is None:  # no such call (only an action was recorded)
             return Resolved(action, {})
-        return Resolved(action, _load(row[-3]), _load(row[-2]))
+        return Resolved(action, _load(row[-4]), _load(row[-3]), int(row[-2]))
 
     def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
         with self._db() as db:
@@ -731,7 +773,7 @@ class PostgresStore(SQLStore):
             f"OR lease_until < {_BEFORE_WAIT} OR owner = ANY(%(dead)s)){only} "
             "ORDER BY started_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             "u AS (UPDATE blade_calls SET state = 'running', owner = %(owner)s, "
-            f"lease_until = {_NOW} + %(lease_s)s FROM picked "
+            f"lease_until = {_NOW} + %(lease_s)s, fence = blade_calls.fence + 1 FROM picked "
             "WHERE blade_calls.call_id = picked.call_id "
             f"RETURNING picked.was, picked.previous_owner, {_CALLS_PREFIXED}) "
             "SELECT u.*, blade_event(u.run_id, u.call_id, 'claimed', "
@@ -849,6 +891,43 @@ class PostgresStore(SQLStore):
             pass  # the connection is gone: so is the lock
         finally:
             connection.close()
+
+    def held(self, call_id: str, owner: str, fence: int) -> bool:
+        if not (self._holdable(call_id) and self._holdable(owner)):
+            return False
+        return bool(
+            self._fetch(
+                "SELECT 1 FROM blade_calls WHERE call_id = %s AND owner = %s AND fence = %s "
+                f"AND state = 'running' AND lease_until >= {_NOW}",
+                (call_id, owner, fence),
+            )
+        )
+
+    def add_grant(self, grant: GrantRecord) -> GrantRecord:
+        with self._db() as db:
+            row = db.execute(
+                f"WITH i AS (INSERT INTO blade_grants ({_GRANT_COLUMNS}) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                f"ON CONFLICT (tenant, principal, tool, subject) DO NOTHING "
+                f"RETURNING {_GRANT_COLUMNS}) SELECT * FROM i UNION ALL "
+                f"SELECT {_GRANT_COLUMNS} FROM blade_grants WHERE tenant = %s "
+                "AND principal = %s AND tool = %s AND subject = %s LIMIT 1",
+                (*grant_values(grant), grant.tenant, grant.principal, grant.tool, grant.subject),
+            ).fetchone()
+        assert row is not None  # inserted, or the one that was there
+        return grant_record(row)
+
+    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
+        if not self._holdable(grant_id):
+            return None
+        with self._db() as db:
+            row = db.execute(
+                "DELETE FROM blade_grants WHERE grant_id = %s "
+                "AND (%s::text IS NULL OR tenant = %s) "
+                f"RETURNING {_GRANT_COLUMNS}",
+                (grant_id, tenant, tenant),
+            ).fetchone()
+        return None if row is None else grant_record(row)
 
     def write_data(self, record: DataRecord, event: Event | None) -> None:
         # Same item id: the value and time change, the position (seq) stays.

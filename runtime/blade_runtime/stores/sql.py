@@ -21,6 +21,7 @@ from blade_runtime.core.store import (
     CallState,
     DataRecord,
     FileRecord,
+    GrantRecord,
     StoreUnavailable,
     TriggerRecord,
     TriggerState,
@@ -32,7 +33,7 @@ from blade_runtime.core.store import load_json as load
 
 CALL_COLUMNS = (
     "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
-    "entry, result, lease_until, tenant, context"
+    "entry, result, lease_until, tenant, context, kind, fence"
 )
 ACTION_COLUMNS = (
     "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
@@ -47,6 +48,7 @@ TRIGGER_COLUMNS = (
     "trigger_id, call_id, run_id, name, tenant, input, created_at, context, thread_id, state, "
     "owner, claimed_until, finished_at, error"
 )
+GRANT_COLUMNS = "grant_id, tenant, principal, tool, subject, created_at, action_id"
 
 
 class Schemas:
@@ -94,6 +96,8 @@ def call_values(call: CallRecord, lease_until: float) -> tuple[Any, ...]:
         float(lease_until),
         call.tenant,
         dump(call.context),
+        call.kind,
+        int(call.fence),
     )
 
 
@@ -135,6 +139,8 @@ def call_record(row: Sequence[Any]) -> CallRecord:
         lease_until=float(row[12]),
         tenant=row[13],
         context=load(row[14]),
+        kind=row[15],
+        fence=int(row[16]),
     )
 
 
@@ -155,6 +161,23 @@ def action_record(row: Sequence[Any], schemas: Schemas) -> ActionRecord:
         reason=row[12],
         tenant=row[13],
         expires_at=row[14],
+    )
+
+
+def grant_record(row: Sequence[Any]) -> GrantRecord:
+    return GrantRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+
+
+def grant_values(grant: GrantRecord) -> tuple[Any, ...]:
+    """``grant`` in GRANT_COLUMNS' order."""
+    return (
+        grant.grant_id,
+        grant.tenant,
+        grant.principal,
+        grant.tool,
+        grant.subject,
+        grant.created_at,
+        grant.action_id,
     )
 
 
@@ -249,6 +272,7 @@ class SQLStore:
     _data: ClassVar[str]
     _files: ClassVar[str]
     _triggers: ClassVar[str]
+    _grants: ClassVar[str]
 
     def __init__(self) -> None:
         self._schemas = Schemas()
@@ -397,6 +421,34 @@ class SQLStore:
             f"SELECT {TRIGGER_COLUMNS} FROM {self._triggers}{where} ORDER BY seq", values
         )
         return [trigger_record(row) for row in rows]
+
+    def find_grant(
+        self, tenant: str, principal: str, tool: str, subject: str
+    ) -> GrantRecord | None:
+        if not all(self._holdable(text) for text in (tenant, principal, tool, subject)):
+            return None
+        clauses, values = self._where(
+            {"tenant": tenant, "principal": principal, "tool": tool, "subject": subject}
+        )
+        rows = self._fetch(
+            f"SELECT {GRANT_COLUMNS} FROM {self._grants} WHERE {' AND '.join(clauses)}", values
+        )
+        return grant_record(rows[0]) if rows else None
+
+    def grants(
+        self,
+        *,
+        tenant: str | None = None,
+        principal: str | None = None,
+        tool: str | None = None,
+    ) -> list[GrantRecord]:
+        clauses, values = self._where({"tenant": tenant, "principal": principal, "tool": tool})
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._fetch(
+            f"SELECT {GRANT_COLUMNS} FROM {self._grants}{where} ORDER BY created_at, grant_id",
+            values,
+        )
+        return [grant_record(row) for row in rows]
 
     def expired(self, limit: int = 100) -> list[ActionRecord]:
         # Deadlines are the runtime's clock (it computes expires_at), on every store.

@@ -65,6 +65,7 @@ from blade_runtime.core.store import (
     DuplicateCall,
     Event,
     FileRecord,
+    GrantRecord,
     LeaseLost,
     Resolution,
     Resolved,
@@ -84,6 +85,7 @@ from blade_runtime.stores.sql import (
     ACTION_COLUMNS,
     CALL_COLUMNS,
     FILE_COLUMNS,
+    GRANT_COLUMNS,
     TRIGGER_COLUMNS,
     SQLStore,
     action_record,
@@ -91,6 +93,8 @@ from blade_runtime.stores.sql import (
     call_record,
     call_values,
     file_values,
+    grant_record,
+    grant_values,
     trigger_record,
     trigger_values,
 )
@@ -235,6 +239,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         # Deliveries read only the triggers not yet delivered.
         "CREATE INDEX triggers_open ON triggers (seq) WHERE state IN ('pending', 'claimed')",
+    ),
+    (  # 5: a call's narrowed kind and its fencing token; standing permission grants
+        "ALTER TABLE calls ADD COLUMN kind TEXT",
+        "ALTER TABLE calls ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE grants (
+            grant_id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            action_id TEXT,
+            UNIQUE (tenant, principal, tool, subject)
+        ) WITHOUT ROWID
+        """,
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -499,8 +519,8 @@ class SQLiteStore(SQLStore):
     connection_class: type[sqlite3.Connection] = sqlite3.Connection
     _mark = "?"
     _holds_nul = True
-    _calls, _actions, _data = "calls", "actions", "data"
     _files, _triggers = "files", "triggers"
+    _calls, _actions, _data, _grants = "calls", "actions", "data", "grants"
     inline_first = True  # an uncontended commit costs less than a thread hop
 
     def __init__(
@@ -749,7 +769,7 @@ class SQLiteStore(SQLStore):
     ) -> None:
         db.execute(
             f"INSERT INTO calls ({CALL_COLUMNS}, action_ids) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (*call_values(call, lease_until), action_ids),
         )
 
@@ -834,8 +854,8 @@ class SQLiteStore(SQLStore):
             until = clock() + resolution.lease_s if owner else 0.0  # the write lock held
             call_input = db.execute(
                 "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner), "
-                "input = COALESCE(?, input), lease_until = ? WHERE call_id = ? "
-                "RETURNING input, context",
+                "input = COALESCE(?, input), lease_until = ?, fence = fence + ? "
+                "WHERE call_id = ? RETURNING input, context, fence",
                 (
                     resolution.call_state,
                     _dump(resolution.call_entry),
@@ -843,6 +863,7 @@ class SQLiteStore(SQLStore):
                     owner,
                     None if resolution.call_input is None else _dump(dict(resolution.call_input)),
                     until,
+                    1 if owner else 0,
                     action.call_id,
                 ),
             ).fetchone()
@@ -851,7 +872,7 @@ class SQLiteStore(SQLStore):
                 self._grant(db, owner, until, event.seq)
             if call_input is None:
                 return Resolved(action, {})
-            return Resolved(action, _load(call_input[0]), _load(call_input[1]))
+            return Resolved(action, _load(call_input[0]), _load(call_input[1]), int(call_input[2]))
 
     def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
         with self._write() as db:
@@ -933,11 +954,13 @@ class SQLiteStore(SQLStore):
             claimed, first = [], 0
             for before in candidates:
                 db.execute(
-                    "UPDATE calls SET state = 'running', owner = ?, lease_until = ? "
-                    "WHERE call_id = ?",
+                    "UPDATE calls SET state = 'running', owner = ?, lease_until = ?, "
+                    "fence = fence + 1 WHERE call_id = ?",
                     (owner, until, before.call_id),
                 )
-                after = replace(before, state="running", owner=owner, lease_until=until)
+                after = replace(
+                    before, state="running", owner=owner, lease_until=until, fence=before.fence + 1
+                )
                 payload: JsonValue = {"was": before.state, "previous_owner": before.owner}
                 event = Event(before.run_id, before.call_id, "claimed", payload, now())
                 self._append(db, event)
@@ -985,6 +1008,42 @@ class SQLiteStore(SQLStore):
 
     def detach(self, owner: str) -> None:
         pass
+
+    def held(self, call_id: str, owner: str, fence: int) -> bool:
+        if not (self._holdable(call_id) and self._holdable(owner)):
+            return False
+        return bool(
+            self._fetch(
+                "SELECT 1 FROM calls WHERE call_id = ? AND owner = ? AND fence = ? "
+                "AND state = 'running' AND lease_until >= ?",
+                (call_id, owner, fence, clock()),
+            )
+        )
+
+    def add_grant(self, grant: GrantRecord) -> GrantRecord:
+        with self._write() as db:
+            db.execute(
+                f"INSERT INTO grants ({GRANT_COLUMNS}) VALUES (?,?,?,?,?,?,?) "
+                "ON CONFLICT (tenant, principal, tool, subject) DO NOTHING",
+                grant_values(grant),
+            )
+            row = db.execute(
+                f"SELECT {GRANT_COLUMNS} FROM grants WHERE tenant = ? AND principal = ? "
+                "AND tool = ? AND subject = ?",
+                (grant.tenant, grant.principal, grant.tool, grant.subject),
+            ).fetchone()
+        return grant_record(row)
+
+    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
+        if not self._holdable(grant_id):
+            return None
+        only = "" if tenant is None else " AND tenant = ?"
+        with self._write() as db:
+            row = db.execute(
+                f"DELETE FROM grants WHERE grant_id = ?{only} RETURNING {GRANT_COLUMNS}",
+                (grant_id, *(() if tenant is None else (tenant,))),
+            ).fetchone()
+        return None if row is None else grant_record(row)
 
     def write_data(self, record: DataRecord, event: Event | None) -> None:
         with self._write() as db:

@@ -314,7 +314,7 @@ def test_a_child_asking_for_permission_never_leaves_an_orphan_request(family: An
         return parent_v1.ParentOutput(sum=0)
 
     async def child(ctx: Any) -> Any:
-        ctx.request_permission("really?")
+        await ctx.request_permission("really?")
 
     runtime = Runtime()
     runtime.register(child_v1.SPEC, child)

@@ -242,7 +242,7 @@ def test_request_permission_mid_tool_resumes_with_the_decision(deploy: Any, stor
         answer = ctx.permission
         if answer is None:
             steps.append("built")
-            ctx.request_permission("Push to production?", {"target": "prod"})
+            await ctx.request_permission("Push to production?", {"target": "prod"})
         steps.append("approved" if answer.approved else f"declined: {answer.message}")
         if not answer.approved:
             ctx.fail(answer.message or "declined")

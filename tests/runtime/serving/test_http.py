@@ -1182,7 +1182,7 @@ def factory(store):
 
     async def impl(ctx):
         await ctx.data.write("log", deploy.DeployServiceLogData(line="key=alice-secret"))
-        ctx.request_permission(f"Deploy {ctx.input.service}?")
+        await ctx.request_permission(f"Deploy {ctx.input.service}?")
 
     runtime.register(deploy.SPEC, impl)
     return runtime

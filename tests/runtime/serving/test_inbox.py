@@ -492,8 +492,10 @@ def test_a_permission_request_offers_its_input_and_leaves_it_out_unless_changed(
         page.wait_for_selector("#result:not([hidden])")
         record = runtime.store.action(first)
         assert record is not None and record.state == "submitted"
-        assert record.resume == {"decision": "approve"}
-        assert page.eval_on_selector("#confirmation-values > dl", PAIRS) == {decision: "approve"}
+        # the answer's "always allow" box, left unticked, is sent as false: no standing grant
+        assert record.resume == {"decision": "approve", "always": False}
+        assert runtime.store.grants() == []
+        assert page.eval_on_selector("#confirmation-values > dl", PAIRS)[decision] == "approve"
         # approved: the tool ran and now waits for its own approval, which the page offers
         expect(page.locator("#result-status button")).to_contain_text("approval")
         expect(page.locator("#actions li")).to_have_count(2)
@@ -511,6 +513,7 @@ def test_a_permission_request_offers_its_input_and_leaves_it_out_unless_changed(
         assert record is not None
         assert record.resume == {
             "decision": "approve",
+            "always": False,
             "input": {**REFUND, "reason": "arrived broken"},
         }
         assert "arrived broken" in page.inner_text("#confirmation-values")

@@ -890,6 +890,43 @@ def test_a_stalled_owner_past_its_lease_loses_its_calls_and_its_late_results_are
     store.close()
 
 
+def test_a_stalled_owner_s_fenced_write_never_lands_after_the_take_over(
+    cluster: Cluster,
+) -> None:
+    survivor = cluster.spawn(
+        lease_s=0.6, host="host-b", loop=0.1, note="survivor", stop=str(cluster.stop)
+    )
+    wait_until(lambda: cluster.ready_count() == 1, 30, "the surviving worker", cluster)
+    calls = [["fp", "post", {"n": 1, "sleep_ms": 1500}]]
+    stalled = cluster.spawn(lease_s=0.6, host="host-a", note="stalled", calls=calls)
+    wait_until(lambda: len(cluster.entries()) == 1, 30, "the call running", cluster)
+    os.kill(stalled.pid, signal.SIGSTOP)  # mid-sleep, before its write
+    store = open_store(cluster.url)
+    try:
+        wait_until(lambda: settled(store, ["fp"]), 15, "the take-over", cluster)
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    [late] = cluster.results(stalled)
+    # It wakes holding token 1: its assert_held() fails (LEASE_LOST), or its heartbeat saw the
+    # take-over first and cancelled it (it then reports the store's outcome): no write either way.
+    assert late["code"] == "LEASE_LOST" or late == {
+        "call_id": "fp",
+        "status": "success",
+        "code": None,
+    }
+    writes = [(entry, pid) for _, entry, _, pid in cluster.entries() if entry.startswith("write")]
+    assert writes == [("write-2", survivor.pid)]  # the replay's, under the larger token
+    record = store.call("fp")
+    assert record is not None and record.fence == 2
+    assert record.result == {
+        "status": "success",
+        "content": {"n": 1, "entry": "initial", "note": "survivor"},
+    }
+    cluster.stop.touch()
+    cluster.results(survivor)
+    store.close()
+
+
 # -- 11. a runtime that closes with calls still running -----------------------------------------
 
 

@@ -44,6 +44,7 @@ from blade_runtime.core.store import (
     ActionState,
     CallRecord,
     Event,
+    GrantRecord,
     StoreUnavailable,
     encodable,
     storable_id,
@@ -497,6 +498,18 @@ def _conflict() -> Refused:
     )
 
 
+def grant_json(grant: GrantRecord) -> dict[str, JsonValue]:
+    return {
+        "grant_id": grant.grant_id,
+        "tenant": grant.tenant,
+        "principal": grant.principal,
+        "tool": grant.tool,
+        "subject": grant.subject,
+        "created_at": grant.created_at,
+        "action_id": grant.action_id,
+    }
+
+
 def _context_json(principal: Principal) -> JsonValue:
     """Who made a call, as ``visible`` reads it (the stored CallContext's principal)."""
     return CallContext(principal=principal).to_json()
@@ -704,6 +717,18 @@ def create_app(
         status, answer = await api.result_json(result, principal)
         return json_response(answer, status)
 
+    async def list_grants(request: Request, principal: Principal) -> Response:
+        found = await runtime.grants(principal=principal, tool=request.query_params.get("tool"))
+        return json_response({"grants": [grant_json(g) for g in found]})
+
+    async def revoke_grant(request: Request, principal: Principal) -> Response:
+        # DELETE: a cross-site page cannot send one without a CORS preflight (no CSRF here)
+        grant_id = request.path_params["grant_id"]
+        revoked = await runtime.revoke_grant(grant_id, principal=principal)
+        if revoked is None:  # none, or another tenant's: the same answer
+            raise Refused(HttpError.UNKNOWN_GRANT, f"No grant {grant_id!r}.")
+        return json_response({"revoked": grant_json(revoked)})
+
     async def events(request: Request, principal: Principal) -> Response:
         run_id = request.path_params["run_id"]
         if not await api.records.sees_run(run_id, principal=principal):
@@ -763,6 +788,8 @@ def create_app(
         Route("/v1/actions/{action_id}/submit", route(submit), methods=["POST"]),
         Route("/v1/actions/{action_id}/cancel", route(settle), methods=["POST"]),
         Route("/v1/actions/{action_id}/fail", route(settle), methods=["POST"]),
+        Route("/v1/grants", route(list_grants), methods=["GET"]),
+        Route("/v1/grants/{grant_id}", route(revoke_grant), methods=["DELETE"]),
     ]
     if inbox:
         routes += _inbox_routes()

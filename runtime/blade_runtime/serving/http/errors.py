@@ -28,6 +28,8 @@ class HttpError(StrEnum):
     """No call of that run exists for the principal."""
     UNKNOWN_FILE = "UNKNOWN_FILE"
     """No file with that id exists for the principal's tenant."""
+    UNKNOWN_GRANT = "UNKNOWN_GRANT"
+    """No standing grant with that id exists for the principal's tenant."""
     MALFORMED_REQUEST = "MALFORMED_REQUEST"
     """The body is not JSON, or a parameter has the wrong form."""
     BODY_TOO_LARGE = "BODY_TOO_LARGE"
@@ -64,6 +66,7 @@ STATUS: Final[dict[str, int]] = {
     ErrorCode.INTERRUPTED: 500,
     ErrorCode.DUPLICATE_CALL: 409,
     ErrorCode.OBSERVER_FAILED: 500,
+    ErrorCode.LEASE_LOST: 409,
     ErrorCode.POLICY_FAILED: 500,
     ErrorCode.STORE_UNAVAILABLE: 503,
     HttpError.UNAUTHENTICATED: 401,
@@ -73,6 +76,7 @@ STATUS: Final[dict[str, int]] = {
     HttpError.UNKNOWN_CALL: 404,
     HttpError.UNKNOWN_RUN: 404,
     HttpError.UNKNOWN_FILE: 404,
+    HttpError.UNKNOWN_GRANT: 404,
     HttpError.MALFORMED_REQUEST: 400,
     HttpError.BODY_TOO_LARGE: 413,
     HttpError.HEADERS_TOO_LARGE: 431,

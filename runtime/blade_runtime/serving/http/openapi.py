@@ -197,6 +197,27 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
         "/v1/actions/{action_id}/fail": {
             "post": {"operationId": "fail_action", "parameters": [_action_id()], "responses": {}}
         },
+        "/v1/grants": {
+            "get": {
+                "operationId": "list_grants",
+                "summary": "standing permission grants of the caller's tenant",
+                "responses": {"200": {"description": "list"}},
+            }
+        },
+        "/v1/grants/{grant_id}": {
+            "delete": {
+                "operationId": "revoke_grant",
+                "parameters": [
+                    {
+                        "name": "grant_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {"200": {"description": "revoked"}, "404": {"description": "none"}},
+            }
+        },
     }
     paths.update(generic)
     return {
