@@ -327,15 +327,14 @@ class Runtime:
         """Register ``spec`` in place of what its name is registered as now (atomically: a
         refused registration leaves the old one)."""
         name = options.get("name") or spec.name
-        old = self.tools.by_name.get(name)
-        if old is not None:
+        tools = self.tools
+        kept = dict(tools.by_name), dict(tools.by_spec), dict(tools.answer_schemas)
+        if name in tools.by_name:
             self.unregister(name)
         try:
             return self.register(spec, implementation, **options)
-        except RegistrationError:
-            if old is not None:
-                self.tools.by_name[name] = old
-                self.tools.by_spec.setdefault(old.spec.id, old)
+        except BaseException:  # refused, or not even a registration (a misspelt option)
+            tools.by_name, tools.by_spec, tools.answer_schemas = kept
             raise
 
     @property
@@ -381,10 +380,14 @@ class Runtime:
         result = record.result
         if result.get("status") != "success":
             return result  # errors bypass projections
-        if "output" not in result:  # never projected: what the model read is the output
-            return result.get("content")
         registration = self.tools.by_name.get(record.name)
-        if registration is None or registration.spec.id != record.spec_id:
+        if registration is not None and registration.spec.id != record.spec_id:
+            registration = None
+        if "output" not in result:  # not projected when it settled: the content is the output
+            if registration is None or registration.project is None:
+                return result.get("content")
+            result = {**result, "output": result.get("content")}  # projected as it is now
+        if registration is None:
             raise ProjectionUnavailable(
                 f"call {call_id}: no registration of {record.spec_id} as {record.name!r} now, "
                 "so nothing can project its stored output"

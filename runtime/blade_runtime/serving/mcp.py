@@ -199,12 +199,18 @@ def _form_property(prop: Any) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class _Listing:
-    names: tuple[str, ...]
+    made_of: tuple[Registration[Any], ...]  # what it lists: a replaced registration is new
     result: types.ListToolsResult
     from_wire: Mapping[str, str]
     to_wire: Mapping[str, str]
     structured: frozenset[str]  # wire names that announce an output schema
     input_schemas: Mapping[str, Mapping[str, Any]]
+
+    def lists(self, registrations: tuple[Registration[Any], ...]) -> bool:
+        """Whether this listing was made of exactly these registrations, as they are."""
+        return len(registrations) == len(self.made_of) and all(
+            now is then for now, then in zip(registrations, self.made_of, strict=True)
+        )
 
 
 class McpTools:
@@ -239,15 +245,16 @@ class McpTools:
     def listing(self, context: CallContext | None = None) -> _Listing:
         """The tool list for ``context`` (a registration's ``enabled`` and ``describe`` may
         depend on the caller); cached while no registration depends on it."""
-        registrations = list(self.runtime.registrations())
-        names = tuple(r.name for r in registrations)
+        registrations = tuple(self.runtime.registrations())
         if any(r.enabled is not None or r.describe is not None for r in registrations):
-            return self._build(names, context)
-        if self._listing is None or self._listing.names != names:
-            self._listing = self._build(names, None)
+            return self._build(registrations, context)
+        if self._listing is None or not self._listing.lists(registrations):
+            self._listing = self._build(registrations, None)
         return self._listing
 
-    def _build(self, names: tuple[str, ...], context: CallContext | None) -> _Listing:
+    def _build(
+        self, registrations: tuple[Registration[Any], ...], context: CallContext | None
+    ) -> _Listing:
         exported = self.runtime.export("mcp", context=context, run_id=self.run_id)
         document = exported.document
         assert isinstance(document, dict) and isinstance(document["tools"], list)
@@ -286,7 +293,7 @@ class McpTools:
                 )
             )
         return _Listing(
-            names,
+            registrations,
             types.ListToolsResult(tools=tools),
             exported.names.from_wire,
             exported.names.to_wire,
@@ -298,7 +305,7 @@ class McpTools:
         """The input schema of the tool listed as ``wire`` (None: no such tool), whoever asks
         (the SDK checks Mcp-Param headers with it before any handler runs)."""
         listing = self._listing
-        if listing is not None and listing.names == self._names():
+        if listing is not None and listing.lists(tuple(self.runtime.registrations())):
             return listing.input_schemas.get(wire)
         registration = self._registration(wire)
         return None if registration is None else registration.spec.input_schema
@@ -315,7 +322,7 @@ class McpTools:
         """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
         content can only be an object, so only an object schema is announced)."""
         listing = self._listing
-        if listing is not None and listing.names == self._names():
+        if listing is not None and listing.lists(tuple(self.runtime.registrations())):
             return wire in listing.structured
         registration = self._registration(wire)
         if registration is None or registration.project is not None:

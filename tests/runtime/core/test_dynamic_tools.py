@@ -172,6 +172,21 @@ def test_register_unregister_replace_and_changing_allow_lists(deploy: Any) -> No
         runtime.unregister("deploy_service")
 
 
+def test_a_replace_that_fails_for_any_reason_keeps_the_old_registration(deploy: Any) -> None:
+    runtime = Runtime()
+    runtime.register(deploy.SPEC, deployed)
+
+    async def other(ctx: Any) -> Any:
+        return deploy.DeployServiceOutput(deployed=False, steps=0)
+
+    with pytest.raises(TypeError):
+        runtime.replace(deploy.SPEC, other, projekt=lambda out: "typo")  # not an option
+    with pytest.raises(RegistrationError):
+        runtime.replace(deploy.SPEC, other, capability_config={"nope": {}})
+    kept = run(runtime.call("deploy_service", GOOD))
+    assert isinstance(kept, ToolSuccess) and kept.output.steps == 3  # the old one still runs
+
+
 def test_an_unregistered_tools_waiting_call_is_resolved_by_a_runtime_that_has_it(
     example_package: Any, tmp_path: Path
 ) -> None:
@@ -402,6 +417,19 @@ def test_the_typed_client_carries_what_the_model_read(example_package: Any) -> N
     typed = run(Client(runtime).deploy_service(deploy_service_v1.DeployServiceInput(**GOOD)))
     assert typed.status == "success"
     assert typed.output.steps == 3 and typed.content == "3 steps"
+
+
+def test_a_call_settled_before_a_projection_was_added_is_projected_by_it_now(
+    deploy: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "added.db"
+    first = Runtime(store=SQLiteStore(path))
+    first.register(deploy.SPEC, deployed)  # no projection: the model read the whole output
+    run(first.call("deploy_service", GOOD, call_id="c1"))
+    assert run(first.reproject("c1")) == {"deployed": True, "steps": 3, "url": "https://x/1"}
+    later = Runtime(store=SQLiteStore(path))
+    later.register(deploy.SPEC, deployed, project=lambda out: {"steps": out.steps})
+    assert run(later.reproject("c1")) == {"steps": 3}  # the url it hides now stays hidden
 
 
 @pytest.mark.parametrize("later_is", ["unregistered", "replaced_without_projection", "failing"])

@@ -862,3 +862,27 @@ def test_progress_reaches_a_client_that_sent_a_progress_token(built: Path) -> No
     watched, unwatched = run(main())
     assert not watched.is_error and not unwatched.is_error
     assert seen == [(1.0, 2.0, "looking 1"), (2.0, 2.0, "looking 2"), (3.0, None, "found")]
+
+
+def test_a_listing_follows_a_replaced_registration_under_the_same_name(built: Path) -> None:
+    """tools/list is cached while the registrations stay as they are; replacing one under the
+    same name with a projection withdraws its output schema, and the call is projected."""
+    from blade_agent_specs.crm import find_v1
+
+    runtime = Runtime()
+    runtime.register(find_v1.SPEC, agent_tools.find_secret, name="find")
+
+    async def main() -> tuple[types.Tool, types.Tool, types.CallToolResult]:
+        async with Client(mcp_server(runtime)) as client:
+            (before,) = (await client.list_tools()).tools
+            runtime.replace(
+                find_v1.SPEC, agent_tools.find_secret, name="find", project=lambda o: {"id": o.id}
+            )
+            (after,) = (await client.list_tools()).tools
+            return before, after, await client.call_tool("find", {"customer_id": 3})
+
+    before, after, result = run(main())
+    assert before.output_schema == agent_tools.LOOKUP["outputSchema"]
+    assert after.output_schema is None
+    assert result.structured_content == {"id": 3}
+    assert agent_tools.SECRET not in result.model_dump_json()
