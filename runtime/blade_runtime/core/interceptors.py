@@ -339,16 +339,20 @@ class Interceptors:
         call: CallInfo,
         arguments: JsonObject,
         result: ToolResult[Any],
+        *,
+        committed: bool = False,
     ) -> ToolResult[Any]:
         """The ``settled`` observers see ``result`` (a pending one is not settled): the result,
-        or OBSERVER_FAILED when one of them raised."""
+        or OBSERVER_FAILED when one of them raised. ``committed``: the store holds ``result``
+        already, so that is what the caller is told; a failing observer is only logged."""
         methods = self.observers.settled
         if not methods or isinstance(result, ToolPending):
             return result
         try:
             await self.observing("settled", methods, registration, call, arguments, outcome=result)
         except Exception as error:
-            return self.observer_failed("settled", call, error)
+            failed = self.observer_failed("settled", call, error)
+            return result if committed else failed
         return result
 
     @staticmethod

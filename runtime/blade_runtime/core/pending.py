@@ -130,7 +130,10 @@ class PendingActions:
                 ErrorCode.TOOL_HANDLER_NOT_FOUND,
                 f"This runtime cannot resume {action.name}.{action.point}; it stays pending.",
             )
-        if action.point in POINTS:
+        if action.point in POINTS:  # the hooks and observers see the stored caller
+            stored = await self.records.call(action.call_id)
+            if stored is not None:
+                call.context = CallContext.from_json(stored.context)
             refused = await self._answering(registration, call, action, value)
             if refused is not None:
                 return refused
@@ -143,7 +146,9 @@ class PendingActions:
             await self.io(self.store.add_grant, standing)
         if resolution.call_state == "settled":  # a denied permission request
             denied = error_result(call, ErrorCode.PERMISSION_DENIED, str(resolution.reason))
-            return await self.interceptors.settled(registration, call, won.call_input, denied)
+            return await self.interceptors.settled(
+                registration, call, won.call_input, denied, committed=True
+            )
         call.context = CallContext.from_json(won.call_context)
         if action.point == ADMISSION:  # approved: the first entry runs now, with the final input
             return await self.runner.run_claimed(
@@ -243,9 +248,10 @@ class PendingActions:
         )
         result = ToolSuccess(call, typed, value)
         arguments = action.payload if isinstance(action.payload, dict) else {}
-        return await self.interceptors.finish(
+        finished = await self.interceptors.finish(
             registration, call, arguments, CancellationSignal(), result
         )
+        return await self._observed(registration, call, action, finished)
 
     async def cancel(
         self, action_id: str, reason: str = "cancelled", *, principal: Principal | None = None
@@ -289,7 +295,27 @@ class PendingActions:
         if isinstance(lost, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, lost)
         code = ErrorCode.CANCELLED if cancelled else ErrorCode.TOOL_FAILED
-        return error_result(call, code, message)
+        registration = self.tools.of(action.name, action.spec_id)
+        return await self._observed(registration, call, action, error_result(call, code, message))
+
+    async def _observed(
+        self,
+        registration: Registration[Any] | None,
+        call: CallInfo,
+        action: ActionRecord,
+        result: ToolResult[Any],
+    ) -> ToolResult[Any]:
+        """A call its action settled (committed): the ``settled`` observers see it, with the
+        caller and input the store holds; what the caller is told stays what was recorded."""
+        if registration is None or not self.interceptors.observers.settled:
+            return result
+        stored = await self.records.call(action.call_id)
+        if stored is not None:
+            call.context = CallContext.from_json(stored.context)
+        arguments = stored.input if stored is not None else {}
+        return await self.interceptors.settled(
+            registration, call, arguments, result, committed=True
+        )
 
     def pending(
         self,

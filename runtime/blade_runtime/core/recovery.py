@@ -136,10 +136,12 @@ class Recovery:
         decision: str,
         reason: str | None,
     ) -> ToolError | None:
-        """The ``permission_resolved`` observers see a decision made outside a runtime."""
+        """The ``permission_request`` hooks and the ``permission_resolved`` observers see a
+        decision made outside a runtime (one that fails stops the call)."""
+        refused = await self.interceptors.permission_hooks(call, arguments, None, decision, reason)
         methods = self.interceptors.observers.permission_resolved
-        if not methods:
-            return None
+        if refused is not None or not methods:
+            return refused
         action_id = entry.get("action_id")
         try:
             await self.interceptors.observing(

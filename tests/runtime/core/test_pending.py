@@ -760,3 +760,38 @@ def test_a_call_whose_lease_no_renewal_confirms_is_cancelled_before_another_work
     stored = other.store.call("c1")
     assert stored is not None and stored.result is not None
     assert stored.result["code"] == "CANCELLED"  # type: ignore[call-overload,index]
+
+
+@pytest.mark.parametrize("settle_by", ["client_output", "cancel", "fail"])
+def test_a_call_its_action_settles_is_observed_as_settled_with_its_caller(
+    example_package: Any, settle_by: str
+) -> None:
+    from blade_runtime import CallContext, Principal
+    from blade_runtime.core.observers import Lifecycle
+
+    runtime, _ = runtime_with(example_package, MemoryStore())
+    seen: list[tuple[str, str | None, Any]] = []
+
+    class Settled:
+        async def settled(self, event: Lifecycle) -> None:
+            principal = event.call.context and event.call.context.principal
+            seen.append((event.call.name, principal and principal.id, event.input))
+
+    runtime.observe(Settled())
+    context = CallContext(principal=Principal("ann", "acme"))
+
+    async def scenario() -> ToolResult[Any]:
+        waiting = pending_of(
+            await runtime.call("check_page", {"url": "https://example.com"}, context=context)
+        )
+        action_id = waiting.action.action_id
+        if settle_by == "client_output":
+            return await runtime.submit(action_id, {"status_code": 200})
+        if settle_by == "cancel":
+            return await runtime.cancel(action_id, "the user left")
+        return await runtime.fail(action_id, "the browser crashed")
+
+    result = run(scenario())
+    expected = {"client_output": "success", "cancel": "CANCELLED", "fail": "TOOL_FAILED"}
+    assert (result.code if isinstance(result, ToolError) else "success") == expected[settle_by]
+    assert seen == [("check_page", "ann", {"url": "https://example.com"})]

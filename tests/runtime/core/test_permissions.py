@@ -587,6 +587,63 @@ def test_a_person_s_denial_through_submit_is_observed_as_settled(deploy: Any) ->
     ]
 
 
+def test_a_person_s_answer_is_seen_with_the_stored_caller_by_hooks_and_observers(
+    deploy: Any,
+) -> None:
+    """Answered through submit (no caller of its own), the hooks and observers see the caller
+    the store recorded for the call, not None."""
+    runtime = Runtime(permission=lambda request: Ask("deploy?"))
+    runtime.register(deploy.SPEC, Deploys(deploy))
+    seen: list[tuple[str, Principal | None]] = []
+
+    async def hook(event: HookInput) -> HookOutput | None:
+        seen.append((f"hook {event.decision}", event.call.context and event.call.context.principal))
+        return None
+
+    class Callers:
+        async def permission_resolved(self, event: Lifecycle) -> None:
+            seen.append(("resolved", event.call.context and event.call.context.principal))
+
+        async def settled(self, event: Lifecycle) -> None:
+            seen.append(("settled", event.call.context and event.call.context.principal))
+
+    runtime.on("permission_request", hook)
+    runtime.observe(Callers())
+    context = CallContext(principal=ALICE)
+
+    async def scenario() -> Any:
+        action = asked(await runtime.call("deploy_service", GOOD, context=context))
+        return await runtime.submit(action.action_id, {"decision": "deny", "message": "no"})
+
+    denied = run(scenario())
+    assert isinstance(denied, ToolError) and denied.code == ErrorCode.PERMISSION_DENIED
+    assert seen == [
+        ("hook ask", ALICE),
+        ("hook deny", ALICE),
+        ("resolved", ALICE),
+        ("settled", ALICE),
+    ]
+
+
+def test_a_failing_settled_observer_after_a_denial_leaves_the_caller_told_what_is_stored(
+    deploy: Any,
+) -> None:
+    """The denial is committed before the settled observers see it: one that raises is
+    logged, and the caller is told PERMISSION_DENIED, as the store records."""
+    runtime = Runtime(permission=lambda request: Ask("deploy?"))
+    runtime.register(deploy.SPEC, Deploys(deploy))
+    runtime.observe(Recorder(fail_at="settled"))
+
+    async def scenario() -> tuple[Any, Any]:
+        action = asked(await runtime.call("deploy_service", GOOD, call_id="d1"))
+        told = await runtime.submit(action.action_id, {"decision": "deny", "message": "no"})
+        return told, runtime.store.call("d1")
+
+    told, stored = run(scenario())
+    assert isinstance(told, ToolError) and told.code == ErrorCode.PERMISSION_DENIED, told
+    assert stored is not None and stored.result["code"] == "PERMISSION_DENIED"  # type: ignore[call-overload,index]
+
+
 def test_an_approval_through_the_operators_cli_is_observed_by_the_worker_taking_it_up(
     deploy: Any, tmp_path: Path
 ) -> None:
@@ -603,9 +660,17 @@ def test_an_approval_through_the_operators_cli_is_observed_by_the_worker_taking_
     worker.register(deploy.SPEC, deploys)
     recorder = Recorder()
     worker.observe(recorder)
+    hooked: list[tuple[str | None, str | None]] = []
+
+    async def hook(event: HookInput) -> HookOutput | None:
+        hooked.append((event.decision, event.reason))
+        return None
+
+    worker.on("permission_request", hook)
     (result,) = run(worker.recover())
     assert isinstance(result, ToolSuccess) and len(deploys.inputs) == 1
     assert recorder.seen == ["permission_resolved", "execution_started", "settled"]
+    assert hooked == [("allow", "go")]  # the hooks see the decision as the observers do
 
 
 def test_a_denial_through_the_operators_cli_is_observed_by_the_worker_settling_it(
