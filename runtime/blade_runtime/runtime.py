@@ -462,6 +462,7 @@ class Runtime:
         abandoned = tuple(sorted(running))
         stuck = len(self.interceptors.guard.stuck())
         self._closed = True
+        self.calls.stop_recording()
         self.leases.close()
         await self.recovery.end()
         await self.triggers.close()

@@ -106,6 +106,7 @@ from blade_runtime.core.store import (
     Event,
     LeaseLost,
     StoreError,
+    StoreUnavailable,
     clock,
     now,
     storable_id,
@@ -165,6 +166,7 @@ class CallRunner:
         self.running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
         self.held: dict[str, Lease] = {}  # a running parent's claim, by call id, for its children
+        self.unrecorded: set[asyncio.Task[None]] = set()  # results written again until stored
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
@@ -740,8 +742,41 @@ class CallRunner:
             log.error(
                 "%s (call %s): the store refused its result: %s", call.name, call.call_id, error
             )
+            if isinstance(error, StoreUnavailable):
+                self._record_later(call, event)
             return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNRECORDED)
         return result
+
+    def _record_later(self, call: CallInfo, event: Event) -> None:
+        """Write the result again until the store takes it. The store keeps this runtime's lease
+        on the call while it lives, so no recovery would take the call before it closes; a
+        result that lands is what a later reader gets (it ran; nothing runs it again)."""
+
+        async def again() -> None:
+            wait = 0.1
+            while True:
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, self.lease_s)
+                try:
+                    await self._emit(
+                        self.store.settle, call.call_id, event.payload, event, owner=self.owner
+                    )
+                except StoreUnavailable:
+                    continue
+                except StoreError as error:  # taken over, or settled: its record stands
+                    log.error("%s (call %s): %s", call.name, call.call_id, error)
+                    return
+                log.warning("%s (call %s): its result is recorded now", call.name, call.call_id)
+                return
+
+        task = asyncio.get_running_loop().create_task(again())
+        self.unrecorded.add(task)
+        task.add_done_callback(self.unrecorded.discard)
+
+    def stop_recording(self) -> None:
+        """The runtime closes: what is still unrecorded is left to recovery."""
+        for task in list(self.unrecorded):
+            task.cancel()
 
     async def _as_recorded(self, call: CallInfo) -> ToolResult[Any]:
         """The outcome the store holds for a call another worker took over."""
@@ -964,8 +999,8 @@ NOT_OFFERED = (
     "nothing was asked of the client. Try again."
 )
 UNRECORDED = (
-    "The tool ran, but its result could not be recorded (the store is unavailable); the call "
-    "is left for recovery to settle."
+    "The tool ran, but its result could not be recorded (the store is unavailable); this "
+    "worker records it when the store is back, or recovery settles the call if it stops first."
 )
 LOST_LEASE = (
     "Another worker took this call over after this one's lease lapsed; this entry stopped "

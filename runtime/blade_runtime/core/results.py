@@ -66,7 +66,8 @@ class ErrorCode(StrEnum):
     """A lifecycle observer raised at one of the call's boundaries; the call stopped there."""
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     """The store could not record the call's start (the implementation did not run), or its
-    result (the call is left for recovery to settle)."""
+    result (this worker records it when the store is back; recovery settles the call if the
+    worker stops first)."""
     LEASE_LOST = "LEASE_LOST"
     """``ctx.lease.assert_held()`` found that another worker holds the call now (this worker
     stalled past its lease): nothing this entry reports is recorded."""

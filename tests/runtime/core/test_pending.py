@@ -795,3 +795,49 @@ def test_a_call_its_action_settles_is_observed_as_settled_with_its_caller(
     expected = {"client_output": "success", "cancel": "CANCELLED", "fail": "TOOL_FAILED"}
     assert (result.code if isinstance(result, ToolError) else "success") == expected[settle_by]
     assert seen == [("check_page", "ann", {"url": "https://example.com"})]
+
+
+def test_a_result_the_store_could_not_take_is_recorded_when_it_is_back(
+    example_package: Any, tmp_path: Path
+) -> None:
+    """STORE_UNAVAILABLE while recording a result: the caller is told so, the call stays the
+    worker's (no recovery runs it again beside it), and the result lands once the store is
+    back, so a later reader gets what the tool did."""
+    from blade_specs.crm import lookup_customer_v1 as lookup
+
+    entered: list[str] = []
+
+    async def implementation(ctx: Any) -> Any:
+        entered.append(ctx.call.call_id)
+        return lookup.LookupCustomerOutput(found=True)
+
+    path = tmp_path / "back.db"
+    store = FailingStore(path)
+    runtime = Runtime(store=store, lease_s=0.6)
+    context = lambda call: lookup.LookupCustomerContext(tenant_id="t")  # noqa: E731
+    runtime.register(lookup.SPEC, implementation, context=context)
+    other = Runtime(store=SQLiteStore(path), lease_s=0.6)
+    other.register(lookup.SPEC, implementation, context=context)
+
+    async def scenario() -> tuple[Any, Any, list[Any]]:
+        store.failing = frozenset({"settle"})
+        told = await runtime.call("lookup_customer", {"customer_id": "cus_1"}, call_id="c1")
+        before = store.call("c1")
+        recovered = await other.recover()  # the worker lives: its lease holds
+        store.failing = frozenset()
+        for _ in range(100):
+            record = store.call("c1")
+            if record is not None and record.state == "settled":
+                break
+            await asyncio.sleep(0.05)
+        await runtime.close()
+        await other.close()
+        return told, before, recovered
+
+    told, before, recovered = run(scenario())
+    assert isinstance(told, ToolError) and told.code == ErrorCode.STORE_UNAVAILABLE, told
+    assert before is not None and before.state == "running"
+    assert recovered == [] and entered == ["c1"]
+    record = store.call("c1")
+    assert record is not None and record.state == "settled"
+    assert record.result is not None and record.result["status"] == "success"  # type: ignore[call-overload,index]
