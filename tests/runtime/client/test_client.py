@@ -119,7 +119,7 @@ def test_client_method_collisions_are_refused(
 
 
 def test_readme_client_example_type_checks(built_examples: Path) -> None:
-    readme = (ROOT / "README.md").read_text("utf-8")
+    readme = (ROOT / "docs" / "pending-actions-and-stores.md").read_text("utf-8")
     marker = "mypy checks a `match` for exhaustiveness:\n\n```python\n"
     example = readme.split(marker, 1)[1].split("```", 1)[0]
     path = built_examples / "readme_client.py"
