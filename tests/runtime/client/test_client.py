@@ -118,7 +118,7 @@ def test_client_method_collisions_are_refused(
     assert message in str(refused.value)
 
 
-def test_readme_client_example_type_checks(built_examples: Path) -> None:
+def test_the_pending_actions_page_client_example_type_checks(built_examples: Path) -> None:
     readme = (ROOT / "docs" / "pending-actions-and-stores.md").read_text("utf-8")
     marker = "mypy checks a `match` for exhaustiveness:\n\n```python\n"
     example = readme.split(marker, 1)[1].split("```", 1)[0]
