@@ -184,8 +184,9 @@ def stub(specs: Path, spec_id: str, package: str) -> Stub:
 
 def init_project(root: Path, specs: str, out: str, package: str) -> list[str]:
     """Set up ``root`` for blade-codegen: ``[tool.blade-codegen]`` in pyproject.toml, the spec
-    folder with an example spec, and the output folder ignored in git. What is already there
-    stays (settings already in pyproject.toml win); returns one line per thing done."""
+    folder with an example spec (and quickstart.py, which runs it), and the output folder
+    ignored in git. What is already there stays (settings already in pyproject.toml win);
+    returns one line per thing done."""
     from blade_codegen.config import settings
     from blade_codegen.render import environment
 
