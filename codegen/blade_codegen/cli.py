@@ -719,7 +719,8 @@ def stub(spec_id: str, out_file: Path | None, specs_dir: Path | None, package: s
 )
 def init(specs: str, out: str, package: str) -> None:
     """Set up this folder: [tool.blade-codegen] in pyproject.toml, the spec folder with an
-    example spec, and the output folder in .gitignore. What is already there is kept."""
+    example spec (example.hello.v1) and quickstart.py that calls it, and the output folder in
+    .gitignore. What is already there is kept."""
     from blade_codegen.stubs import Exists, Invalid, Refused, init_project
 
     if not _valid_package(package):

@@ -86,7 +86,12 @@ def tool_name(spec_id: str) -> str:
     return name if name[:1].isalpha() else f"t_{name}"
 
 
-def new_spec(specs: Path, spec_id: str, package: str = DEFAULT_PACKAGE) -> Path:
+def new_spec(
+    specs: Path,
+    spec_id: str,
+    package: str = DEFAULT_PACKAGE,
+    template_name: str = "new_spec.json.jinja",
+) -> Path:
     """Write a spec skeleton for ``spec_id`` at the path its id gives; returns that path.
 
     Exists if the file is there, Refused for an id without a namespace, Invalid when the
@@ -98,7 +103,7 @@ def new_spec(specs: Path, spec_id: str, package: str = DEFAULT_PACKAGE) -> Path:
     target = specs / rel
     if target.exists():
         raise Exists(target)
-    template = environment().get_template("new_spec.json.jinja")
+    template = environment().get_template(template_name)
     text = template.render(spec_id=spec_id, name=tool_name(spec_id))
     json.loads(text)  # the template writes JSON whatever the id holds (json_text escapes it)
     problems = check_imported(specs, [Imported(rel, text)], package)
@@ -179,8 +184,9 @@ def stub(specs: Path, spec_id: str, package: str) -> Stub:
 
 def init_project(root: Path, specs: str, out: str, package: str) -> list[str]:
     """Set up ``root`` for blade-codegen: ``[tool.blade-codegen]`` in pyproject.toml, the spec
-    folder with an example spec, and the output folder ignored in git. What is already there
-    stays (settings already in pyproject.toml win); returns one line per thing done."""
+    folder with an example spec (and quickstart.py, which runs it), and the output folder
+    ignored in git. What is already there stays (settings already in pyproject.toml win);
+    returns one line per thing done."""
     from blade_codegen.config import settings
     from blade_codegen.render import environment
 
@@ -209,9 +215,34 @@ def init_project(root: Path, specs: str, out: str, package: str) -> list[str]:
     found = settings(root)
     found.specs.mkdir(parents=True, exist_ok=True)
     if all(path.name.endswith(SHARED_SUFFIX) for path in spec_paths(found.specs)):
-        done.append(f"wrote the example spec {new_spec(found.specs, EXAMPLE_ID)}")
+        example = new_spec(found.specs, EXAMPLE_ID, found.package, "init_example_spec.json.jinja")
+        done.append(f"wrote the example spec {example}")
+        done.extend(_quickstart(root, found.out, found.package))
     done.extend(_ignore(root / ".gitignore", found.out, root))
     return done
+
+
+def _quickstart(root: Path, out: Path, package: str) -> list[str]:
+    """quickstart.py beside pyproject.toml: the example spec's implementation, one call and one
+    suspension answered (the README's quick start runs it). Written only with the example, whose
+    module it imports; one already there is kept."""
+    from blade_codegen.render import environment
+
+    target = root / "quickstart.py"
+    try:
+        folder = os.path.relpath(out, root)
+    except ValueError:  # another drive (Windows): the absolute path says it
+        folder = str(out)
+    text = (
+        environment()
+        .get_template("init_quickstart.py.jinja")
+        .render(package=package, out=Path(folder).as_posix())
+    )
+    try:
+        write_new(target, text)
+    except Exists:
+        return [f"kept {target}"]
+    return [f"wrote {target}: run it after the build (PYTHONPATH={folder} python quickstart.py)"]
 
 
 def _ignore(gitignore: Path, out: Path, root: Path) -> list[str]:

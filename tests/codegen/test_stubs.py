@@ -4,6 +4,7 @@ written over existing ones."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -137,6 +138,40 @@ def test_init_sets_up_a_project_once_and_keeps_what_is_there(tmp_path: Path) -> 
     assert broken.returncode == 2 and "not TOML" in broken.stderr
 
 
+def test_init_writes_a_quickstart_that_answers_a_call_and_a_suspension(tmp_path: Path) -> None:
+    """The README's quick start: init, build, then quickstart.py run as it says, beside the
+    generated package (PYTHONPATH=generated); it passes mypy --strict as written."""
+    done = run_cli("init", "--package", "my_tools", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    quickstart = tmp_path / "quickstart.py"
+    assert f"wrote {quickstart}" in done.stdout
+    assert "from my_tools.example.hello_v1 import" in quickstart.read_text()
+    assert run_cli("build", cwd=tmp_path).returncode == 0
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    environment["PYTHONPATH"] = str(tmp_path / "generated")
+    ran = subprocess.run(
+        [sys.executable, str(quickstart)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "{'greeting': 'Hello, Ada!'}",
+        "hello.confirm question='Greet Grace?'",
+        "{'greeting': 'Hello, Grace!', 'approved_by': 'you'}",
+    ]
+    checked = run_mypy(quickstart, cwd=tmp_path / "generated")
+    assert checked.returncode == 0, checked.stdout
+    quickstart.write_text("# mine\n")
+    shutil.rmtree(tmp_path / "specs")
+    again = run_cli("init", cwd=tmp_path)  # the example again, and the user's quickstart kept
+    assert again.returncode == 0 and f"kept {quickstart}" in again.stdout
+    assert quickstart.read_text() == "# mine\n"
+
+
 def test_the_readmes_project_flow_stays_green_in_ci(tmp_path: Path) -> None:
     """init, new, build, lock, then CI's build --check: the lock is new to the build's record,
     but the code is the same, so the output is not stale (it was: exit 1 naming the record)."""
@@ -157,11 +192,15 @@ def test_what_init_new_build_and_stub_write_passes_ruff_at_its_default_line_leng
     """The README's project flow, then ruff with its defaults (line length 88) and its
     line-length rule: `new`'s description (73 characters) made a 91-column line in SPEC, which
     fits a line of its own but was left where it was."""
-    steps = (["init", "--package", "flow_pkg"], ["new", "crm.find-order.v1"], ["build"])
-    for step in (*steps, ["stub", "crm.find-order.v1"]):
+    # A longer name too: the stub's docstrings that name it made 90 and 94 columns.
+    steps = (["init", "--package", "flow_pkg"], ["new", "crm.find-order.v1"])
+    steps += (["new", "crm.find-customer-orders.v1"], ["build"])
+    stubs = (["stub", "crm.find-order.v1"], ["stub", "crm.find-customer-orders.v1"])
+    for step in (*steps, *stubs):
         done = run_cli(*step, cwd=tmp_path)
         assert done.returncode == 0, (step, done.stderr)
-    written = [tmp_path / "generated", tmp_path / "find_order_v1.py"]
+    written = [tmp_path / "generated", tmp_path / "quickstart.py"]
+    written += [tmp_path / "find_order_v1.py", tmp_path / "find_customer_orders_v1.py"]
     for rules in ((), ("--extend-select", "E501,W")):
         linted = subprocess.run(
             [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", *rules]

@@ -212,10 +212,10 @@ def test_correct_implementation_type_checks_and_wrong_ones_are_rejected(
         assert any("Argument" in e and "register" in e for e in errors[wrong]), errors.get(wrong)
 
 
-def test_readme_implementation_example_type_checks(built_examples: Path) -> None:
+def test_the_runtime_page_implementation_example_type_checks(built_examples: Path) -> None:
     from conftest import ROOT
 
-    readme = (ROOT / "README.md").read_text("utf-8")
+    readme = (ROOT / "docs" / "runtime.md").read_text("utf-8")
     example = readme.split("An implementation:\n\n```python\n", 1)[1].split("```", 1)[0]
     path = built_examples / "readme_example.py"
     path.write_text(example, "utf-8")
@@ -223,10 +223,10 @@ def test_readme_implementation_example_type_checks(built_examples: Path) -> None
     assert result.returncode == 0, result.stdout
 
 
-def test_readme_runtime_example_type_checks_and_runs(built_examples: Path) -> None:
+def test_the_runtime_page_running_example_type_checks_and_runs(built_examples: Path) -> None:
     from conftest import ROOT
 
-    readme = (ROOT / "README.md").read_text("utf-8")
+    readme = (ROOT / "docs" / "runtime.md").read_text("utf-8")
     example = readme.split("Running it:\n\n```python\n", 1)[1].split("```", 1)[0]
     path = built_examples / "readme_runtime.py"
     path.write_text(example, "utf-8")

@@ -118,8 +118,8 @@ def test_client_method_collisions_are_refused(
     assert message in str(refused.value)
 
 
-def test_readme_client_example_type_checks(built_examples: Path) -> None:
-    readme = (ROOT / "README.md").read_text("utf-8")
+def test_the_pending_actions_page_client_example_type_checks(built_examples: Path) -> None:
+    readme = (ROOT / "docs" / "pending-actions-and-stores.md").read_text("utf-8")
     marker = "mypy checks a `match` for exhaustiveness:\n\n```python\n"
     example = readme.split(marker, 1)[1].split("```", 1)[0]
     path = built_examples / "readme_client.py"

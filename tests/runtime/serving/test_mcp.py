@@ -434,7 +434,8 @@ def test_cli_refuses_a_bad_target(built: Path, tmp_path: Path) -> None:
 def test_the_cli_finds_the_application_in_the_current_folder_as_serve_does(
     built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`blade-runtime mcp myapp:make_runtime` run beside myapp.py, as the README shows."""
+    """`blade-runtime mcp myapp:make_runtime` run beside myapp.py, as docs/mcp-and-adapters.md
+    shows."""
     from blade_runtime.serving.mcp import load_runtime
 
     (tmp_path / "blade_mcp_app_here.py").write_text(
