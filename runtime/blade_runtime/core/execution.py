@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, Protocol
 
@@ -28,7 +29,7 @@ from blade_runtime.core.context import (
 from blade_runtime.core.fencing import Lease
 from blade_runtime.core.files import FileAccess, ScopedFiles
 from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
-from blade_runtime.core.permissions import STEP, PermissionAnswer, step_payload
+from blade_runtime.core.permissions import STEP, STEP_POINT, PermissionAnswer, step_payload
 from blade_runtime.core.registry import Point, Typed
 from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.storage import StoreAccess
@@ -260,7 +261,7 @@ class ToolContext:
     _files: ScopedFiles | None = None
     _steps: StepDecider | None = None  # decides request_permission before a person is asked
     _registration: Any = None
-    _answered = False
+    _asked: dict[tuple[str, str | None], int] | None = None  # request_permission calls so far
 
     def __init__(
         self,
@@ -315,7 +316,11 @@ class ToolContext:
         """Tell whoever watches the call how far it is: a transient ``progress`` event, in
         order with the call's other events, never stored; it never fails the tool (nobody
         watching, or a watcher gone, is not an error)."""
-        payload: JsonValue = {"message": str(message), "completed": completed, "total": total}
+        payload: JsonValue = {
+            "message": str(message),
+            "completed": _amount(completed),
+            "total": _amount(total),
+        }
         self._announce("progress", payload)
 
     def message(self, display: JsonValue) -> None:
@@ -368,11 +373,14 @@ class ToolContext:
         call as PERMISSION_DENIED. Otherwise this execution ends and waits on a durable
         permission request, and the tool is entered again: there this call returns the
         person's answer (approved or not) instead of asking again."""
-        entry = self.entry
-        if not self._answered and isinstance(entry, ResumeEntry) and entry.point == STEP:
-            self._answered = True  # the answer is for the request this entry resumes
-            answer: PermissionAnswer = entry.payload
-            return answer
+        if not isinstance(prompt, str) or not (subject is None or isinstance(subject, str)):
+            raise SuspendRejected(
+                "request_permission: the prompt and the subject are text "
+                f"(got {type(prompt).__name__} and {type(subject).__name__})"
+            )
+        answered = self._answer_of(prompt, subject)
+        if answered is not None:
+            return answered
         try:
             shown = checked(details)
         except NotJson as error:
@@ -386,6 +394,32 @@ class ToolContext:
             if allowed is not None:
                 return allowed
         raise Suspended(STEP, step_payload(self.call, prompt, shown, subject))
+
+    def _answer_of(self, prompt: str, subject: str | None) -> PermissionAnswer | None:
+        """The person's answer to this request when an earlier entry of the call asked it: the
+        n-th request of a prompt and subject in this entry is the n-th one asked of them (a
+        tool may ask several steps, each answered once)."""
+        if not isinstance(self.entry, ResumeEntry):
+            return None
+        if self._asked is None:
+            self._asked = {}
+        key = (prompt, subject)
+        seen = self._asked[key] = self._asked.get(key, 0) + 1
+        matching = [
+            episode
+            for episode in self.suspend_history
+            if episode.point == STEP
+            and isinstance(episode.payload, dict)
+            and episode.payload.get("prompt") == prompt
+            and episode.payload.get("subject") == subject
+            and episode.resume is not None
+        ]
+        if len(matching) < seen:
+            return None
+        answer: PermissionAnswer = model_of(
+            STEP_POINT.resume.adapter.validate_python, matching[seen - 1].resume
+        )
+        return answer
 
     @property
     def permission(self) -> PermissionAnswer | None:
@@ -410,3 +444,15 @@ class ToolContext:
             problems = describe(found.suspend.validator.violations(record))
             raise SuspendRejected(f"suspend point {point!r} rejected the payload: {problems}")
         raise Suspended(point, record)
+
+
+def _amount(value: Any) -> float | None:
+    """A progress amount as JSON can carry it: a finite number, else None."""
+    if isinstance(value, bool):
+        return None
+    if not isinstance(value, int | float):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return None
+    return value if math.isfinite(value) else None

@@ -249,3 +249,56 @@ def test_permission_request_hooks_see_every_step_decision(deploy: Any) -> None:
     allowed = ("allow", None)  # each call's admission first, then its step
     assert seen[0::2] == [allowed] * 4
     assert seen[1::2] == [allowed, ("deny", "Not from here."), ("ask", None), allowed]
+
+
+class TwoSteps:
+    """A deploy that asks before building and again before rolling out, then suspends."""
+
+    def __init__(self, deploy: Any, then_suspend: bool = False) -> None:
+        self.deploy = deploy
+        self.then_suspend = then_suspend
+        self.answers: list[list[tuple[str, bool]]] = []
+
+    async def __call__(self, ctx: Any) -> Any:
+        build = await ctx.request_permission("Build the image?", subject="build")
+        entry = [("build", build.approved)]
+        self.answers.append(entry)
+        roll = await ctx.request_permission("Roll out to production?", subject="production")
+        entry.append(("production", roll.approved))
+        return self.deploy.DeployServiceOutput(deployed=roll.approved, steps=2)
+
+
+def test_a_tool_that_asks_two_steps_gets_each_its_own_answer(deploy: Any, store: Store) -> None:
+    steps = TwoSteps(deploy)
+    runtime = Runtime(store=store)
+    runtime.register(deploy.SPEC, steps)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        first = await runtime.call("deploy_service", GOOD, context=as_(ALICE))
+        assert isinstance(first, ToolPending)
+        assert first.action.input.prompt == "Build the image?"
+        second = await runtime.submit(first.action.action_id, {"decision": "approve"})
+        assert isinstance(second, ToolPending), second
+        assert second.action.input.prompt == "Roll out to production?"
+        done = await runtime.submit(second.action.action_id, {"decision": "deny"})
+        await runtime.close()
+        return first, second, done
+
+    _, _, done = asyncio.run(scenario())
+    assert isinstance(done, ToolSuccess) and done.output.deployed is False, done
+    # each entry hands each request the answer given to it: build approved, production denied
+    assert steps.answers == [[("build", True)], [("build", True), ("production", False)]]
+
+
+def test_a_step_with_a_prompt_that_is_not_text_is_a_tool_error_and_nothing_waits(
+    deploy: Any,
+) -> None:
+    async def odd(ctx: Any) -> Any:
+        await ctx.request_permission("Use canary?", subject=5)
+        return deploy.DeployServiceOutput(deployed=True, steps=1)
+
+    runtime = Runtime()
+    runtime.register(deploy.SPEC, odd)
+    result = asyncio.run(runtime.call("deploy_service", GOOD))
+    assert isinstance(result, ToolError) and result.code == ErrorCode.TOOL_ERROR, result
+    assert runtime.pending() == [] and runtime.store.actions() == []  # nothing left waiting

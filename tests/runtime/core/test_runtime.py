@@ -7,6 +7,7 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -738,6 +739,7 @@ def test_progress_and_messages_reach_subscribers_in_order_and_never_fail_the_too
             ctx.progress(f"step {step}", completed=step, total=3)
         ctx.message({"note": "canary healthy"})
         ctx.message(object())  # not JSON: shown as its text, never an error
+        ctx.progress("odd amounts", completed=Decimal("0.5"), total=float("nan"))
         return deploy.DeployServiceOutput(deployed=True, steps=3)
 
     async def scenario() -> tuple[Any, list[Any], Any]:
@@ -754,7 +756,19 @@ def test_progress_and_messages_reach_subscribers_in_order_and_never_fail_the_too
     alone, events, result = asyncio.run(scenario())
     assert isinstance(alone, ToolSuccess) and isinstance(result, ToolSuccess)
     kinds = [e.kind for e in events]
-    assert kinds == ["started", "progress", "progress", "progress", "message", "message", "result"]
+    assert kinds == [
+        "started",
+        "progress",
+        "progress",
+        "progress",
+        "message",
+        "message",
+        "progress",
+        "result",
+    ]
+    # amounts JSON cannot carry (a NaN, any number type) are JSON numbers or null
+    assert events[6].payload == {"message": "odd amounts", "completed": 0.5, "total": None}
+    json.dumps(events[6].payload, allow_nan=False)
     assert [e.payload for e in events[1:4]] == [
         {"message": f"step {n}", "completed": n, "total": 3} for n in (1, 2, 3)
     ]
