@@ -51,7 +51,7 @@ from blade_runtime.core.outcomes import (
     log,
 )
 from blade_runtime.core.pending import PendingActions
-from blade_runtime.core.permissions import PermissionRequest, Policy
+from blade_runtime.core.permissions import ADMISSION, STEP, PermissionRequest, Policy
 from blade_runtime.core.records import Records
 from blade_runtime.core.recovery import Recovery
 from blade_runtime.core.registry import (
@@ -359,12 +359,21 @@ class Runtime:
     def disallowed(self, names: Collection[str]) -> None:
         self.tools.disallowed = names
 
-    async def grant(self, principal: Principal, tool: str, subject: str = "") -> GrantRecord:
-        """A standing grant: ``principal`` always allows ``tool`` (a registration name) to act
-        on ``subject`` ("" for the call as a whole) when the policy would ask a person. The one
-        already there is kept."""
+    async def grant(
+        self, principal: Principal, tool: str, subject: str = "", *, step: bool | None = None
+    ) -> GrantRecord:
+        """A standing grant: ``principal`` always allows ``tool`` (a registration name, for the
+        spec registered under it now) when the policy would ask a person: before a call runs
+        (``subject`` "") or, with ``step`` (the default when a subject is given), a step it asks
+        about with ``ctx.request_permission(..., subject=subject)``. The one already there is
+        kept. ``RegistrationError`` when nothing is registered as ``tool``."""
+        registration = self.tools.by_name.get(tool)
+        if registration is None:
+            raise RegistrationError(f"granting {tool!r}: no tool is registered under it")
+        point = STEP if (bool(subject) if step is None else step) else ADMISSION
         made: GrantRecord = await self.io(
-            self.store.add_grant, grants.new_grant(principal, tool, subject)
+            self.store.add_grant,
+            grants.new_grant(principal, tool, registration.spec.id, point, subject),
         )
         return made
 

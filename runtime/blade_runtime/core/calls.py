@@ -445,7 +445,7 @@ class CallRunner:
             if permitted is not None:
                 decided = permitted if isinstance(permitted, _RESULTS) else await permitted
                 if isinstance(decided, Asking):
-                    if await self.io(grants.lookup, self.store, call, "") is None:
+                    if await self.io(grants.lookup, self.store, call, ADMISSION) is None:
                         return await self._ask(registration, call, arguments, decided)
                 elif decided is not None:
                     return decided
@@ -586,7 +586,7 @@ class CallRunner:
                 failed = policy_failed(call, "the permission policy", error)
                 raise StepRefused(failed.code, failed.message) from None
         if isinstance(decision, Ask):
-            granted = await self.io(grants.lookup, self.store, call, subject or "")
+            granted = await self.io(grants.lookup, self.store, call, STEP, subject or "")
             if granted is not None:
                 decision = ALLOW
         if self.interceptors.permission_hooked:  # they see every decision, a step's too

@@ -1,12 +1,15 @@
-"""Standing permission grants: "always allow" per principal, tool and subject.
+"""Standing permission grants: "always allow" per principal, tool (its name and spec), point and
+subject.
 
 A person who answers a permission request with ``{"decision": "approve", "always": true}``
 makes a grant: later requests of the same principal for the same tool and subject (the
-``subject=`` of ``ctx.request_permission``; "" for the call as a whole, when the policy asked
-before it ran) are allowed without asking again. A grant is checked only where a durable
-request would otherwise be made: the policy still decides first, and its denial stands. Grants
-are durable in every store, listed and revoked by operators (``blade-runtime grants``, the HTTP
-API's ``/v1/grants``) and by the principal's tenant; a call without a principal has none.
+``subject=`` of ``ctx.request_permission``, at the ``@permission-step`` point; or the call as a
+whole, when the policy asked before it ran, at ``@permission``) are allowed without asking
+again. A grant made for one spec never allows another registered under the same name later.
+A grant is checked only where a durable request would otherwise be made: the policy still
+decides first, and its denial stands. Grants are durable in every store, listed and revoked by
+operators (``blade-runtime grants``, the HTTP API's ``/v1/grants``) and by the principal's
+tenant; a call without a principal has none.
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from blade_runtime.core.store import ActionRecord, GrantRecord, Store, now
 
 
 def new_grant(
-    principal: Principal, tool: str, subject: str = "", action_id: str | None = None
+    principal: Principal,
+    tool: str,
+    spec_id: str,
+    point: str,
+    subject: str = "",
+    action_id: str | None = None,
 ) -> GrantRecord:
     return GrantRecord(
         f"grant_{uuid.uuid4().hex}",
@@ -32,6 +40,8 @@ def new_grant(
         subject,
         now(),
         action_id,
+        spec_id,
+        point,
     )
 
 
@@ -50,13 +60,21 @@ def from_answer(
     payload = action.payload if isinstance(action.payload, dict) else {}
     subject = payload.get("subject")
     return new_grant(
-        principal, action.name, subject if isinstance(subject, str) else "", action.action_id
+        principal,
+        action.name,
+        action.spec_id,
+        action.point,
+        subject if isinstance(subject, str) else "",
+        action.action_id,
     )
 
 
-def lookup(store: Store, call: CallInfo, subject: str) -> GrantRecord | None:
-    """The standing grant that allows ``call`` to act on ``subject``, if there is one."""
+def lookup(store: Store, call: CallInfo, point: str, subject: str = "") -> GrantRecord | None:
+    """The standing grant that allows ``call`` to act on ``subject`` at ``point`` (before it
+    runs, or a step), if there is one: of its principal, its registration name and its spec."""
     principal = None if call.context is None else call.context.principal
     if principal is None:
         return None
-    return store.find_grant(principal.tenant, principal.id, call.name, subject)
+    return store.find_grant(
+        principal.tenant, principal.id, call.name, subject, spec_id=call.spec_id, point=point
+    )

@@ -177,8 +177,10 @@ class ActionRecord:
 
 @dataclass(slots=True)
 class GrantRecord:
-    """A standing permission grant: ``principal`` (of ``tenant``) always allows ``tool`` to act
-    on ``subject`` ("" for the tool as a whole) without asking a person again."""
+    """A standing permission grant: ``principal`` (of ``tenant``) always allows ``tool`` (a
+    registration name, while it runs ``spec_id``) to act on ``subject`` without asking a person
+    again, at ``point``: ``@permission`` (the call as a whole, before it runs; subject "") or
+    ``@permission-step`` (a step the tool asks about with ``ctx.request_permission``)."""
 
     grant_id: str
     tenant: str
@@ -187,6 +189,8 @@ class GrantRecord:
     subject: str
     created_at: str
     action_id: str | None = None  # the permission request whose "always allow" answer made it
+    spec_id: str = ""
+    point: str = "@permission"
 
 
 @dataclass(slots=True)
@@ -469,12 +473,12 @@ class Store(Protocol):
         ...
 
     def add_grant(self, grant: GrantRecord) -> GrantRecord:
-        """Store a standing grant; one of the same tenant, principal, tool and subject that is
-        already there is kept (and returned) instead."""
+        """Store a standing grant; one of the same tenant, principal, tool, spec id, point and
+        subject that is already there is kept (and returned) instead."""
         ...
 
     def find_grant(
-        self, tenant: str, principal: str, tool: str, subject: str
+        self, tenant: str, principal: str, tool: str, subject: str, *, spec_id: str, point: str
     ) -> GrantRecord | None: ...
 
     def grants(

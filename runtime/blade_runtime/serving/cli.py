@@ -308,8 +308,8 @@ def _grants(
         return 0
     for grant in found:
         print(
-            f"{grant.grant_id}  {grant.principal}@{grant.tenant}  {grant.tool}  "
-            f"subject={grant.subject!r}  since {grant.created_at}"
+            f"{grant.grant_id}  {grant.principal}@{grant.tenant}  {grant.tool} "
+            f"({grant.spec_id}) {grant.point}  subject={grant.subject!r}  since {grant.created_at}"
         )
     return 0
 

@@ -70,7 +70,7 @@ class MemoryStore:
         # retirement: a file id may travel in an output long after the call).
         self._files: dict[str, tuple[FileRecord, bytes]] = {}
         self._triggers: dict[str, TriggerRecord] = {}  # in the order they were added
-        self._grants: dict[tuple[str, str, str, str], GrantRecord] = {}
+        self._grants: dict[tuple[str, ...], GrantRecord] = {}  # by their identity
 
     def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
         with self._lock:
@@ -192,16 +192,16 @@ class MemoryStore:
             )
 
     def add_grant(self, grant: GrantRecord) -> GrantRecord:
-        key = (grant.tenant, grant.principal, grant.tool, grant.subject)
+        key = (grant.tenant, grant.principal, grant.tool, grant.spec_id, grant.point, grant.subject)
         with self._lock:
             kept = self._grants.setdefault(key, replace(grant))
             return replace(kept)
 
     def find_grant(
-        self, tenant: str, principal: str, tool: str, subject: str
+        self, tenant: str, principal: str, tool: str, subject: str, *, spec_id: str, point: str
     ) -> GrantRecord | None:
         with self._lock:
-            found = self._grants.get((tenant, principal, tool, subject))
+            found = self._grants.get((tenant, principal, tool, spec_id, point, subject))
             return None if found is None else replace(found)
 
     def grants(

@@ -105,6 +105,7 @@ from blade_runtime.stores.sql import ACTION_COLUMNS as _ACTION_COLUMNS
 from blade_runtime.stores.sql import CALL_COLUMNS as _CALL_COLUMNS
 from blade_runtime.stores.sql import FILE_COLUMNS as _FILE_COLUMNS
 from blade_runtime.stores.sql import GRANT_COLUMNS as _GRANT_COLUMNS
+from blade_runtime.stores.sql import GRANT_KEY as _GRANT_KEY
 from blade_runtime.stores.sql import TRIGGER_COLUMNS as _TRIGGER_COLUMNS
 from blade_runtime.stores.sql import (
     Schemas,
@@ -114,6 +115,7 @@ from blade_runtime.stores.sql import (
     call_record,
     call_values,
     file_values,
+    grant_key,
     grant_record,
     grant_values,
     trigger_record,
@@ -375,7 +377,9 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
             subject text NOT NULL,
             created_at text NOT NULL,
             action_id text,
-            UNIQUE (tenant, principal, tool, subject)
+            spec_id text NOT NULL,
+            point text NOT NULL,
+            UNIQUE (tenant, principal, tool, spec_id, point, subject)
         )
         """,
         # A role that may use the first release's tables may use this one.
@@ -907,12 +911,13 @@ class PostgresStore(SQLStore):
         with self._db() as db:
             row = db.execute(
                 f"WITH i AS (INSERT INTO blade_grants ({_GRANT_COLUMNS}) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                f"ON CONFLICT (tenant, principal, tool, subject) DO NOTHING "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                f"ON CONFLICT ({_GRANT_KEY}) DO NOTHING "
                 f"RETURNING {_GRANT_COLUMNS}) SELECT * FROM i UNION ALL "
                 f"SELECT {_GRANT_COLUMNS} FROM blade_grants WHERE tenant = %s "
-                "AND principal = %s AND tool = %s AND subject = %s LIMIT 1",
-                (*grant_values(grant), grant.tenant, grant.principal, grant.tool, grant.subject),
+                "AND principal = %s AND tool = %s AND spec_id = %s AND point = %s "
+                "AND subject = %s LIMIT 1",
+                (*grant_values(grant), *grant_key(grant)),
             ).fetchone()
         assert row is not None  # inserted, or the one that was there
         return grant_record(row)

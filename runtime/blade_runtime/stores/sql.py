@@ -48,7 +48,8 @@ TRIGGER_COLUMNS = (
     "trigger_id, call_id, run_id, name, tenant, input, created_at, context, thread_id, state, "
     "owner, claimed_until, finished_at, error"
 )
-GRANT_COLUMNS = "grant_id, tenant, principal, tool, subject, created_at, action_id"
+GRANT_COLUMNS = "grant_id, tenant, principal, tool, subject, created_at, action_id, spec_id, point"
+GRANT_KEY = "tenant, principal, tool, spec_id, point, subject"  # a grant's identity
 
 
 class Schemas:
@@ -165,7 +166,7 @@ def action_record(row: Sequence[Any], schemas: Schemas) -> ActionRecord:
 
 
 def grant_record(row: Sequence[Any]) -> GrantRecord:
-    return GrantRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+    return GrantRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
 
 
 def grant_values(grant: GrantRecord) -> tuple[Any, ...]:
@@ -178,7 +179,14 @@ def grant_values(grant: GrantRecord) -> tuple[Any, ...]:
         grant.subject,
         grant.created_at,
         grant.action_id,
+        grant.spec_id,
+        grant.point,
     )
+
+
+def grant_key(grant: GrantRecord) -> tuple[str, ...]:
+    """``grant``'s identity in GRANT_KEY's order."""
+    return (grant.tenant, grant.principal, grant.tool, grant.spec_id, grant.point, grant.subject)
 
 
 def data_record(row: Sequence[Any]) -> DataRecord:
@@ -423,13 +431,19 @@ class SQLStore:
         return [trigger_record(row) for row in rows]
 
     def find_grant(
-        self, tenant: str, principal: str, tool: str, subject: str
+        self, tenant: str, principal: str, tool: str, subject: str, *, spec_id: str, point: str
     ) -> GrantRecord | None:
-        if not all(self._holdable(text) for text in (tenant, principal, tool, subject)):
+        key = {
+            "tenant": tenant,
+            "principal": principal,
+            "tool": tool,
+            "spec_id": spec_id,
+            "point": point,
+            "subject": subject,
+        }
+        if not all(self._holdable(text) for text in key.values()):
             return None
-        clauses, values = self._where(
-            {"tenant": tenant, "principal": principal, "tool": tool, "subject": subject}
-        )
+        clauses, values = self._where(key)
         rows = self._fetch(
             f"SELECT {GRANT_COLUMNS} FROM {self._grants} WHERE {' AND '.join(clauses)}", values
         )

@@ -86,6 +86,7 @@ from blade_runtime.stores.sql import (
     CALL_COLUMNS,
     FILE_COLUMNS,
     GRANT_COLUMNS,
+    GRANT_KEY,
     TRIGGER_COLUMNS,
     SQLStore,
     action_record,
@@ -93,6 +94,7 @@ from blade_runtime.stores.sql import (
     call_record,
     call_values,
     file_values,
+    grant_key,
     grant_record,
     grant_values,
     trigger_record,
@@ -252,7 +254,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             subject TEXT NOT NULL,
             created_at TEXT NOT NULL,
             action_id TEXT,
-            UNIQUE (tenant, principal, tool, subject)
+            spec_id TEXT NOT NULL,
+            point TEXT NOT NULL,
+            UNIQUE (tenant, principal, tool, spec_id, point, subject)
         ) WITHOUT ROWID
         """,
     ),
@@ -1023,14 +1027,14 @@ class SQLiteStore(SQLStore):
     def add_grant(self, grant: GrantRecord) -> GrantRecord:
         with self._write() as db:
             db.execute(
-                f"INSERT INTO grants ({GRANT_COLUMNS}) VALUES (?,?,?,?,?,?,?) "
-                "ON CONFLICT (tenant, principal, tool, subject) DO NOTHING",
+                f"INSERT INTO grants ({GRANT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) "
+                f"ON CONFLICT ({GRANT_KEY}) DO NOTHING",
                 grant_values(grant),
             )
             row = db.execute(
                 f"SELECT {GRANT_COLUMNS} FROM grants WHERE tenant = ? AND principal = ? "
-                "AND tool = ? AND subject = ?",
-                (grant.tenant, grant.principal, grant.tool, grant.subject),
+                "AND tool = ? AND spec_id = ? AND point = ? AND subject = ?",
+                grant_key(grant),
             ).fetchone()
         return grant_record(row)
 

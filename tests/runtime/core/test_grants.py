@@ -207,9 +207,10 @@ def test_an_admission_request_answered_always_is_not_asked_again(deploy: Any, st
     assert grant.subject == "" and grant.principal == "alice"
 
 
-def test_adding_the_same_grant_twice_keeps_one(store: Store) -> None:
+def test_adding_the_same_grant_twice_keeps_one(deploy: Any, store: Store) -> None:
     async def scenario() -> tuple[Any, Any]:
         runtime = Runtime(store=store)
+        runtime.register(deploy.SPEC, Pushes(deploy))
         first = await runtime.grant(ALICE, "deploy_service", "prod")
         second = await runtime.grant(ALICE, "deploy_service", "prod")
         await runtime.close()
@@ -217,8 +218,13 @@ def test_adding_the_same_grant_twice_keeps_one(store: Store) -> None:
 
     first, second = asyncio.run(scenario())
     assert first.grant_id == second.grant_id and len(store.grants()) == 1
-    assert store.find_grant("acme", "alice", "deploy_service", "prod") == first
-    assert store.find_grant("acme", "alice", "deploy_service", "qa") is None
+    key = {"spec_id": deploy.SPEC.id, "point": "@permission-step"}
+    assert store.find_grant("acme", "alice", "deploy_service", "prod", **key) == first
+    assert store.find_grant("acme", "alice", "deploy_service", "qa", **key) is None
+    other_spec = {**key, "spec_id": "deploy.other.v1"}
+    assert store.find_grant("acme", "alice", "deploy_service", "prod", **other_spec) is None
+    before_it_runs = {**key, "point": "@permission"}
+    assert store.find_grant("acme", "alice", "deploy_service", "prod", **before_it_runs) is None
     assert store.grants(tenant="other") == []
 
 
@@ -302,3 +308,66 @@ def test_a_step_with_a_prompt_that_is_not_text_is_a_tool_error_and_nothing_waits
     result = asyncio.run(runtime.call("deploy_service", GOOD))
     assert isinstance(result, ToolError) and result.code == ErrorCode.TOOL_ERROR, result
     assert runtime.pending() == [] and runtime.store.actions() == []  # nothing left waiting
+
+
+class PushesWithoutSubject:
+    """A deploy that asks one step with no subject."""
+
+    def __init__(self, deploy: Any) -> None:
+        self.deploy = deploy
+
+    async def __call__(self, ctx: Any) -> Any:
+        answer = await ctx.request_permission("Also drop the production database?")
+        return self.deploy.DeployServiceOutput(deployed=answer.approved, steps=1)
+
+
+def test_a_grant_before_a_call_runs_never_allows_a_step_nor_the_other_way(
+    deploy: Any, store: Store
+) -> None:
+    runtime = Runtime(store=store, permission=lambda request: None if request.step else Ask("ok?"))
+    runtime.register(deploy.SPEC, PushesWithoutSubject(deploy))
+    alice = as_(ALICE)
+
+    async def scenario() -> tuple[Any, Any]:
+        first = await runtime.call("deploy_service", GOOD, context=alice)
+        assert isinstance(first, ToolPending) and first.action.origin.point == "@permission"
+        step = await runtime.submit(first.action.action_id, {"decision": "approve", "always": True})
+        # the policy allows the step: the call as a whole was what was granted; now the step
+        strict = Runtime(store=store, permission=lambda request: Ask("ok?"))
+        strict.register(deploy.SPEC, PushesWithoutSubject(deploy))
+        again = await strict.call("deploy_service", GOOD, context=alice)
+        await runtime.close()
+        await strict.close()
+        return step, again
+
+    step, again = asyncio.run(scenario())
+    assert isinstance(step, ToolSuccess), step
+    # admitted by the grant, the step is still asked: the grant was not for it
+    assert isinstance(again, ToolPending) and again.action.origin.point == "@permission-step"
+
+
+def test_a_grant_never_allows_another_spec_registered_under_the_same_name(
+    deploy: Any, store: Store, example_package: Any
+) -> None:
+    from blade_specs.crm import lookup_customer_v1 as lookup
+
+    async def lookup_impl(ctx: Any) -> Any:
+        return lookup.LookupCustomerOutput(found=True)
+
+    runtime = Runtime(store=store, permission=lambda request: Ask("ok?"))
+    runtime.register(deploy.SPEC, Pushes(deploy), name="ops_tool")
+
+    async def scenario() -> Any:
+        await runtime.grant(ALICE, "ops_tool")
+        runtime.replace(
+            lookup.SPEC,
+            lookup_impl,
+            name="ops_tool",
+            context=lambda call: lookup.LookupCustomerContext(tenant_id="t"),
+        )
+        other = await runtime.call("ops_tool", {"customer_id": "cus_1"}, context=as_(ALICE))
+        await runtime.close()
+        return other
+
+    other = asyncio.run(scenario())
+    assert isinstance(other, ToolPending), other  # asked: the grant was for deploy's spec

@@ -36,8 +36,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     made.close()
 
 
-def test_grants_over_http_are_listed_and_revoked_within_the_tenant(store: Store) -> None:
+def test_grants_over_http_are_listed_and_revoked_within_the_tenant(
+    example_package: Any, store: Store
+) -> None:
+    from blade_specs.deploy import deploy_service_v1 as deploy
+
+    async def deploys(ctx: Any) -> Any:
+        return deploy.DeployServiceOutput(deployed=True, steps=1)
+
     runtime = Runtime(store=store)
+    runtime.register(deploy.SPEC, deploys)
     app = create_app(runtime, authenticate=authenticate)
     alice, bob = TOKENS["token-alice"], TOKENS["token-bob"]
 
@@ -77,6 +85,8 @@ def test_grants_over_http_are_listed_and_revoked_within_the_tenant(store: Store)
         "subject": "api",
         "created_at": mine.created_at,
         "action_id": None,
+        "spec_id": "deploy.deploy-service.v1",
+        "point": "@permission-step",
     }
     assert seen["again"].status_code == 404
     assert seen["by tool"].json() == {"grants": []}

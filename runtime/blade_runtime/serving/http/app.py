@@ -507,6 +507,8 @@ def grant_json(grant: GrantRecord) -> dict[str, JsonValue]:
         "subject": grant.subject,
         "created_at": grant.created_at,
         "action_id": grant.action_id,
+        "spec_id": grant.spec_id,
+        "point": grant.point,
     }
 
 
