@@ -441,13 +441,14 @@ class CallRunner:
             if refused is not None:
                 return refused
         if policy is not None:
-            permitted = self.interceptors.permit(policy, registration, call, arguments, scope)
+            permitted = self.interceptors.permit(
+                policy, registration, call, arguments, scope, self._granted
+            )
             if permitted is not None:
                 decided = permitted if isinstance(permitted, _RESULTS) else await permitted
                 if isinstance(decided, Asking):
-                    if await self.io(grants.lookup, self.store, call, ADMISSION) is None:
-                        return await self._ask(registration, call, arguments, decided)
-                elif decided is not None:
+                    return await self._ask(registration, call, arguments, decided)
+                if decided is not None:
                     return decided
         if registration.implementation is None:
             return await self._await_client(registration, call, arguments)
@@ -969,6 +970,10 @@ class CallRunner:
 
     def _event(self, call: CallInfo, kind: str, payload: JsonValue) -> Event:
         return Event(call.run_id, call.call_id, kind, payload, now())
+
+    async def _granted(self, call: CallInfo) -> bool:
+        """Whether a standing grant of the caller allows ``call`` as a whole before it runs."""
+        return await self.io(grants.lookup, self.store, call, ADMISSION) is not None
 
     async def _emit(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Commit ``write`` (its last positional argument is the event), then tell this

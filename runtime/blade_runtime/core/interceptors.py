@@ -9,7 +9,7 @@ the call; none of them reads or writes the store.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -242,10 +242,12 @@ class Interceptors:
         call: CallInfo,
         arguments: JsonObject,
         scope: CancelScope,
+        granted: Callable[[CallInfo], Awaitable[bool]] | None = None,
     ) -> ToolResult[Any] | Awaitable[ToolResult[Any] | Asking | None] | None:
         """Ask the policy about the final input: None when it allows at once and no hook
         watches (the common case, without a coroutine), the error when it raised, else the rest
-        of the decision to await (``decide``)."""
+        of the decision to await (``decide``). ``granted``: whether a standing grant stands in
+        for the person an ``Ask`` would wait for."""
         request = PermissionRequest(call.name, registration.spec, call, arguments, scope)
         try:
             answer = policy(request)
@@ -253,7 +255,7 @@ class Interceptors:
             return policy_failed(call, "the permission policy", error)
         if (answer is None or type(answer) is Allow) and not self.permission_hooked:
             return None
-        return self.decide(answer, request, registration, call, arguments, scope)
+        return self.decide(answer, request, registration, call, arguments, scope, granted)
 
     async def decide(
         self,
@@ -263,6 +265,7 @@ class Interceptors:
         call: CallInfo,
         arguments: JsonObject,
         scope: CancelScope,
+        granted: Callable[[CallInfo], Awaitable[bool]] | None = None,
     ) -> ToolResult[Any] | Asking | None:
         """The policy's decision: None (allowed), a denial, or a permission request to store (the
         call waits on it). An async policy is cancellation-bounded, and one that outlives its
@@ -281,6 +284,8 @@ class Interceptors:
             return policy_failed(call, "the permission policy", error)
         if scope.reason is not None:
             return cancelled(call, scope, registration.timeout_ms)
+        if type(decision) is Ask and granted is not None and await granted(call):
+            decision = Allow()  # a grant stands in for the person: nobody is asked
         asking = type(decision) is Ask
         # An allow needs no request, so it crosses no permission boundary (observers see a
         # request made, and a denial); permission_request hooks see every decision.

@@ -371,3 +371,39 @@ def test_a_grant_never_allows_another_spec_registered_under_the_same_name(
 
     other = asyncio.run(scenario())
     assert isinstance(other, ToolPending), other  # asked: the grant was for deploy's spec
+
+
+def test_a_grant_before_a_call_runs_is_an_allow_to_hooks_and_no_request_to_observers(
+    deploy: Any,
+) -> None:
+    from blade_runtime.core.hooks import HookInput, HookOutput
+    from blade_runtime.core.observers import Lifecycle
+
+    seen: list[str] = []
+
+    async def hook(event: HookInput) -> HookOutput | None:
+        seen.append(f"hook {event.decision}")
+        return None
+
+    class Boundaries:
+        async def permission_requested(self, event: Lifecycle) -> None:
+            seen.append("permission_requested")
+
+        async def permission_resolved(self, event: Lifecycle) -> None:
+            seen.append("permission_resolved")
+
+    async def deploys(ctx: Any) -> Any:
+        return deploy.DeployServiceOutput(deployed=True, steps=1)
+
+    runtime = Runtime(permission=lambda request: Ask("deploy?"))
+    runtime.register(deploy.SPEC, deploys)
+    runtime.on("permission_request", hook)
+    runtime.observe(Boundaries())
+
+    async def scenario() -> Any:
+        await runtime.grant(ALICE, "deploy_service")
+        return await runtime.call("deploy_service", GOOD, context=as_(ALICE))
+
+    result = asyncio.run(scenario())
+    assert isinstance(result, ToolSuccess) and runtime.pending() == []
+    assert seen == ["hook allow"]  # an allow crosses no permission boundary
