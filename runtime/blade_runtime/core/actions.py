@@ -89,6 +89,8 @@ def answer(
     edited = value.get("input")
     if isinstance(edited, dict) and value.get("decision") != "deny":
         resolution = replace(resolution, call_input=edited)
+        if owner is None:  # outside a runtime nothing narrows the edited input: the widest
+            resolution = replace(resolution, call_side_effect="non_idempotent")
     return resolution, event
 
 

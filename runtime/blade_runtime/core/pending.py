@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.core import actions, grants
+from blade_runtime.core.behavior import Behavior, narrowed
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.calls import CallRunner
 from blade_runtime.core.context import (
@@ -138,6 +140,14 @@ class PendingActions:
             if refused is not None:
                 return refused
         resolution, event = actions.answer(action, value, self.owner, self.lease_s)
+        if resolution.call_input is not None and registration.behavior is not None:
+            # a person edited the input: its behaviour is narrowed again, for what will run
+            call.behavior = renarrowed(registration, resolution.call_input)
+            resolution = replace(
+                resolution,
+                call_kind=call.behavior.kind,
+                call_side_effect=call.behavior.side_effect,
+            )
         won = await self._resolve(action, resolution, event)
         if isinstance(won, str):
             return error_result(call, ErrorCode.ACTION_ALREADY_RESOLVED, won)
@@ -369,6 +379,23 @@ def _unavailable(verb: str, action_id: str, error: StoreError) -> ToolError:
         f"The store is unavailable, so the {verb} of {action_id!r} may not have been recorded; "
         "read the action, or try again.",
     )
+
+
+def renarrowed(registration: Registration[Any], arguments: JsonObject) -> Behavior:
+    """The registration's behaviour for ``arguments``, or its spec's when the callback fails."""
+    assert registration.behavior is not None
+    spec = registration.spec
+    try:
+        return narrowed(
+            spec,
+            registration.name,
+            registration.behavior(model_of(registration.build_input, arguments)),
+        )
+    except Exception as error:
+        log.error(
+            "%s: its behavior callback failed on an edited input: %s", registration.name, error
+        )
+        return Behavior(spec.kind, spec.side_effect)
 
 
 def _call_of(action: ActionRecord) -> CallInfo:

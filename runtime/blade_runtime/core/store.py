@@ -329,6 +329,9 @@ class Resolution:
     call_owner: str | None = None  # the runtime that re-enters the call, when it does
     lease_s: float = DEFAULT_LEASE_S  # how long that runtime's claim holds
     call_input: JsonObject | None = None  # a permission answer's edited input, stored with it
+    # the behaviour narrowed again for that edited input (None: the call's stays)
+    call_kind: str | None = None
+    call_side_effect: str | None = None
     only_if_expired: bool = False  # an expiry: resolve only once ``expires_at`` has passed
 
 

@@ -113,6 +113,8 @@ class MemoryStore:
             call.result = resolution.call_result
             if resolution.call_input is not None:
                 call.input = dict(resolution.call_input)
+            if resolution.call_side_effect is not None:
+                call.kind, call.side_effect = resolution.call_kind, resolution.call_side_effect
             if resolution.call_owner is not None:
                 call.owner = resolution.call_owner
                 call.lease_until = clock() + resolution.lease_s

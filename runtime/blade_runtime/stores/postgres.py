@@ -694,6 +694,8 @@ class PostgresStore(SQLStore):
             "c AS (UPDATE blade_calls SET state = %(call_state)s, entry = %(entry)s, "
             "result = %(result)s, owner = COALESCE(%(call_owner)s, blade_calls.owner), "
             "input = COALESCE(%(call_input)s, blade_calls.input), "
+            "kind = COALESCE(%(call_kind)s, blade_calls.kind), "
+            "side_effect = COALESCE(%(call_side_effect)s, blade_calls.side_effect), "
             f"lease_until = COALESCE({_NOW} + %(lease_s)s, 0), "
             "fence = blade_calls.fence + %(refence)s "
             "FROM a WHERE blade_calls.call_id = a.call_id "
@@ -712,6 +714,8 @@ class PostgresStore(SQLStore):
             "result": _dump(resolution.call_result),
             "call_owner": resolution.call_owner,
             "call_input": None if resolution.call_input is None else _dump(resolution.call_input),
+            "call_kind": resolution.call_kind,
+            "call_side_effect": resolution.call_side_effect,
             "lease_s": resolution.lease_s if resolution.call_owner else None,
             "refence": 1 if resolution.call_owner else 0,
         }

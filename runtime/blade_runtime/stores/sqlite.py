@@ -858,7 +858,8 @@ class SQLiteStore(SQLStore):
             until = clock() + resolution.lease_s if owner else 0.0  # the write lock held
             call_input = db.execute(
                 "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner), "
-                "input = COALESCE(?, input), lease_until = ?, fence = fence + ? "
+                "input = COALESCE(?, input), kind = COALESCE(?, kind), "
+                "side_effect = COALESCE(?, side_effect), lease_until = ?, fence = fence + ? "
                 "WHERE call_id = ? RETURNING input, context, fence",
                 (
                     resolution.call_state,
@@ -866,6 +867,8 @@ class SQLiteStore(SQLStore):
                     _dump(resolution.call_result),
                     owner,
                     None if resolution.call_input is None else _dump(dict(resolution.call_input)),
+                    resolution.call_kind,
+                    resolution.call_side_effect,
                     until,
                     1 if owner else 0,
                     action.call_id,

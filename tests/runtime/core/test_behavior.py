@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,3 +209,42 @@ def test_recovery_follows_the_narrowed_side_effect(
         assert stored == ("write", "non_idempotent")
         assert isinstance(recovered, ToolError) and recovered.code == ErrorCode.INTERRUPTED
         assert entries == ["stalled"]
+
+
+@pytest.mark.parametrize("answered_by", ["runtime", "operators_cli"])
+def test_an_input_a_person_edits_is_narrowed_again_before_it_runs(
+    purge: Any, tmp_path: Path, answered_by: str
+) -> None:
+    """Asked as a dry run (narrowed to pure), approved with the dry run taken out: what runs is
+    the spec's non_idempotent purge, and the store says so, so that recovery never runs it
+    again. Outside a runtime nothing can narrow the edited input: it is stored as the widest."""
+    from blade_runtime.serving import cli
+
+    path = tmp_path / "edited.db"
+    runtime = Runtime(store=SQLiteStore(path), permission=lambda request: Ask("purge?"))
+    stored: list[Any] = []
+
+    async def run(ctx: Any) -> Any:
+        record = runtime.store.call(ctx.call.call_id)
+        stored.append((record.side_effect, record.kind) if record else None)
+        return purge.SPEC.output_type(removed=3)
+
+    runtime.register(purge.SPEC, run, behavior=by_dry_run)
+    edited = {"decision": "approve", "input": {"folder": "/data"}}
+
+    async def scenario() -> Any:
+        asked = await runtime.call("purge_files", {"folder": "/data", "dry_run": True})
+        assert asked.action.input.side_effect == "pure"  # type: ignore[union-attr]
+        if answered_by == "runtime":
+            return await runtime.submit(asked.action.action_id, edited)  # type: ignore[union-attr]
+        argv = ["pending", "submit", asked.action.action_id, json.dumps(edited)]  # type: ignore[union-attr]
+        assert cli.main([*argv, "--store", str(path)]) == 0
+        (done,) = await runtime.recover()
+        return done
+
+    done = asyncio.run(scenario())
+    assert isinstance(done, ToolSuccess), done
+    if answered_by == "runtime":
+        assert stored == [("non_idempotent", "write")]  # the real purge, as its spec declares
+    else:
+        assert stored[0][0] == "non_idempotent"
