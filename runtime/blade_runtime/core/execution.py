@@ -262,6 +262,7 @@ class ToolContext:
     _steps: StepDecider | None = None  # decides request_permission before a person is asked
     _registration: Any = None
     _asked: dict[tuple[str, str | None], int] | None = None  # request_permission calls so far
+    _triggered = 0  # ctx.trigger calls so far
 
     def __init__(
         self,
@@ -344,7 +345,11 @@ class ToolContext:
         and a ``trigger`` event of the run, delivered to ``Runtime(on_trigger=...)`` once across
         workers. Returns the trigger's id. ``TriggerRejected`` when ``input`` is not JSON."""
         services = self._runtime()
-        return await services.triggers.request(self.call, input, owned=services.durable)
+        self._triggered += 1  # the n-th of this entry: the same trigger when the entry runs again
+        entry = self.entry
+        made_in = entry.action.action_id if isinstance(entry, ResumeEntry) else "initial"
+        key = f"{self.call.call_id}\x00{made_in}\x00{self._triggered}"
+        return await services.triggers.request(self.call, input, owned=services.durable, key=key)
 
     def _runtime(self) -> CallServices:
         if self._services is None:

@@ -519,9 +519,11 @@ class Store(Protocol):
 
     def file_content(self, file_id: str) -> bytes | None: ...
 
-    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
-        """Record a pending trigger and append its event. ``owner``: the call must be running
-        under it (``LeaseLost`` otherwise, and nothing is written)."""
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> bool:
+        """Record a pending trigger and append its event; False (nothing written) when one of
+        its id is recorded already (a replayed entry asks again). ``owner``: the call must be
+        running under it, its lease unexpired (``LeaseLost`` otherwise, and nothing is
+        written)."""
         ...
 
     def claim_triggers(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import inspect
 import logging
 import uuid
@@ -91,17 +92,26 @@ class Triggers:
         self._pump: asyncio.Task[None] | None = None
         self._again = False
 
-    async def request(self, call: CallInfo, input: JsonValue, *, owned: bool) -> str:
+    async def request(
+        self, call: CallInfo, input: JsonValue, *, owned: bool, key: str | None = None
+    ) -> str:
         """Record a trigger of ``call`` (``owned``: the store holds the call as running here,
-        and the trigger is recorded only while it does); returns its id."""
+        and the trigger is recorded only while it does); returns its id. ``key``: what makes
+        the trigger the same when an entry runs again (its id comes from it, and a trigger
+        recorded already is not recorded, nor announced, twice)."""
         try:
             value = checked(input)
         except NotJson as error:
             raise TriggerRejected(f"ctx.trigger: the input is not JSON: {error}") from None
         context = call.context
         call_id = call.parent or call.call_id  # a child's call is its parent's part
+        trigger_id = (
+            f"trg_{uuid.uuid4().hex}"
+            if key is None
+            else f"trg_{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+        )
         trigger = TriggerRecord(
-            f"trg_{uuid.uuid4().hex}",
+            trigger_id,
             call_id,
             call.run_id,
             call.name,
@@ -117,9 +127,12 @@ class Triggers:
             "input": value,
         }
         event = Event(call.run_id, call_id, "trigger", payload, trigger.created_at)
-        await self.io(self.store.add_trigger, trigger, event, owner=self.owner if owned else None)
-        self.publish(event)
-        self.kick()
+        added = await self.io(
+            self.store.add_trigger, trigger, event, owner=self.owner if owned else None
+        )
+        if added:
+            self.publish(event)
+            self.kick()
         return trigger.trigger_id
 
     def kick(self) -> None:

@@ -354,11 +354,14 @@ class MemoryStore:
             found = self._files.get(file_id)
             return None if found is None else found[1]
 
-    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> bool:
         with self._lock:
             if owner is not None:
                 self._owned(trigger.call_id, owner)
+            if trigger.trigger_id in self._triggers:
+                return False
             self._triggers[trigger.trigger_id] = replace(trigger)
+            return True
 
     def claim_triggers(
         self, owner: str, lease_s: float, *, limit: int = 100

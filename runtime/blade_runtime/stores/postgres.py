@@ -976,26 +976,33 @@ class PostgresStore(SQLStore):
             if keep is not None and not keep():  # rolled back: nothing of it is stored
                 raise SaveStopped(f"file {record.file_id} was not kept")
 
-    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> bool:
         params = dict(zip(_TRIGGER_KEYS, trigger_values(trigger), strict=True))
         params |= _event_params(event) | {"owner": owner}
         if owner is not None:  # the call's row is locked before its run's events lock
             query: LiteralString = (
                 "WITH c AS (SELECT call_id FROM blade_calls WHERE call_id = %(t_call_id)s "
-                "AND owner = %(owner)s AND state = 'running' FOR SHARE), "
+                "AND owner = %(owner)s AND state = 'running' "
+                f"AND lease_until >= {_NOW} FOR SHARE), "
                 f"t AS (INSERT INTO blade_triggers ({_TRIGGER_COLUMNS}) "
-                f"SELECT {_TRIGGER_VALUES} FROM c RETURNING trigger_id) SELECT {_EVENT} FROM t"
+                f"SELECT {_TRIGGER_VALUES} FROM c ON CONFLICT (trigger_id) DO NOTHING "
+                f"RETURNING trigger_id) SELECT (SELECT count(*) FROM c), (SELECT {_EVENT} FROM t)"
             )
         else:
             query = (
                 f"WITH t AS (INSERT INTO blade_triggers ({_TRIGGER_COLUMNS}) "
-                f"VALUES ({_TRIGGER_VALUES}) RETURNING trigger_id) SELECT {_EVENT} FROM t"
+                f"VALUES ({_TRIGGER_VALUES}) ON CONFLICT (trigger_id) DO NOTHING "
+                f"RETURNING trigger_id) SELECT 1, (SELECT {_EVENT} FROM t)"
             )
         with self._db() as db:
             row = db.execute(query, params).fetchone()
-        if row is None:
+        assert row is not None  # one row, always
+        if not row[0]:
             raise LeaseLost(trigger.call_id, owner or "")
-        event.seq = int(row[0])
+        if row[1] is None:  # recorded already
+            return False
+        event.seq = int(row[1])
+        return True
 
     def claim_triggers(
         self, owner: str, lease_s: float, *, limit: int = 100

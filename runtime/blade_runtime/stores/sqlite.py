@@ -1083,20 +1083,25 @@ class SQLiteStore(SQLStore):
             if keep is not None and not keep():  # rolled back: nothing of it is stored
                 raise SaveStopped(f"file {record.file_id} was not kept")
 
-    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> None:
+    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> bool:
         with self._write() as db:
             if owner is not None:
                 held = db.execute(
-                    "SELECT 1 FROM calls WHERE call_id = ? AND owner = ? AND state = 'running'",
-                    (trigger.call_id, owner),
+                    "SELECT 1 FROM calls WHERE call_id = ? AND owner = ? AND state = 'running' "
+                    "AND lease_until >= ?",
+                    (trigger.call_id, owner, clock()),
                 ).fetchone()
                 if held is None:
                     raise LeaseLost(trigger.call_id, owner)
-            db.execute(
-                f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            added = db.execute(
+                f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (trigger_id) DO NOTHING",
                 trigger_values(trigger),
-            )
+            ).rowcount
+            if not added:
+                return False
             self._append(db, event)
+            return True
 
     def claim_triggers(
         self, owner: str, lease_s: float, *, limit: int = 100

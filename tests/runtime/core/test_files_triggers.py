@@ -427,6 +427,58 @@ def test_a_trigger_of_a_call_this_runtime_no_longer_owns_is_not_recorded(store: 
     assert store.trigger("trg-1") is not None and store.trigger("trg-1").state == "delivered"  # type: ignore[union-attr]
 
 
+def test_a_replayed_entry_asks_its_triggers_again_and_each_is_recorded_once(
+    files_package: Path, durable_url: str
+) -> None:
+    """Worker A triggers, then stalls past its lease; worker B's recovery runs the idempotent
+    call again, which triggers again: one trigger is recorded and delivered, not two."""
+    import importlib
+
+    from stalled import Stalled, taken_over
+
+    notify = importlib.import_module(f"{files_tools.PACKAGE}.files.notify_later_v1")
+    delivered: list[Trigger] = []
+    gate = threading.Event()
+
+    def implementation(stalls: bool) -> Any:
+        async def notify_later(ctx: Any) -> Any:
+            trigger_id = await ctx.trigger({"job": ctx.input.job})
+            if stalls:
+                await asyncio.get_running_loop().run_in_executor(None, gate.wait)
+            return notify.NotifyLaterOutput(trigger_id=trigger_id)
+
+        return notify_later
+
+    async def scenario() -> tuple[list[str], list[Any]]:
+        stalled_store = Stalled(open_store(durable_url))
+        survivor_store = open_store(durable_url)
+        a = Runtime(store=stalled_store, lease_s=0.6)  # type: ignore[arg-type]
+        a.register(notify.SPEC, implementation(stalls=True))
+        b = Runtime(store=survivor_store, lease_s=0.6, on_trigger=delivered.append)
+        b.register(notify.SPEC, implementation(stalls=False))
+        first = asyncio.create_task(
+            a.call("notify_later", {"job": "j"}, context=ALICE_CONTEXT, call_id="n1")
+        )
+        while not survivor_store.triggers():
+            await asyncio.sleep(0.01)
+        [replayed] = await taken_over(b, "n1")
+        await b.deliver_triggers()
+        gate.set()
+        stalled_store.stalled = False
+        await first
+        ids = [t.trigger_id for t in survivor_store.triggers()]
+        await a.close()
+        await b.close()
+        stalled_store.close()
+        survivor_store.close()
+        return ids, [replayed]
+
+    ids, [replayed] = run(scenario())
+    assert isinstance(replayed, ToolSuccess), replayed
+    assert len(ids) == 1 and replayed.output.trigger_id == ids[0]
+    assert [t.trigger_id for t in delivered] == ids  # delivered once
+
+
 def test_triggers_are_delivered_once_across_two_worker_processes(
     files_package: Path, durable_url: str, tmp_path: Path
 ) -> None:
