@@ -1,0 +1,51 @@
+"""Run blade tools on Temporal (``pip install 'blade-runtime[temporal]'``).
+
+A worker runs a ``Runtime`` built on an ``ActivityStore``; each tool call is a ``CallWorkflow``
+whose steps are activities running the runtime's pipeline, and whose pending actions are held
+by the workflow and answered with updates::
+
+    runtime = Runtime(store=ActivityStore())
+    runtime.register(SPEC, implementation)
+    async with worker(client, runtime, task_queue="blade"):
+        tools = TemporalTools(client, task_queue="blade", runtime=runtime)
+        result = await tools.call("lookup", {"id": 7})
+
+See docs/temporal.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from blade_runtime.runtime import Runtime
+from blade_runtime.temporal.activities import ToolActivities
+from blade_runtime.temporal.client import TemporalTools, workflow_id
+from blade_runtime.temporal.store import ActivityStore
+from blade_runtime.temporal.workflow import SEARCH_ATTRIBUTES, CallWorkflow
+
+__all__ = [
+    "SEARCH_ATTRIBUTES",
+    "ActivityStore",
+    "CallWorkflow",
+    "TemporalTools",
+    "ToolActivities",
+    "worker",
+    "workflow_id",
+]
+
+
+def worker(
+    client: Client, runtime: Runtime, *, task_queue: str = "blade", **options: Any
+) -> Worker:
+    """A Temporal worker running ``runtime``'s tools as activities and the call workflows
+    (``options`` go to ``temporalio.worker.Worker``). Use it as ``async with`` or ``run()``."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[CallWorkflow],
+        activities=ToolActivities(runtime).activities(),
+        **options,
+    )
