@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from process_worker import Tools
@@ -26,7 +27,14 @@ async def main() -> None:
     runtime = Runtime(store=ActivityStore())
     Tools(config["entries"], hang=config["hang"]).register(runtime)
     client = await Client.connect(config["address"])
-    async with worker(client, runtime, task_queue=config["task_queue"]):
+    # A killed worker's cached workflows move to the others after this, not Temporal's 10 s.
+    sticky = timedelta(seconds=1)
+    async with worker(
+        client,
+        runtime,
+        task_queue=config["task_queue"],
+        sticky_queue_schedule_to_start_timeout=sticky,
+    ):
         Path(config["ready"]).write_text("ready")
         await asyncio.Event().wait()
 

@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -136,6 +138,11 @@ class TemporalTools:
         """The call's final result (it waits for the call to settle)."""
         found: dict[str, Any] = await self.client.get_workflow_handle(workflow_id(call_id)).result()
         return found
+
+    async def cancel_call(self, call_id: str) -> None:
+        """Cancel the call: its running activity is cancelled (``ctx.signal`` fires and the call
+        settles as CANCELLED), or the call stops waiting on its action."""
+        await self.client.get_workflow_handle(workflow_id(call_id)).cancel()
 
     def _start(
         self,
@@ -301,14 +308,23 @@ class TemporalTools:
                 return None
             await asyncio.sleep(0.1)
 
-    @staticmethod
-    async def _ask(handle: WorkflowHandle[Any, Any], query: str, who: Any) -> Any:
-        try:
-            return await handle.query(query, who)
-        except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:
-                return None
-            raise
+    async def _ask(self, handle: WorkflowHandle[Any, Any], query: str, who: Any) -> Any:
+        for attempt in range(2):
+            try:
+                return await handle.query(query, who)
+            except RPCError as error:
+                if error.status == RPCStatusCode.NOT_FOUND:
+                    return None
+                if error.status != RPCStatusCode.FAILED_PRECONDITION or attempt:
+                    raise
+                # The worker that cached the workflow is gone: any other worker may answer.
+                await self.client.workflow_service.reset_sticky_task_queue(
+                    ResetStickyTaskQueueRequest(
+                        namespace=self.client.namespace,
+                        execution=WorkflowExecution(workflow_id=handle.id),
+                    )
+                )
+        raise AssertionError("unreachable")
 
 
 _CODES = frozenset(code.value for code in ErrorCode)

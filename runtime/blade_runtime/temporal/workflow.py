@@ -144,6 +144,11 @@ class CallWorkflow:
                 retry_policy=retry,
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
+        except asyncio.CancelledError:
+            # The workflow was cancelled: the activity was cancelled with it (``ctx.signal``)
+            # and has settled; the call's result says so.
+            message = "The call was cancelled through Temporal."
+            return Step(actions.error_json(ErrorCode.CANCELLED, message))
         except ActivityError as error:
             if once:
                 message = (

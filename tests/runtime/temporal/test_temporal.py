@@ -4,6 +4,7 @@ side effect as retry policy, pending actions held by workflows and answered with
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
@@ -13,10 +14,13 @@ from typing import Any
 import pytest
 from process_worker import Tools
 from temporal_support import DevServer, Workers
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from blade_runtime import Runtime
-from blade_runtime.temporal import ActivityStore, TemporalTools, worker
+from blade_runtime.core.caller import OPERATOR, CallContext, Principal
+from blade_runtime.core.permissions import Allow, Ask, PermissionRequest
+from blade_runtime.temporal import ActivityStore, TemporalTools, worker, workflow_id
 
 HEARTBEAT_S = 1.5  # a killed worker is taken for dead this long after its last heartbeat
 
@@ -91,3 +95,293 @@ def test_a_call_runs_the_runtime_pipeline_as_an_activity(place: Place) -> None:
         assert [e[1:3] for e in place.entries()] == [["initial", "fetch"]]  # the invalid never ran
 
     run(main())
+
+
+async def _updates(client: Client, call_id: str) -> list[str]:
+    """The update events in the call's workflow history (what was recorded of submissions)."""
+    handle = client.get_workflow_handle(workflow_id(call_id))
+    kinds = []
+    async for event in handle.fetch_history_events():
+        if event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_REJECTED,
+        ):
+            kinds.append(EventType.Name(event.event_type))
+    return kinds
+
+
+def test_a_suspension_is_a_pending_action_resumed_by_a_submit_update(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("sync", {"n": 1, "suspend": True}, call_id="c-suspend")
+            assert waiting["status"] == "pending" and waiting["call_id"] == "c-suspend"
+            action = waiting["action"]
+            assert action["point"] == "approval" and action["payload"] == {"prompt": "sync 1?"}
+            listed = await tools.pending()
+            assert [a["action_id"] for a in listed] == [waiting["action_id"]]
+            shown = await TemporalTools(client).action(waiting["action_id"])  # by id alone
+            assert shown is not None and shown["submit_schema"]["required"] == ["approved"]
+            done = await tools.submit(waiting["action_id"], {"approved": True, "note": "fine"})
+            assert done["status"] == "success"
+            assert done["content"] == {"n": 1, "entry": "resume", "note": "fine"}
+            final = await tools.result("c-suspend")
+            assert final["content"] == done["content"]
+            again = await tools.submit(waiting["action_id"], {"approved": True})
+            assert again["code"] == "ACTION_ALREADY_RESOLVED"
+            assert await tools.pending() == []
+        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main())
+
+
+def test_an_invalid_submit_is_refused_with_nothing_recorded_and_no_reentry(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("charge", {"n": 2, "suspend": True}, call_id="c-invalid")
+            action_id = waiting["action_id"]
+            for bad in ({"approved": "yes"}, {}, [1], "text"):
+                refused = await tools.submit(action_id, bad)
+                assert refused["status"] == "error" and refused["code"] == "INVALID_SUBMISSION"
+                assert "approved" in refused["message"] or "object" in refused["message"]
+            assert await _updates(client, "c-invalid") == [
+                "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
+            ]  # the first step only
+            assert [e[1] for e in place.entries()] == ["initial"]  # never re-entered
+            still = await tools.action(action_id)
+            assert still is not None and still["state"] == "pending"
+            done = await tools.submit(action_id, {"approved": False})
+            assert done["status"] == "success" and done["content"]["entry"] == "resume"
+        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main())
+
+
+def test_two_tenants_never_see_nor_answer_each_other_s_actions(place: Place) -> None:
+    alice = Principal("alice", "t1")
+    bob = Principal("bob", "t2")
+    operator = Principal("ops", "t0", frozenset({OPERATOR}))
+
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            mine = await tools.call(
+                "sync", {"n": 1, "suspend": True}, context=CallContext(alice), call_id="c-t1"
+            )
+            theirs = await tools.call(
+                "sync", {"n": 2, "suspend": True}, context=CallContext(bob), call_id="c-t2"
+            )
+            other = TemporalTools(client)  # no cache of action ids: the server's index
+            seen_by_alice = await other.pending(principal=alice)
+            assert [a["action_id"] for a in seen_by_alice] == [mine["action_id"]]
+            seen_by_bob = await other.pending(principal=bob)
+            assert [a["action_id"] for a in seen_by_bob] == [theirs["action_id"]]
+            assert len(await other.pending(principal=operator)) == 2
+            assert await other.action(mine["action_id"], principal=bob) is None
+            assert await other.state("c-t1", principal=bob) is None
+            refused = await other.submit(mine["action_id"], {"approved": True}, principal=bob)
+            assert refused["code"] == "UNKNOWN_ACTION"
+            refused = await other.cancel(mine["action_id"], principal=bob)
+            assert refused["code"] == "UNKNOWN_ACTION"
+            assert await _updates(client, "c-t1") == [
+                "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
+            ]
+            done = await other.submit(mine["action_id"], {"approved": True}, principal=alice)
+            assert done["status"] == "success"
+            cancelled = await other.cancel(theirs["action_id"], "no", principal=operator)
+            assert cancelled["code"] == "CANCELLED"
+            assert (await tools.result("c-t2"))["code"] == "CANCELLED"
+        assert sorted(e[1] for e in place.entries()) == ["initial", "initial", "resume"]
+
+    run(main())
+
+
+def test_an_expired_action_settles_as_timeout_by_the_workflow_s_timer(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("remind", {"n": 1, "suspend": True}, call_id="c-expire")
+            assert waiting["status"] == "pending"
+            assert waiting["action"]["expires_at"] is not None
+            final = await asyncio.wait_for(tools.result("c-expire"), 30)
+            assert final["status"] == "error" and final["code"] == "TIMEOUT"
+            late = await tools.submit(waiting["action_id"], {"approved": True})
+            assert late["code"] == "ACTION_ALREADY_RESOLVED"
+        assert [e[1] for e in place.entries()] == ["initial"]
+
+    run(main())
+
+
+def test_a_client_tool_call_is_completed_by_its_submitted_output(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("ask", {"question": "colour?"}, call_id="c-client")
+            assert waiting["status"] == "pending" and waiting["action"]["point"] is None
+            refused = await tools.submit(waiting["action_id"], {"answer": 7})
+            assert refused["code"] == "INVALID_SUBMISSION"
+            done = await tools.submit(waiting["action_id"], {"answer": "blue"})
+            assert done["status"] == "success" and done["content"] == {"answer": "blue"}
+
+    run(main())
+
+
+def test_a_permission_ask_waits_in_the_workflow_and_its_answer_admits_the_call(
+    place: Place,
+) -> None:
+    def policy(request: PermissionRequest) -> Allow | Ask:
+        return Ask("May I charge?") if request.name == "charge" else Allow()
+
+    async def main() -> None:
+        runtime = Runtime(store=ActivityStore(), permission=policy)
+        Tools(place.entries_file).register(runtime)
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            asked = await tools.call("charge", {"n": 9}, call_id="c-ask")
+            assert asked["status"] == "pending"
+            assert place.entries() == []  # not admitted yet
+            refused = await tools.submit(asked["action_id"], {"decision": "maybe"})
+            assert refused["code"] == "INVALID_SUBMISSION"
+            done = await tools.submit(asked["action_id"], {"decision": "approve"})
+            assert done["status"] == "success" and done["content"]["n"] == 9
+            denied = await tools.call("charge", {"n": 10}, call_id="c-deny")
+            no = await tools.submit(denied["action_id"], {"decision": "deny", "message": "no"})
+            assert no["code"] == "PERMISSION_DENIED"
+        assert [e[:2] for e in place.entries()] == [["c-ask", "initial"]]
+
+    run(main())
+
+
+def test_cancelling_the_workflow_reaches_the_tool_s_signal(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            call_id = await tools.start("fetch", {"n": 1, "sleep_ms": 60_000}, call_id="c-cancel")
+            await asyncio.to_thread(_wait_for_entry, place, call_id)
+            await tools.cancel_call(call_id)
+            final = await asyncio.wait_for(tools.result(call_id), 30)
+            assert final["status"] == "error" and final["code"] == "CANCELLED"
+            # The runtime settled it: ctx.signal fired in the activity, not the workflow alone.
+            assert final["message"].endswith("the call was cancelled through Temporal.")
+
+    run(main())
+
+
+def _wait_for_entry(place: Place, call_id: str) -> None:
+    place.workers().wait_for_entry(call_id)
+
+
+@pytest.mark.slow  # worker processes
+@pytest.mark.parametrize(("tool", "runs"), [("charge", 1), ("fetch", 2)])
+def test_a_worker_killed_mid_activity(place: Place, workers: Workers, tool: str, runs: int) -> None:
+    """SIGKILL while the tool runs: a non_idempotent call settles INTERRUPTED and never runs
+    again; a pure one runs again on the worker that is left."""
+    workers.spawn(hang=(tool,))
+
+    async def main() -> dict[str, Any]:
+        _, tools = await place.tools()
+        call_id = await tools.start(tool, {"n": 5}, call_id=f"c-kill-{tool}")
+        entry = await asyncio.to_thread(workers.wait_for_entry, call_id)
+        victim = next(p for p in workers.procs if str(p.pid) == entry[3])
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        await asyncio.to_thread(workers.spawn)  # one that does not hang
+        result: dict[str, Any] = await asyncio.wait_for(tools.result(call_id), 60)
+        return result
+
+    result = run(main())
+    lines = [e for e in workers.entries() if e[0] == f"c-kill-{tool}"]
+    assert len(lines) == runs
+    if runs == 1:
+        assert result["status"] == "error" and result["code"] == "INTERRUPTED"
+        assert "not run again" in result["message"]
+    else:
+        assert result["status"] == "success" and result["content"]["n"] == 5
+        assert lines[0][3] != lines[1][3]  # run again, by the other worker
+
+
+@pytest.mark.slow  # worker processes
+def test_exactly_one_resume_of_many_racing_submits_on_four_workers(
+    place: Place, workers: Workers
+) -> None:
+    workers.spawn(4)
+    calls = [f"c-race-{n}" for n in range(4)]
+
+    async def main() -> list[list[dict[str, Any]]]:
+        _, tools = await place.tools()
+        waiting = await asyncio.gather(
+            *(tools.call("sync", {"n": n, "suspend": True}, call_id=c) for n, c in enumerate(calls))
+        )
+        submitters = [TemporalTools(tools.client) for _ in range(6)]  # by id: the index
+        rounds = []
+        for action in waiting:
+            rounds.append(
+                await asyncio.gather(
+                    *(
+                        s.submit(action["action_id"], {"approved": True, "note": f"s{i}"})
+                        for i, s in enumerate(submitters)
+                    )
+                )
+            )
+        return rounds
+
+    rounds = run(main())
+    for answers in rounds:
+        won = [a for a in answers if a["status"] == "success"]
+        assert len(won) == 1, answers
+        assert all(a["code"] == "ACTION_ALREADY_RESOLVED" for a in answers if a not in won)
+    for call_id in calls:
+        resumes = [e for e in workers.entries() if e[0] == call_id and e[1] == "resume"]
+        assert len(resumes) == 1
+    pids = {e[3] for e in workers.entries()}
+    assert len(pids) >= 2  # the four workers did share the work
+
+
+@pytest.mark.slow  # worker processes
+def test_pending_actions_survive_every_worker_restarting(place: Place, workers: Workers) -> None:
+    workers.spawn(2)
+    calls = [f"c-survive-{n}" for n in range(3)]
+
+    async def start() -> list[dict[str, Any]]:
+        _, tools = await place.tools()
+        return list(
+            await asyncio.gather(
+                *(
+                    tools.call("charge", {"n": n, "suspend": True}, call_id=c)
+                    for n, c in enumerate(calls)
+                )
+            )
+        )
+
+    waiting = run(start())
+    first = {p.pid for p in workers.procs}
+    workers.kill_all()
+    workers.spawn(2)
+
+    async def finish() -> list[dict[str, Any]]:
+        client = await Client.connect(place.server.address)
+        tools = TemporalTools(client, task_queue=place.task_queue)  # an operator's: no runtime
+        listed = await tools.pending()
+        assert sorted(a["call_id"] for a in listed) == calls
+        return list(
+            await asyncio.gather(
+                *(
+                    tools.submit(a["action_id"], {"approved": True, "note": "later"})
+                    for a in waiting
+                )
+            )
+        )
+
+    done = run(finish())
+    assert [d["status"] for d in done] == ["success"] * 3
+    assert {d["content"]["note"] for d in done} == {"later"}
+    resumes = [e for e in workers.entries() if e[1] == "resume"]
+    assert sorted(e[0] for e in resumes) == calls
+    assert not {int(e[3]) for e in resumes} & first  # the new workers resumed them
