@@ -11,6 +11,7 @@ refused submission leaves nothing in the history and never re-enters the tool.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
