@@ -22,7 +22,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from blade_runtime.core import actions
-    from blade_runtime.core.caller import Principal, may_act_on
+    from blade_runtime.core.caller import Principal
+    from blade_runtime.core.records import visible
     from blade_runtime.core.results import ErrorCode
     from blade_runtime.core.store import ActionRecord
     from blade_runtime.temporal.activities import (
@@ -167,7 +168,8 @@ class CallWorkflow:
         start = self.start
         if start is None:
             return False
-        return may_act_on(Principal.from_json(principal), start.tenant, start.call.context)
+        # As on the other stores: None is the application itself, which sees every tenant.
+        return visible(Principal.from_json(principal), start.tenant, start.call.context)
 
     @workflow.query(name=PENDING)
     def pending(self, principal: Any = None) -> dict[str, Any] | None:

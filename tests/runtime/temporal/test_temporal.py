@@ -4,6 +4,7 @@ side effect as retry policy, pending actions held by workflows and answered with
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import uuid
 from collections.abc import Awaitable, Iterator
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 from process_worker import Tools
-from temporal_support import DevServer, Workers
+from temporal_support import DevServer, Workers, free_port
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -181,6 +182,7 @@ def test_two_tenants_never_see_nor_answer_each_other_s_actions(place: Place) -> 
             seen_by_bob = await other.pending(principal=bob)
             assert [a["action_id"] for a in seen_by_bob] == [theirs["action_id"]]
             assert len(await other.pending(principal=operator)) == 2
+            assert len(await other.pending()) == 2  # the application itself
             assert await other.action(mine["action_id"], principal=bob) is None
             assert await other.state("c-t1", principal=bob) is None
             refused = await other.submit(mine["action_id"], {"approved": True}, principal=bob)
@@ -385,3 +387,47 @@ def test_pending_actions_survive_every_worker_restarting(place: Place, workers: 
     resumes = [e for e in workers.entries() if e[1] == "resume"]
     assert sorted(e[0] for e in resumes) == calls
     assert not {int(e[3]) for e in resumes} & first  # the new workers resumed them
+
+
+def test_the_operators_cli_lists_shows_and_submits_on_temporal(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from blade_runtime.serving.cli import EXIT_REFUSED, EXIT_STORE, main
+
+    address = place.server.address
+    where = ["--temporal", address]
+
+    async def main_() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("sync", {"n": 4, "suspend": True}, call_id="c-cli")
+            action_id = waiting["action_id"]
+
+            def operator() -> None:
+                assert main(["pending", "list", *where]) == 0
+                listed = capsys.readouterr().out
+                assert action_id in listed and "sync.approval" in listed and "call=c-cli" in listed
+                assert main(["pending", "show", action_id, *where]) == 0
+                shown = json.loads(capsys.readouterr().out)
+                assert shown["payload"] == {"prompt": "sync 4?"} and shown["state"] == "pending"
+                assert main(["pending", "submit", action_id, '{"approved": 1}', *where]) == (
+                    EXIT_REFUSED
+                )
+                refused = capsys.readouterr().err
+                assert refused.startswith("error: Invalid submission") and refused.count("\n") == 1
+                assert main(["pending", "submit", action_id, '{"approved": true}', *where]) == 0
+                assert '"entry": "resume"' in capsys.readouterr().out
+                assert main(["pending", "submit", action_id, '{"approved": true}', *where]) == (
+                    EXIT_REFUSED
+                )
+                assert "already" in capsys.readouterr().err
+                unreachable = ["--temporal", f"127.0.0.1:{free_port()}"]
+                assert main(["pending", "list", *unreachable]) == EXIT_STORE
+                err = capsys.readouterr().err
+                assert err.startswith("error: Temporal at") and err.count("\n") == 1
+
+            await asyncio.to_thread(operator)
+        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main_())
