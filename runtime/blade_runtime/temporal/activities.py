@@ -170,8 +170,10 @@ async def _heartbeat(call_id: str) -> None:
     timeout = activity.info().heartbeat_timeout
     interval = 1.0 if timeout is None else max(0.05, timeout.total_seconds() / 3)
     while True:
-        activity.heartbeat(call_id)
+        # First after an interval: a call that settles sooner sends none (a heartbeat the SDK
+        # still holds back delays the activity's completion).
         await asyncio.sleep(interval)
+        activity.heartbeat(call_id)
 
 
 def action_record(raw: dict[str, Any]) -> ActionRecord:
