@@ -22,8 +22,12 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.common import (
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from blade_runtime.core import actions
@@ -96,6 +100,7 @@ class TemporalTools:
     ) -> dict[str, Any]:
         """Start the call and return its first step's result (``status`` ``pending`` with the
         ``action`` it waits on, when it waits)."""
+        given = call_id is not None
         handle, start = self._start(name, arguments, call_id, run_id, context)
         if isinstance(start, dict):
             return start
@@ -104,13 +109,26 @@ class TemporalTools:
             start,
             id=handle,
             task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            # A call id is an idempotency key: a retry joins the running call, and a settled
+            # one is never started again (its result is the answer).
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=self._attributes(start.tenant),
         )
-        first: dict[str, Any] = await self.client.execute_update_with_start_workflow(
-            STEP, start_workflow_operation=operation
-        )
-        return self._seen(start.call.call_id, first)
+        call_id = start.call.call_id
+        try:
+            first: dict[str, Any] = await self.client.execute_update_with_start_workflow(
+                STEP, start_workflow_operation=operation
+            )
+        except WorkflowAlreadyStartedError:
+            first = await self.result(call_id)
+        if given:
+            who = None if context is None or context.principal is None else context.principal
+            earlier = await self.state(call_id, principal=who)
+            if earlier is None or earlier["name"] != name or earlier["input"] != dict(arguments):
+                message = f"The call id {call_id!r} is taken by another call."
+                return _error(ErrorCode.DUPLICATE_CALL, message)
+        return self._seen(call_id, first)
 
     async def start(
         self,
@@ -130,6 +148,7 @@ class TemporalTools:
             start,
             id=handle,
             task_queue=self.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             search_attributes=self._attributes(start.tenant),
         )
         return start.call.call_id

@@ -188,6 +188,7 @@ class CallWorkflow:
             "call_id": start.call.call_id,
             "run_id": start.call.run_id,
             "name": start.call.name,
+            "input": start.call.arguments,
             "tenant": start.tenant,
             "action": self.action,
             "resolved": dict(self.resolved),

@@ -93,7 +93,13 @@ def test_a_call_runs_the_runtime_pipeline_as_an_activity(place: Place) -> None:
             invalid = await tools.call("fetch", {"n": "three"})
             assert invalid["status"] == "error" and invalid["code"] == "INVALID_INPUT"
             assert "n" in invalid["message"]
-        assert [e[1:3] for e in place.entries()] == [["initial", "fetch"]]  # the invalid never ran
+            keyed = await tools.call("fetch", {"n": 4}, call_id="c-key")
+            again = await tools.call("fetch", {"n": 4}, call_id="c-key")  # a retry: its result
+            assert again == keyed and keyed["content"]["n"] == 4
+            other = await tools.call("fetch", {"n": 5}, call_id="c-key")
+            assert other["code"] == "DUPLICATE_CALL"
+        # the invalid call never ran, the retried one ran once
+        assert [e[1:3] for e in place.entries()] == [["initial", "fetch"]] * 2
 
     run(main())
 
