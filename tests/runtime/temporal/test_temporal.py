@@ -437,3 +437,64 @@ def test_the_operators_cli_lists_shows_and_submits_on_temporal(
         assert [e[1] for e in place.entries()] == ["initial", "resume"]
 
     run(main_())
+
+
+def test_the_http_api_serves_calls_and_pending_actions_from_temporal(place: Place) -> None:
+    import httpx
+    from starlette.requests import Request
+
+    from blade_runtime.serving.http.temporal import create_temporal_app
+
+    people = {"alice": Principal("alice", "t1"), "bob": Principal("bob", "t2")}
+
+    def authenticate(request: Request) -> Principal | None:
+        return people.get(request.headers.get("x-user", ""))
+
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        app = create_temporal_app(tools, authenticate)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            worker(client, runtime, task_queue=place.task_queue),
+            httpx.AsyncClient(transport=transport, base_url="http://test") as http,
+        ):
+            alice, bob = {"x-user": "alice"}, {"x-user": "bob"}
+            assert (await http.get("/v1/actions")).status_code == 401
+            made = await http.post(
+                "/v1/tools/sync/calls",
+                json={"n": 7, "suspend": True},
+                headers={**alice, "idempotency-key": "c-http"},
+            )
+            assert made.status_code == 202 and made.json()["status"] == "pending"
+            action_id = made.json()["action_id"]
+            listed = (await http.get("/v1/actions", headers=alice)).json()["actions"]
+            assert [a["action_id"] for a in listed] == [action_id]
+            assert (await http.get("/v1/actions", headers=bob)).json() == {"actions": []}
+            assert (await http.get(f"/v1/actions/{action_id}", headers=bob)).status_code == 404
+            assert (await http.get("/v1/calls/c-http", headers=bob)).status_code == 404
+            stolen = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=bob
+            )
+            assert stolen.status_code == 404 and stolen.json()["code"] == "UNKNOWN_ACTION"
+            bad = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": "y"}, headers=alice
+            )
+            assert bad.status_code == 422 and bad.json()["code"] == "INVALID_SUBMISSION"
+            done = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=alice
+            )
+            assert done.status_code == 200 and done.json()["content"]["entry"] == "resume"
+            late = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=alice
+            )
+            assert late.status_code == 409 and late.json()["code"] == "ACTION_ALREADY_RESOLVED"
+            shown = (await http.get("/v1/calls/c-http", headers=alice)).json()
+            assert shown["result"]["status"] == "success"
+            wrong = await http.post("/v1/tools/sync/calls", json={"n": "x"}, headers=alice)
+            assert wrong.status_code == 422 and wrong.json()["code"] == "INVALID_INPUT"
+            missing = await http.post("/v1/tools/nope/calls", json={}, headers=alice)
+            assert missing.status_code == 404
+        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main())
