@@ -25,6 +25,7 @@ from blade_runtime.runtime import Runtime
 from blade_runtime.temporal.activities import ToolActivities
 from blade_runtime.temporal.client import TemporalTools, workflow_id
 from blade_runtime.temporal.store import ActivityStore
+from blade_runtime.temporal.transport import TemporalTransport
 from blade_runtime.temporal.workflow import SEARCH_ATTRIBUTES, CallWorkflow
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ActivityStore",
     "CallWorkflow",
     "TemporalTools",
+    "TemporalTransport",
     "ToolActivities",
     "sandbox",
     "worker",

@@ -113,8 +113,8 @@ class ToolActivities:
         settled = await self.runtime.actions.settle_action(
             action, cancelled=request.cancelled, reason=request.reason
         )
-        self.store.take(call_id)
-        return Step(result_json(settled))
+        data = self.store.take(call_id)["data"]
+        return Step(result_json(settled), extra={"data": data} if data else {})
 
     def _load(self, snapshot: Snapshot) -> str:
         self.store.load(snapshot)
@@ -124,7 +124,8 @@ class ToolActivities:
     def _settled(self, call_id: str) -> Step:
         taken = self.store.take(call_id)
         calls = taken["calls"]
-        return Step(calls[0]["result"] if calls else None)
+        data = taken["data"]
+        return Step(calls[0]["result"] if calls else None, extra={"data": data} if data else {})
 
     async def _step(self, call_id: str, work: Any) -> Step:
         """Run ``work`` (a runtime coroutine returning a ToolResult) beside a heartbeat; a
@@ -162,7 +163,8 @@ def _step_of(result: ToolResult[Any], snapshot: Snapshot) -> Step:
             "action": record,
         }
         return Step(pending, snapshot, record)
-    return Step(result_json(result))
+    data = snapshot["data"]  # the ToolData of a settled call stays readable in its workflow
+    return Step(result_json(result), extra={"data": data} if data else {})
 
 
 async def _heartbeat(call_id: str) -> None:

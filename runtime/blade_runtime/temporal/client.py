@@ -38,6 +38,7 @@ from blade_runtime.runtime import Runtime
 from blade_runtime.temporal.activities import CallInput
 from blade_runtime.temporal.workflow import (
     ACTION,
+    DATA,
     PENDING,
     SETTLE_UPDATE,
     STATE,
@@ -249,6 +250,16 @@ class TemporalTools:
         who = None if principal is None else principal.to_json()
         handle = self.client.get_workflow_handle(workflow_id(call_id))
         found: dict[str, Any] | None = await self._ask(handle, STATE, who)
+        return found
+
+    async def data(
+        self, call_id: str, *, principal: Principal | None = None
+    ) -> list[dict[str, Any]] | None:
+        """The call's durable ToolData records (``channel``, ``item_id``, ``value``,
+        ``updated_at``), in the order of first writes; None for another tenant's call."""
+        who = None if principal is None else principal.to_json()
+        handle = self.client.get_workflow_handle(workflow_id(call_id))
+        found: list[dict[str, Any]] | None = await self._ask(handle, DATA, who)
         return found
 
     async def submit(

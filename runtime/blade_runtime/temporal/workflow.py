@@ -38,7 +38,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 WORKFLOW = "BladeCall"
-SUBMIT, SETTLE_UPDATE, STEP, PENDING, STATE = "submit", "settle", "step", "pending", "state"
+SUBMIT, SETTLE_UPDATE, STEP = "submit", "settle", "step"
+PENDING, STATE, DATA = "pending", "state", "data"
 TENANT = SearchAttributeKey.for_keyword("BladeTenant")
 # Every action the call waited on, kept after it is resolved (a late submit then finds the call).
 ACTION = SearchAttributeKey.for_keyword_list("BladeActionIds")
@@ -89,6 +90,7 @@ class CallWorkflow:
         self.first: Any = None  # what the first step left (a result, or the pending one)
         self.result: Any = None
         self.seen: list[str] = []  # the ids of the actions it waited on
+        self.data: list[dict[str, Any]] = []  # the call's ToolData records, as last stored
 
     @workflow.run
     async def run(self, start: CallStart) -> Any:
@@ -130,6 +132,14 @@ class CallWorkflow:
         return step.result
 
     async def _activity(self, name: str, request: Any) -> Step:
+        step = await self._run_activity(name, request)
+        if step.snapshot is not None:
+            self.data = list(step.snapshot.get("data", ()))
+        elif "data" in step.extra:
+            self.data = list(step.extra["data"])
+        return step
+
+    async def _run_activity(self, name: str, request: Any) -> Step:
         start = self.start
         assert start is not None
         once = start.side_effect == "non_idempotent"
@@ -194,6 +204,13 @@ class CallWorkflow:
             "resolved": dict(self.resolved),
             "result": self.result,
         }
+
+    @workflow.query(name=DATA)
+    def call_data(self, principal: Any = None) -> list[dict[str, Any]] | None:
+        """The call's ToolData records (durable ones), for a principal who may see the call."""
+        if not self._may(principal):
+            return None
+        return list(self.data)
 
     @workflow.update(name=STEP)
     async def step(self) -> Any:

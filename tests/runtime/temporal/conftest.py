@@ -12,6 +12,33 @@ import process_worker
 import pytest
 from temporal_support import DevServer, start_server
 
+# A tool that writes ToolData before and after it suspends (tests/runtime/temporal only).
+JOT = {
+    "id": "work.jot.v1",
+    "name": "jot",
+    "description": "Writes a line of ToolData, waits for a note, writes another.",
+    "sideEffect": "idempotent",
+    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+    "outputSchema": {"type": "object", "properties": {"lines": {"type": "integer"}}},
+    "dataSchemas": {
+        "lines": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        }
+    },
+    "suspend": {
+        "more": {
+            "suspendSchema": {"type": "object", "properties": {"asked": {"type": "string"}}},
+            "resumeSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+            },
+        }
+    },
+}
+
 
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
@@ -28,7 +55,7 @@ def temporal_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from blade_codegen.build import build
 
     root = tmp_path_factory.mktemp("temporal-workers")
-    for spec in process_worker.SPECS.values():
+    for spec in [*process_worker.SPECS.values(), JOT]:
         path = root / "specs" / "work" / f"{spec['name']}.v1.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(spec), "utf-8")

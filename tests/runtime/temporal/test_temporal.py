@@ -18,7 +18,7 @@ from temporal_support import DevServer, Workers, free_port
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from blade_runtime import Runtime
+from blade_runtime import ResumeEntry, Runtime
 from blade_runtime.core.caller import OPERATOR, CallContext, Principal
 from blade_runtime.core.permissions import Allow, Ask, PermissionRequest
 from blade_runtime.temporal import ActivityStore, TemporalTools, worker, workflow_id
@@ -496,5 +496,74 @@ def test_the_http_api_serves_calls_and_pending_actions_from_temporal(place: Plac
             missing = await http.post("/v1/tools/nope/calls", json={}, headers=alice)
             assert missing.status_code == 404
         assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main())
+
+
+def test_the_typed_client_calls_and_answers_through_temporal(place: Place) -> None:
+    import importlib
+
+    from blade_runtime.temporal import TemporalTransport
+
+    package = importlib.import_module("blade_workers.client")
+    charge_v1 = importlib.import_module("blade_workers.work.charge_v1")
+    fetch_v1 = importlib.import_module("blade_workers.work.fetch_v1")
+    alice, bob = Principal("alice", "t1"), Principal("bob", "t2")
+
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            typed = package.Client(TemporalTransport(tools, alice))
+            done = await typed.fetch(fetch_v1.FetchInput(n=2), call_id="c-typed")
+            assert done.status == "success" and done.output.n == 2
+            waiting = await typed.charge(charge_v1.ChargeInput(n=3, suspend=True), run_id="r")
+            assert waiting.status == "pending" and waiting.action.input.prompt == "charge 3?"
+            listed = await asyncio.to_thread(typed.pending)
+            assert [a.action_id for a in listed] == [waiting.action.action_id]
+            assert (
+                await asyncio.to_thread(package.Client(TemporalTransport(tools, bob)).pending) == []
+            )
+            resumed = await waiting.action.submit(
+                charge_v1.ChargeApprovalResume(approved=True, note="typed")
+            )
+            assert resumed.status == "success" and resumed.output.note == "typed"
+            assert typed.pending() == []  # from inside the running loop too
+
+    run(main())
+
+
+def test_tool_data_written_before_and_after_a_suspension_stays_with_the_call(
+    place: Place,
+) -> None:
+    import importlib
+
+    jot = importlib.import_module("blade_workers.work.jot_v1")
+
+    async def jotting(ctx: Any) -> Any:
+        if isinstance(ctx.entry, ResumeEntry):
+            await ctx.data.write("lines", jot.JotLinesData(text=ctx.entry.payload.text), id="b")
+            return jot.JotOutput(lines=len(await ctx.data.list("lines")))
+        await ctx.data.write("lines", jot.JotLinesData(text=ctx.input.text), id="a")
+        ctx.suspend("more", jot.JotMoreSuspend(asked="more?"))
+
+    async def main() -> None:
+        runtime = place.runtime()
+        runtime.register(jot.SPEC, jotting)
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call(
+                "jot", {"text": "one"}, call_id="c-jot", context=CallContext(Principal("a", "t1"))
+            )
+            assert waiting["status"] == "pending"
+            held = await tools.data("c-jot")
+            assert held is not None and [(d["item_id"], d["value"]) for d in held] == [
+                ("a", {"text": "one"})
+            ]
+            assert await tools.data("c-jot", principal=Principal("b", "t2")) is None
+            done = await tools.submit(waiting["action_id"], {"text": "two"})
+            assert done["status"] == "success" and done["content"] == {"lines": 2}
+            kept = await tools.data("c-jot")
+            assert kept is not None and [d["value"]["text"] for d in kept] == ["one", "two"]
 
     run(main())
