@@ -112,6 +112,14 @@ class CallWorkflow:
                 self.resolved[action["action_id"]] = "expired"
                 self.action = None
                 step = await self._activity(EXPIRE, SettleInput(snapshot, action["action_id"]))
+            except asyncio.CancelledError:
+                # The call was cancelled while it waited: its action settles as CANCELLED
+                # through the runtime (hooks and observers see it), then the call ends.
+                self.resolved[action["action_id"]] = "cancelled"
+                self.action = None
+                reason = "the call was cancelled through Temporal"
+                cancel = SettleInput(snapshot, action["action_id"], True, reason)
+                step = await self._activity(SETTLE, cancel)
             else:
                 answer = self.answer
                 assert answer is not None

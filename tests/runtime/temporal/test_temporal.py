@@ -278,6 +278,12 @@ def test_cancelling_the_workflow_reaches_the_tool_s_signal(place: Place) -> None
             assert final["status"] == "error" and final["code"] == "CANCELLED"
             # The runtime settled it: ctx.signal fired in the activity, not the workflow alone.
             assert final["message"].endswith("the call was cancelled through Temporal.")
+            waiting = await tools.call("sync", {"n": 2, "suspend": True}, call_id="c-cancel-2")
+            await tools.cancel_call("c-cancel-2")
+            settled = await asyncio.wait_for(tools.result("c-cancel-2"), 30)
+            assert settled["code"] == "CANCELLED"
+            late = await tools.submit(waiting["action_id"], {"approved": True})
+            assert late["code"] == "ACTION_ALREADY_RESOLVED"
 
     run(main())
 
