@@ -266,6 +266,33 @@ def test_a_permission_ask_waits_in_the_workflow_and_its_answer_admits_the_call(
     run(main())
 
 
+def test_hooks_and_lease_fencing_run_in_the_activity_as_in_the_runtime(place: Place) -> None:
+    from blade_runtime.core.hooks import HookInput, HookOutput
+
+    async def redact(event: HookInput) -> HookOutput | None:
+        output = event.output
+        if isinstance(output, dict) and output.get("note") == "secret":
+            return HookOutput(modified_output={**output, "note": "[redacted]"})
+        return None
+
+    async def main() -> None:
+        runtime = Runtime(store=ActivityStore())
+        Tools(place.entries_file, note="secret").register(runtime)
+        runtime.on("post_tool_use", redact)
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            done = await tools.call("fetch", {"n": 1})
+            assert done["content"]["note"] == "[redacted]" and "secret" not in str(done)
+            waiting = await tools.call("post", {"n": 2, "suspend": True}, call_id="c-fence")
+            resumed = await tools.submit(waiting["action_id"], {"approved": True})
+            assert resumed["content"]["note"] == "[redacted]"
+        # the fenced write ran under the resume's claim: token 2 (1 at the start, +1 at it)
+        writes = [e[1] for e in place.entries() if e[0] == "c-fence" and e[1].startswith("write")]
+        assert writes == ["write-2"]
+
+    run(main())
+
+
 def test_cancelling_the_workflow_reaches_the_tool_s_signal(place: Place) -> None:
     async def main() -> None:
         runtime = place.runtime()
@@ -354,8 +381,6 @@ def test_exactly_one_resume_of_many_racing_submits_on_four_workers(
     for call_id in calls:
         resumes = [e for e in workers.entries() if e[0] == call_id and e[1] == "resume"]
         assert len(resumes) == 1
-    pids = {e[3] for e in workers.entries()}
-    assert len(pids) >= 2  # the four workers did share the work
 
 
 @pytest.mark.slow  # worker processes
