@@ -459,6 +459,11 @@ def test_the_operators_cli_lists_shows_and_submits_on_temporal(
                     EXIT_REFUSED
                 )
                 assert "already" in capsys.readouterr().err
+                for both_or_neither in ([], ["--store", "x.db", *where]):
+                    with pytest.raises(SystemExit) as usage:
+                        main(["pending", "list", *both_or_neither])
+                    assert usage.value.code == 2
+                    assert "--store" in capsys.readouterr().err
                 unreachable = ["--temporal", f"127.0.0.1:{free_port()}"]
                 assert main(["pending", "list", *unreachable]) == EXIT_STORE
                 err = capsys.readouterr().err
