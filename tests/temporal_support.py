@@ -116,12 +116,39 @@ class Workers:
     def entries_file(self) -> Path:
         return self.folder / "entries"
 
+    @property
+    def go(self) -> Path:
+        return self.folder / "go"
+
+    @property
+    def actions_file(self) -> Path:
+        return self.folder / "actions.json"
+
+    def answers(self, wait_s: float = 60.0) -> list[dict[str, Any]]:
+        """Every submitting worker's answers, once each has written them."""
+        outs = [self.folder / f"out-{i}" for i in range(len(self.procs))]
+        deadline = time.monotonic() + wait_s
+        while not all(out.exists() for out in outs):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"submitters did not answer within {wait_s} s")
+            time.sleep(0.05)
+        return [json.loads(line) for out in outs for line in out.read_text().splitlines()]
+
     def entries(self) -> list[list[str]]:
         if not self.entries_file.exists():
             return []
         return [line.split() for line in self.entries_file.read_text().splitlines()]
 
-    def spawn(self, count: int = 1, *, hang: tuple[str, ...] = (), wait_s: float = 60.0) -> None:
+    def spawn(
+        self,
+        count: int = 1,
+        *,
+        hang: tuple[str, ...] = (),
+        submit: bool = False,
+        wait_s: float = 60.0,
+    ) -> None:
+        """``count`` workers; with ``submit``, each submits the actions of ``actions_file`` once
+        ``go`` exists (its answers in ``out-N``)."""
         started = []
         for _ in range(count):
             index = len(self.procs)
@@ -133,6 +160,12 @@ class Workers:
                 "ready": str(ready),
                 "hang": list(hang),
             }
+            if submit:
+                config |= {
+                    "go": str(self.go),
+                    "actions": str(self.actions_file),
+                    "out": str(self.folder / f"out-{index}"),
+                }
             environment = dict(os.environ)
             environment["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(self.package)])
             with (self.folder / f"worker-{index}.log").open("wb") as out:

@@ -10,16 +10,19 @@ line of the shared entries file (``CALL_ID ENTRY TOOL PID``); ``hang`` tools blo
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from process_worker import Tools
 from temporal_support import config_of
 from temporalio.client import Client
 
 from blade_runtime import Runtime
-from blade_runtime.temporal import ActivityStore, worker
+from blade_runtime.temporal import ActivityStore, TemporalTools, worker
 
 
 async def main() -> None:
@@ -36,7 +39,27 @@ async def main() -> None:
         sticky_queue_schedule_to_start_timeout=sticky,
     ):
         Path(config["ready"]).write_text("ready")
+        if config.get("go"):
+            await _submit_all(client, config)
         await asyncio.Event().wait()
+
+
+async def _submit_all(client: Client, config: dict[str, Any]) -> None:
+    """Once the go file exists: submit every action of the actions file at once (a JSON list),
+    each answer one JSON line of this worker's out file."""
+    go = Path(config["go"])
+    while not go.exists():
+        await asyncio.sleep(0.01)
+    actions = json.loads(Path(config["actions"]).read_text())
+    tools = TemporalTools(client, task_queue=config["task_queue"])  # by id: the server's index
+    answers = await asyncio.gather(
+        *(tools.submit(a, {"approved": True, "note": f"pid {os.getpid()}"}) for a in actions)
+    )
+    lines = "".join(
+        json.dumps({"action_id": a, **answer}) + "\n"
+        for a, answer in zip(actions, answers, strict=True)
+    )
+    Path(config["out"]).write_text(lines)
 
 
 if __name__ == "__main__":
