@@ -53,7 +53,7 @@ class CallStart:
     side_effect: str
     timeout_ms: int
     heartbeat_s: float = 10.0
-    attempts: int = 0  # retries of pure and idempotent steps: 0 is Temporal's (unlimited)
+    attempts: int = 0  # the most runs of a pure or idempotent step: 0 is Temporal's (unlimited)
     tenant: str = ""
     indexed: bool = True  # upsert BladeActionIds (registered search attributes)
 
@@ -172,8 +172,8 @@ class CallWorkflow:
         except ActivityError as error:
             if once:
                 message = (
-                    "The worker running this non-idempotent call stopped before it settled; "
-                    "it is not run again: reconcile its effects."
+                    "The worker running this non-idempotent call stopped before it settled "
+                    f"({error.cause or error}); it is not run again: reconcile its effects."
                 )
                 return Step(actions.error_json(ErrorCode.INTERRUPTED, message))
             message = f"The call could not be run: {error.cause or error}"
