@@ -459,6 +459,8 @@ def test_the_operators_cli_lists_shows_and_submits_on_temporal(
                     EXIT_REFUSED
                 )
                 assert "already" in capsys.readouterr().err
+                assert main(["pending", "show", "act_nope", *where]) == EXIT_REFUSED
+                assert capsys.readouterr().err == "error: no pending action 'act_nope'\n"
                 for both_or_neither in ([], ["--store", "x.db", *where]):
                     with pytest.raises(SystemExit) as usage:
                         main(["pending", "list", *both_or_neither])
@@ -470,7 +472,13 @@ def test_the_operators_cli_lists_shows_and_submits_on_temporal(
                 assert err.startswith("error: Temporal at") and err.count("\n") == 1
 
             await asyncio.to_thread(operator)
-        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+            other = await tools.call("sync", {"n": 5, "suspend": True}, call_id="c-cli-2")
+            cancel = ["pending", "cancel", other["action_id"], "--reason", "duplicate", *where]
+            assert await asyncio.to_thread(main, cancel) == 0
+            assert "CANCELLED" in capsys.readouterr().out
+            settled = await tools.result("c-cli-2")
+            assert settled["code"] == "CANCELLED" and "duplicate" in settled["message"]
+        assert [e[1] for e in place.entries()] == ["initial", "resume", "initial"]
 
     run(main_())
 
