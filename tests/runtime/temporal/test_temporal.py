@@ -23,7 +23,10 @@ from blade_runtime.core.caller import OPERATOR, CallContext, Principal
 from blade_runtime.core.permissions import Allow, Ask, PermissionRequest
 from blade_runtime.temporal import ActivityStore, TemporalTools, worker, workflow_id
 
-HEARTBEAT_S = 1.5  # a killed worker is taken for dead this long after its last heartbeat
+# How long after its last heartbeat a worker is taken for dead: short where a test kills one,
+# longer elsewhere, so that a loaded machine's late heartbeat never looks like a death.
+KILLED_HEARTBEAT_S = 1.5
+HEARTBEAT_S = 10.0
 
 
 def run(coroutine: Awaitable[Any]) -> Any:
@@ -54,13 +57,15 @@ class Place:
         Tools(self.entries_file).register(runtime)
         return runtime
 
-    async def tools(self, runtime: Runtime | None = None) -> tuple[Client, TemporalTools]:
+    async def tools(
+        self, runtime: Runtime | None = None, *, heartbeat_s: float = HEARTBEAT_S
+    ) -> tuple[Client, TemporalTools]:
         client = await Client.connect(self.server.address)
         tools = TemporalTools(
             client,
             task_queue=self.task_queue,
             runtime=runtime or self.runtime(),
-            heartbeat_s=HEARTBEAT_S,
+            heartbeat_s=heartbeat_s,
         )
         return client, tools
 
@@ -327,7 +332,7 @@ def test_a_worker_killed_mid_activity(place: Place, workers: Workers, tool: str,
     workers.spawn(hang=(tool,))
 
     async def main() -> dict[str, Any]:
-        _, tools = await place.tools()
+        _, tools = await place.tools(heartbeat_s=KILLED_HEARTBEAT_S)
         call_id = await tools.start(tool, {"n": 5}, call_id=f"c-kill-{tool}")
         entry = await asyncio.to_thread(workers.wait_for_entry, call_id)
         victim = next(p for p in workers.procs if str(p.pid) == entry[3])
