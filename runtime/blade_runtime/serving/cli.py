@@ -4,6 +4,7 @@
     blade-runtime pending show ACTION_ID --store URL
     blade-runtime pending submit ACTION_ID [JSON | -] --store URL
     blade-runtime pending cancel ACTION_ID --store URL [--reason TEXT]
+    blade-runtime pending list|show|submit|cancel ... --temporal HOST:PORT [--namespace NS]
     blade-runtime grants list --store URL [--tenant T] [--principal ID] [--tool NAME] [--json]
     blade-runtime grants revoke GRANT_ID --store URL
     blade-runtime serve MODULE:RUNTIME --store URL [--host 127.0.0.1] [--port 8000]
@@ -27,10 +28,14 @@ permission request with ``{"decision": "approve", "always": true}`` also makes a
 (its principal, tool and subject are not asked again), which ``grants list`` shows and
 ``grants revoke`` removes.
 
+With ``--temporal`` (``blade-runtime[temporal]``) the pending actions are those the call
+workflows of ``blade_runtime.temporal`` hold: a submission is an update the workflow validates
+before anything is recorded, and a worker resumes the call at once.
+
 Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action, unknown
 grant);
-2 usage; 3 the store cannot be opened; 4 serve or mcp --http cannot listen on the address (the
-port is in use, say).
+2 usage; 3 the store cannot be opened (or the Temporal server reached); 4 serve or mcp --http
+cannot listen on the address (the port is in use, say).
 """
 
 from __future__ import annotations
@@ -96,12 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     grant_list.add_argument("--json", action="store_true", help="one JSON document")
     revoke = grant_verbs.add_parser("revoke", help="remove a grant: its requests are asked again")
     revoke.add_argument("grant_id")
-    for sub in (listing, show, submit, cancel, grant_list, revoke):
+    for sub in (grant_list, revoke):
         sub.add_argument(
             "--store",
             required=True,
             help="the store's URL (sqlite:///PATH, PATH, postgresql://...)",
         )
+    for sub in (listing, show, submit, cancel):
+        where = sub.add_mutually_exclusive_group(required=True)
+        where.add_argument(
+            "--store", help="the store's URL (sqlite:///PATH, PATH, postgresql://...)"
+        )
+        where.add_argument("--temporal", metavar="HOST:PORT", help="a Temporal frontend")
+        sub.add_argument("--namespace", default="default", help="with --temporal")
     serve = commands.add_parser(
         "mcp",
         help="serve a runtime's tools over MCP",
@@ -149,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             inbox_url=args.inbox_url,
             principal=args.principal,
         )
+    if getattr(args, "temporal", None):
+        from blade_runtime.serving.temporal_cli import run_pending
+
+        return run_pending(args)
     store = _open(args.store)
     if store is None:
         return EXIT_STORE

@@ -25,8 +25,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "stores": {"core"},
     "runtime": {"core", "stores"},
     "client": {"core", "runtime"},
-    "serving": {"core", "stores", "runtime", "client", "version"},
+    "serving": {"core", "stores", "runtime", "client", "version", "temporal"},
     "adapters": {"core", "runtime"},
+    # An outer ring like the adapters: the Temporal worker runs a Runtime on a memory store,
+    # and the typed client reaches Temporal through a Transport.
+    "temporal": {"core", "stores", "runtime", "client"},
 }
 
 
@@ -176,7 +179,7 @@ def test_importing_a_generated_package_imports_no_store_driver(built_examples: P
         "os.register_at_fork = counted\n"
         "import blade_specs, blade_specs.client\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('sqlite3', '_sqlite3', "
-        "'psycopg', 'psycopg_pool', 'starlette', 'httpx', 'mcp') or m.startswith("
+        "'psycopg', 'psycopg_pool', 'starlette', 'httpx', 'mcp', 'temporalio') or m.startswith("
         "'blade_runtime.stores.') and m != 'blade_runtime.stores.memory')\n"
         "print(json.dumps({'loaded': loaded, 'fork_hooks': len(hooks)}))\n"
     )

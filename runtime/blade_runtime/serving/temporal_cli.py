@@ -1,0 +1,106 @@
+"""``blade-runtime pending ... --temporal ADDRESS``: the operators' commands against Temporal.
+
+The same verbs as on a store, answered by the call workflows (``blade_runtime.temporal``): a
+listing and a show are queries, a submit or cancel is an update, so the workflow validates the
+submission against the action's schema before anything is recorded and, on a valid one, a
+worker resumes the call at once. The operator acts as the application (every tenant).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+EXIT_REFUSED = 1
+EXIT_UNREACHABLE = 3
+
+
+def run_pending(args: Any) -> int:
+    try:
+        from temporalio.client import Client
+    except ImportError as missing:
+        print(f"error: {missing}: pip install 'blade-runtime[temporal]'", file=sys.stderr)
+        return 2
+    return asyncio.run(_run(Client, args))
+
+
+async def _run(client_type: Any, args: Any) -> int:
+    from temporalio.service import RPCError
+
+    from blade_runtime.temporal.client import TemporalTools
+
+    try:
+        client = await client_type.connect(args.temporal, namespace=args.namespace)
+    except (RuntimeError, RPCError, OSError) as error:
+        print(f"error: Temporal at {args.temporal}: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    tools = TemporalTools(client)
+    try:
+        if args.verb == "list":
+            return await _list(tools, args.run, args.tool, args.json)
+        if args.verb == "show":
+            return await _show(tools, args.action_id)
+        if args.verb == "submit":
+            text = sys.stdin.read() if args.payload == "-" else args.payload
+            try:
+                value = json.loads(text)
+            except ValueError as error:
+                print(f"error: the payload is not JSON: {error}", file=sys.stderr)
+                return EXIT_REFUSED
+            return _settled(args.action_id, await tools.submit(args.action_id, value))
+        return _settled(args.action_id, await tools.cancel(args.action_id, args.reason))
+    except RPCError as error:
+        print(f"error: Temporal at {args.temporal}: {error}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+
+
+def _view(action: dict[str, Any]) -> dict[str, Any]:
+    """As ``pending show --store`` shows an action."""
+    name = action["name"] if action["point"] is None else f"{action['name']}.{action['point']}"
+    origin = ("name", "spec_id", "call_id", "run_id", "point", "suspended_at")
+    return {
+        "action_id": action["action_id"],
+        "name": name,
+        "state": action["state"],
+        "origin": {key: action[key] for key in origin},
+        "payload": action["payload"],
+        "submit_schema": action["submit_schema"],
+        "tenant": action["tenant"],
+        "expires_at": action["expires_at"],
+    }
+
+
+async def _list(tools: Any, run: str | None, tool: str | None, as_json: bool) -> int:
+    found = [a for a in await tools.pending(run_id=run) if tool in (None, a["name"])]
+    if as_json:
+        print(json.dumps([_view(a) for a in found], indent=2, ensure_ascii=False))
+        return 0
+    for action in found:
+        view = _view(action)
+        print(
+            f"{view['action_id']}  {view['name']}  run={action['run_id']}  "
+            f"call={action['call_id']}  since {action['suspended_at']}"
+        )
+    return 0
+
+
+async def _show(tools: Any, action_id: str) -> int:
+    action = await tools.action(action_id)
+    if action is None:
+        print(f"error: no pending action {action_id!r}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(json.dumps(_view(action), indent=2, ensure_ascii=False))
+    return 0
+
+
+def _settled(action_id: str, result: dict[str, Any]) -> int:
+    if result.get("status") == "error" and result.get("code") in _REFUSALS:
+        print(f"error: {result['message']}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"{action_id}: resolved; the call's next step: {json.dumps(result, ensure_ascii=False)}")
+    return 0
+
+
+_REFUSALS = frozenset({"INVALID_SUBMISSION", "UNKNOWN_ACTION", "ACTION_ALREADY_RESOLVED"})

@@ -1,0 +1,66 @@
+"""Run blade tools on Temporal (``pip install 'blade-runtime[temporal]'``).
+
+A worker runs a ``Runtime`` built on an ``ActivityStore``; each tool call is a ``CallWorkflow``
+whose steps are activities running the runtime's pipeline, and whose pending actions are held
+by the workflow and answered with updates::
+
+    runtime = Runtime(store=ActivityStore())
+    runtime.register(SPEC, implementation)
+    async with worker(client, runtime, task_queue="blade"):
+        tools = TemporalTools(client, task_queue="blade", runtime=runtime)
+        result = await tools.call("lookup", {"id": 7})
+
+See docs/temporal.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from blade_runtime.runtime import Runtime
+from blade_runtime.temporal.activities import ToolActivities
+from blade_runtime.temporal.client import TemporalTools, workflow_id
+from blade_runtime.temporal.store import ActivityStore
+from blade_runtime.temporal.transport import TemporalTransport
+from blade_runtime.temporal.workflow import SEARCH_ATTRIBUTES, CallWorkflow
+
+__all__ = [
+    "SEARCH_ATTRIBUTES",
+    "ActivityStore",
+    "CallWorkflow",
+    "TemporalTools",
+    "TemporalTransport",
+    "ToolActivities",
+    "sandbox",
+    "worker",
+    "workflow_id",
+]
+
+
+def sandbox() -> SandboxedWorkflowRunner:
+    """Temporal's workflow sandbox with ``blade_runtime`` (and pydantic, jsonschema-rs) passed
+    through: the workflow only reads them deterministically, and the sandbox would otherwise
+    import the runtime again for every workflow it runs (some 0.3 s each)."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(
+        "blade_runtime", "pydantic", "pydantic_core", "jsonschema_rs"
+    )
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+def worker(
+    client: Client, runtime: Runtime, *, task_queue: str = "blade", **options: Any
+) -> Worker:
+    """A Temporal worker running ``runtime``'s tools as activities and the call workflows
+    (``options`` go to ``temporalio.worker.Worker``). Use it as ``async with`` or ``run()``."""
+    options.setdefault("workflow_runner", sandbox())
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[CallWorkflow],
+        activities=ToolActivities(runtime).activities(),
+        **options,
+    )

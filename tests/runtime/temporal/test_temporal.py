@@ -1,0 +1,618 @@
+"""Tools on Temporal, against a real dev server: activities running the runtime's pipeline, the
+side effect as retry policy, pending actions held by workflows and answered with updates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import uuid
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from process_worker import Tools
+from temporal_support import DevServer, Workers, free_port
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from blade_runtime import ResumeEntry, Runtime
+from blade_runtime.core.caller import OPERATOR, CallContext, Principal
+from blade_runtime.core.permissions import Allow, Ask, PermissionRequest
+from blade_runtime.temporal import ActivityStore, TemporalTools, worker, workflow_id
+
+# How long after its last heartbeat a worker is taken for dead: short where a test kills one,
+# longer elsewhere, so that a loaded machine's late heartbeat never looks like a death.
+KILLED_HEARTBEAT_S = 1.5
+HEARTBEAT_S = 10.0
+
+
+def run(coroutine: Awaitable[Any]) -> Any:
+    async def main() -> Any:
+        return await coroutine
+
+    return asyncio.run(main())
+
+
+@dataclass
+class Place:
+    server: DevServer
+    package: Path
+    folder: Path
+    task_queue: str
+
+    @property
+    def entries_file(self) -> Path:
+        return self.folder / "entries"
+
+    def entries(self) -> list[list[str]]:
+        if not self.entries_file.exists():
+            return []
+        return [line.split() for line in self.entries_file.read_text().splitlines()]
+
+    def runtime(self) -> Runtime:
+        runtime = Runtime(store=ActivityStore())
+        Tools(self.entries_file).register(runtime)
+        return runtime
+
+    async def tools(
+        self, runtime: Runtime | None = None, *, heartbeat_s: float = HEARTBEAT_S
+    ) -> tuple[Client, TemporalTools]:
+        client = await Client.connect(self.server.address)
+        tools = TemporalTools(
+            client,
+            task_queue=self.task_queue,
+            runtime=runtime or self.runtime(),
+            heartbeat_s=heartbeat_s,
+        )
+        return client, tools
+
+    def workers(self) -> Workers:
+        return Workers(self.server.address, self.task_queue, self.folder, self.package)
+
+
+@pytest.fixture
+def place(temporal_package: Path, temporal_server: DevServer, tmp_path: Path) -> Place:
+    return Place(temporal_server, temporal_package, tmp_path, f"q-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def workers(place: Place) -> Iterator[Workers]:
+    started = place.workers()
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+def test_a_call_runs_the_runtime_pipeline_as_an_activity(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            done = await tools.call("fetch", {"n": 3})
+            assert done["status"] == "success"
+            assert done["content"] == {"n": 3, "entry": "initial", "note": "ok"}
+            invalid = await tools.call("fetch", {"n": "three"})
+            assert invalid["status"] == "error" and invalid["code"] == "INVALID_INPUT"
+            assert "n" in invalid["message"]
+            keyed = await tools.call("fetch", {"n": 4}, call_id="c-key")
+            again = await tools.call("fetch", {"n": 4}, call_id="c-key")  # a retry: its result
+            assert again == keyed and keyed["content"]["n"] == 4
+            other = await tools.call("fetch", {"n": 5}, call_id="c-key")
+            assert other["code"] == "DUPLICATE_CALL"
+        # the invalid call never ran, the retried one ran once
+        assert [e[1:3] for e in place.entries()] == [["initial", "fetch"]] * 2
+
+    run(main())
+
+
+async def _updates(client: Client, call_id: str) -> list[str]:
+    """The update events in the call's workflow history (what was recorded of submissions)."""
+    handle = client.get_workflow_handle(workflow_id(call_id))
+    kinds = []
+    async for event in handle.fetch_history_events():
+        if event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_REJECTED,
+        ):
+            kinds.append(EventType.Name(event.event_type))
+    return kinds
+
+
+def test_a_suspension_is_a_pending_action_resumed_by_a_submit_update(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("sync", {"n": 1, "suspend": True}, call_id="c-suspend")
+            assert waiting["status"] == "pending" and waiting["call_id"] == "c-suspend"
+            action = waiting["action"]
+            assert action["point"] == "approval" and action["payload"] == {"prompt": "sync 1?"}
+            listed = await tools.pending()
+            assert [a["action_id"] for a in listed] == [waiting["action_id"]]
+            shown = await TemporalTools(client).action(waiting["action_id"])  # by id alone
+            assert shown is not None and shown["submit_schema"]["required"] == ["approved"]
+            done = await tools.submit(waiting["action_id"], {"approved": True, "note": "fine"})
+            assert done["status"] == "success"
+            assert done["content"] == {"n": 1, "entry": "resume", "note": "fine"}
+            final = await tools.result("c-suspend")
+            assert final["content"] == done["content"]
+            again = await tools.submit(waiting["action_id"], {"approved": True})
+            assert again["code"] == "ACTION_ALREADY_RESOLVED"
+            assert await tools.pending() == []
+        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main())
+
+
+def test_an_invalid_submit_is_refused_with_nothing_recorded_and_no_reentry(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("charge", {"n": 2, "suspend": True}, call_id="c-invalid")
+            action_id = waiting["action_id"]
+            for bad in ({"approved": "yes"}, {}, [1], "text"):
+                refused = await tools.submit(action_id, bad)
+                assert refused["status"] == "error" and refused["code"] == "INVALID_SUBMISSION"
+                assert "approved" in refused["message"] or "object" in refused["message"]
+            assert await _updates(client, "c-invalid") == [
+                "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
+            ]  # the first step only
+            assert [e[1] for e in place.entries()] == ["initial"]  # never re-entered
+            still = await tools.action(action_id)
+            assert still is not None and still["state"] == "pending"
+            done = await tools.submit(action_id, {"approved": False})
+            assert done["status"] == "success" and done["content"]["entry"] == "resume"
+        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main())
+
+
+def test_two_tenants_never_see_nor_answer_each_other_s_actions(place: Place) -> None:
+    alice = Principal("alice", "t1")
+    bob = Principal("bob", "t2")
+    operator = Principal("ops", "t0", frozenset({OPERATOR}))
+
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            mine = await tools.call(
+                "sync", {"n": 1, "suspend": True}, context=CallContext(alice), call_id="c-t1"
+            )
+            theirs = await tools.call(
+                "sync", {"n": 2, "suspend": True}, context=CallContext(bob), call_id="c-t2"
+            )
+            other = TemporalTools(client)  # no cache of action ids: the server's index
+            seen_by_alice = await other.pending(principal=alice)
+            assert [a["action_id"] for a in seen_by_alice] == [mine["action_id"]]
+            seen_by_bob = await other.pending(principal=bob)
+            assert [a["action_id"] for a in seen_by_bob] == [theirs["action_id"]]
+            assert len(await other.pending(principal=operator)) == 2
+            assert len(await other.pending()) == 2  # the application itself
+            assert await other.action(mine["action_id"], principal=bob) is None
+            assert await other.state("c-t1", principal=bob) is None
+            refused = await other.submit(mine["action_id"], {"approved": True}, principal=bob)
+            assert refused["code"] == "UNKNOWN_ACTION"
+            refused = await other.cancel(mine["action_id"], principal=bob)
+            assert refused["code"] == "UNKNOWN_ACTION"
+            assert await _updates(client, "c-t1") == [
+                "EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED"
+            ]
+            done = await other.submit(mine["action_id"], {"approved": True}, principal=alice)
+            assert done["status"] == "success"
+            cancelled = await other.cancel(theirs["action_id"], "no", principal=operator)
+            assert cancelled["code"] == "CANCELLED"
+            assert (await tools.result("c-t2"))["code"] == "CANCELLED"
+        assert sorted(e[1] for e in place.entries()) == ["initial", "initial", "resume"]
+
+    run(main())
+
+
+def test_an_expired_action_settles_as_timeout_by_the_workflow_s_timer(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("remind", {"n": 1, "suspend": True}, call_id="c-expire")
+            assert waiting["status"] == "pending"
+            assert waiting["action"]["expires_at"] is not None
+            final = await asyncio.wait_for(tools.result("c-expire"), 30)
+            assert final["status"] == "error" and final["code"] == "TIMEOUT"
+            late = await tools.submit(waiting["action_id"], {"approved": True})
+            assert late["code"] == "ACTION_ALREADY_RESOLVED"
+        assert [e[1] for e in place.entries()] == ["initial"]
+
+    run(main())
+
+
+def test_a_client_tool_call_is_completed_by_its_submitted_output(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("ask", {"question": "colour?"}, call_id="c-client")
+            assert waiting["status"] == "pending" and waiting["action"]["point"] is None
+            refused = await tools.submit(waiting["action_id"], {"answer": 7})
+            assert refused["code"] == "INVALID_SUBMISSION"
+            done = await tools.submit(waiting["action_id"], {"answer": "blue"})
+            assert done["status"] == "success" and done["content"] == {"answer": "blue"}
+
+    run(main())
+
+
+def test_a_permission_ask_waits_in_the_workflow_and_its_answer_admits_the_call(
+    place: Place,
+) -> None:
+    def policy(request: PermissionRequest) -> Allow | Ask:
+        return Ask("May I charge?") if request.name == "charge" else Allow()
+
+    async def main() -> None:
+        runtime = Runtime(store=ActivityStore(), permission=policy)
+        Tools(place.entries_file).register(runtime)
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            asked = await tools.call("charge", {"n": 9}, call_id="c-ask")
+            assert asked["status"] == "pending"
+            assert place.entries() == []  # not admitted yet
+            refused = await tools.submit(asked["action_id"], {"decision": "maybe"})
+            assert refused["code"] == "INVALID_SUBMISSION"
+            done = await tools.submit(asked["action_id"], {"decision": "approve"})
+            assert done["status"] == "success" and done["content"]["n"] == 9
+            denied = await tools.call("charge", {"n": 10}, call_id="c-deny")
+            no = await tools.submit(denied["action_id"], {"decision": "deny", "message": "no"})
+            assert no["code"] == "PERMISSION_DENIED"
+        assert [e[:2] for e in place.entries()] == [["c-ask", "initial"]]
+
+    run(main())
+
+
+def test_hooks_and_lease_fencing_run_in_the_activity_as_in_the_runtime(place: Place) -> None:
+    from blade_runtime.core.hooks import HookInput, HookOutput
+
+    async def redact(event: HookInput) -> HookOutput | None:
+        output = event.output
+        if isinstance(output, dict) and output.get("note") == "secret":
+            return HookOutput(modified_output={**output, "note": "[redacted]"})
+        return None
+
+    async def main() -> None:
+        runtime = Runtime(store=ActivityStore())
+        Tools(place.entries_file, note="secret").register(runtime)
+        runtime.on("post_tool_use", redact)
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            done = await tools.call("fetch", {"n": 1})
+            assert done["content"]["note"] == "[redacted]" and "secret" not in str(done)
+            waiting = await tools.call("post", {"n": 2, "suspend": True}, call_id="c-fence")
+            resumed = await tools.submit(waiting["action_id"], {"approved": True})
+            assert resumed["content"]["note"] == "[redacted]"
+        # the fenced write ran under the resume's claim: token 2 (1 at the start, +1 at it)
+        writes = [e[1] for e in place.entries() if e[0] == "c-fence" and e[1].startswith("write")]
+        assert writes == ["write-2"]
+
+    run(main())
+
+
+def test_cancelling_the_workflow_reaches_the_tool_s_signal(place: Place) -> None:
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            call_id = await tools.start("fetch", {"n": 1, "sleep_ms": 60_000}, call_id="c-cancel")
+            await asyncio.to_thread(_wait_for_entry, place, call_id)
+            await tools.cancel_call(call_id)
+            final = await asyncio.wait_for(tools.result(call_id), 30)
+            assert final["status"] == "error" and final["code"] == "CANCELLED"
+            # The runtime settled it: ctx.signal fired in the activity, not the workflow alone.
+            assert final["message"].endswith("the call was cancelled through Temporal.")
+            waiting = await tools.call("sync", {"n": 2, "suspend": True}, call_id="c-cancel-2")
+            await tools.cancel_call("c-cancel-2")
+            settled = await asyncio.wait_for(tools.result("c-cancel-2"), 30)
+            assert settled["code"] == "CANCELLED"
+            late = await tools.submit(waiting["action_id"], {"approved": True})
+            assert late["code"] == "ACTION_ALREADY_RESOLVED"
+
+    run(main())
+
+
+def _wait_for_entry(place: Place, call_id: str) -> None:
+    place.workers().wait_for_entry(call_id)
+
+
+@pytest.mark.slow  # worker processes
+@pytest.mark.parametrize(("tool", "runs"), [("charge", 1), ("fetch", 2)])
+def test_a_worker_killed_mid_activity(place: Place, workers: Workers, tool: str, runs: int) -> None:
+    """SIGKILL while the tool runs: a non_idempotent call settles INTERRUPTED and never runs
+    again; a pure one runs again on the worker that is left."""
+    workers.spawn(hang=(tool,))
+
+    async def main() -> dict[str, Any]:
+        _, tools = await place.tools(heartbeat_s=KILLED_HEARTBEAT_S)
+        call_id = await tools.start(tool, {"n": 5}, call_id=f"c-kill-{tool}")
+        entry = await asyncio.to_thread(workers.wait_for_entry, call_id)
+        victim = next(p for p in workers.procs if str(p.pid) == entry[3])
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        await asyncio.to_thread(workers.spawn)  # one that does not hang
+        result: dict[str, Any] = await asyncio.wait_for(tools.result(call_id), 60)
+        return result
+
+    result = run(main())
+    lines = [e for e in workers.entries() if e[0] == f"c-kill-{tool}"]
+    assert len(lines) == runs
+    if runs == 1:
+        assert result["status"] == "error" and result["code"] == "INTERRUPTED"
+        assert "not run again" in result["message"]
+    else:
+        assert result["status"] == "success" and result["content"]["n"] == 5
+        assert lines[0][3] != lines[1][3]  # run again, by the other worker
+
+
+@pytest.mark.slow  # worker processes
+def test_exactly_one_resume_of_submits_racing_from_four_worker_processes(
+    place: Place, workers: Workers
+) -> None:
+    """Four worker processes each submit every pending action at once (and run the resumes):
+    each action has one winner, the other three get ACTION_ALREADY_RESOLVED, and each call is
+    resumed exactly once."""
+    workers.spawn(4, submit=True)
+    calls = [f"c-race-{n}" for n in range(4)]
+
+    async def start() -> list[str]:
+        _, tools = await place.tools()
+        waiting = await asyncio.gather(
+            *(tools.call("sync", {"n": n, "suspend": True}, call_id=c) for n, c in enumerate(calls))
+        )
+        return [w["action_id"] for w in waiting]
+
+    action_ids = run(start())
+    workers.actions_file.write_text(json.dumps(action_ids))
+    workers.go.write_text("go")
+    answers = workers.answers()
+    for action_id in action_ids:
+        mine = [a for a in answers if a["action_id"] == action_id]
+        assert len(mine) == 4
+        won = [a for a in mine if a["status"] == "success"]
+        assert len(won) == 1, mine
+        assert (
+            sorted(a.get("code") for a in mine if a is not won[0])
+            == ["ACTION_ALREADY_RESOLVED"] * 3
+        )
+    for call_id in calls:
+        resumes = [e for e in workers.entries() if e[0] == call_id and e[1] == "resume"]
+        assert len(resumes) == 1
+
+
+@pytest.mark.slow  # worker processes
+def test_pending_actions_survive_every_worker_restarting(place: Place, workers: Workers) -> None:
+    workers.spawn(2)
+    calls = [f"c-survive-{n}" for n in range(3)]
+
+    async def start() -> list[dict[str, Any]]:
+        _, tools = await place.tools()
+        return list(
+            await asyncio.gather(
+                *(
+                    tools.call("charge", {"n": n, "suspend": True}, call_id=c)
+                    for n, c in enumerate(calls)
+                )
+            )
+        )
+
+    waiting = run(start())
+    first = {p.pid for p in workers.procs}
+    workers.kill_all()
+    workers.spawn(2)
+
+    async def finish() -> list[dict[str, Any]]:
+        client = await Client.connect(place.server.address)
+        tools = TemporalTools(client, task_queue=place.task_queue)  # an operator's: no runtime
+        listed = await tools.pending()
+        assert sorted(a["call_id"] for a in listed) == calls
+        return list(
+            await asyncio.gather(
+                *(
+                    tools.submit(a["action_id"], {"approved": True, "note": "later"})
+                    for a in waiting
+                )
+            )
+        )
+
+    done = run(finish())
+    assert [d["status"] for d in done] == ["success"] * 3
+    assert {d["content"]["note"] for d in done} == {"later"}
+    resumes = [e for e in workers.entries() if e[1] == "resume"]
+    assert sorted(e[0] for e in resumes) == calls
+    assert not {int(e[3]) for e in resumes} & first  # the new workers resumed them
+
+
+def test_the_operators_cli_lists_shows_and_submits_on_temporal(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from blade_runtime.serving.cli import EXIT_REFUSED, EXIT_STORE, main
+
+    address = place.server.address
+    where = ["--temporal", address]
+
+    async def main_() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call("sync", {"n": 4, "suspend": True}, call_id="c-cli")
+            action_id = waiting["action_id"]
+
+            def operator() -> None:
+                assert main(["pending", "list", *where]) == 0
+                listed = capsys.readouterr().out
+                assert action_id in listed and "sync.approval" in listed and "call=c-cli" in listed
+                assert main(["pending", "show", action_id, *where]) == 0
+                shown = json.loads(capsys.readouterr().out)
+                assert shown["payload"] == {"prompt": "sync 4?"} and shown["state"] == "pending"
+                assert main(["pending", "submit", action_id, '{"approved": 1}', *where]) == (
+                    EXIT_REFUSED
+                )
+                refused = capsys.readouterr().err
+                assert refused.startswith("error: Invalid submission") and refused.count("\n") == 1
+                assert main(["pending", "submit", action_id, '{"approved": true}', *where]) == 0
+                assert '"entry": "resume"' in capsys.readouterr().out
+                assert main(["pending", "submit", action_id, '{"approved": true}', *where]) == (
+                    EXIT_REFUSED
+                )
+                assert "already" in capsys.readouterr().err
+                assert main(["pending", "show", "act_nope", *where]) == EXIT_REFUSED
+                assert capsys.readouterr().err == "error: no pending action 'act_nope'\n"
+                for both_or_neither in ([], ["--store", "x.db", *where]):
+                    with pytest.raises(SystemExit) as usage:
+                        main(["pending", "list", *both_or_neither])
+                    assert usage.value.code == 2
+                    assert "--store" in capsys.readouterr().err
+                unreachable = ["--temporal", f"127.0.0.1:{free_port()}"]
+                assert main(["pending", "list", *unreachable]) == EXIT_STORE
+                err = capsys.readouterr().err
+                assert err.startswith("error: Temporal at") and err.count("\n") == 1
+
+            await asyncio.to_thread(operator)
+            other = await tools.call("sync", {"n": 5, "suspend": True}, call_id="c-cli-2")
+            cancel = ["pending", "cancel", other["action_id"], "--reason", "duplicate", *where]
+            assert await asyncio.to_thread(main, cancel) == 0
+            assert "CANCELLED" in capsys.readouterr().out
+            settled = await tools.result("c-cli-2")
+            assert settled["code"] == "CANCELLED" and "duplicate" in settled["message"]
+        assert [e[1] for e in place.entries()] == ["initial", "resume", "initial"]
+
+    run(main_())
+
+
+def test_the_http_api_serves_calls_and_pending_actions_from_temporal(place: Place) -> None:
+    import httpx
+    from starlette.requests import Request
+
+    from blade_runtime.serving.http.temporal import create_temporal_app
+
+    people = {"alice": Principal("alice", "t1"), "bob": Principal("bob", "t2")}
+
+    def authenticate(request: Request) -> Principal | None:
+        return people.get(request.headers.get("x-user", ""))
+
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        app = create_temporal_app(tools, authenticate)
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            worker(client, runtime, task_queue=place.task_queue),
+            httpx.AsyncClient(transport=transport, base_url="http://test") as http,
+        ):
+            alice, bob = {"x-user": "alice"}, {"x-user": "bob"}
+            assert (await http.get("/v1/actions")).status_code == 401
+            made = await http.post(
+                "/v1/tools/sync/calls",
+                json={"n": 7, "suspend": True},
+                headers={**alice, "idempotency-key": "c-http"},
+            )
+            assert made.status_code == 202 and made.json()["status"] == "pending"
+            action_id = made.json()["action_id"]
+            listed = (await http.get("/v1/actions", headers=alice)).json()["actions"]
+            assert [a["action_id"] for a in listed] == [action_id]
+            assert (await http.get("/v1/actions", headers=bob)).json() == {"actions": []}
+            assert (await http.get(f"/v1/actions/{action_id}", headers=bob)).status_code == 404
+            assert (await http.get("/v1/calls/c-http", headers=bob)).status_code == 404
+            stolen = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=bob
+            )
+            assert stolen.status_code == 404 and stolen.json()["code"] == "UNKNOWN_ACTION"
+            bad = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": "y"}, headers=alice
+            )
+            assert bad.status_code == 422 and bad.json()["code"] == "INVALID_SUBMISSION"
+            done = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=alice
+            )
+            assert done.status_code == 200 and done.json()["content"]["entry"] == "resume"
+            late = await http.post(
+                f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=alice
+            )
+            assert late.status_code == 409 and late.json()["code"] == "ACTION_ALREADY_RESOLVED"
+            shown = (await http.get("/v1/calls/c-http", headers=alice)).json()
+            assert shown["result"]["status"] == "success"
+            wrong = await http.post("/v1/tools/sync/calls", json={"n": "x"}, headers=alice)
+            assert wrong.status_code == 422 and wrong.json()["code"] == "INVALID_INPUT"
+            missing = await http.post("/v1/tools/nope/calls", json={}, headers=alice)
+            assert missing.status_code == 404
+        assert [e[1] for e in place.entries()] == ["initial", "resume"]
+
+    run(main())
+
+
+def test_the_typed_client_calls_and_answers_through_temporal(place: Place) -> None:
+    import importlib
+
+    from blade_runtime.temporal import TemporalTransport
+
+    package = importlib.import_module("blade_workers.client")
+    charge_v1 = importlib.import_module("blade_workers.work.charge_v1")
+    fetch_v1 = importlib.import_module("blade_workers.work.fetch_v1")
+    alice, bob = Principal("alice", "t1"), Principal("bob", "t2")
+
+    async def main() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            typed = package.Client(TemporalTransport(tools, alice))
+            done = await typed.fetch(fetch_v1.FetchInput(n=2), call_id="c-typed")
+            assert done.status == "success" and done.output.n == 2
+            waiting = await typed.charge(charge_v1.ChargeInput(n=3, suspend=True), run_id="r")
+            assert waiting.status == "pending" and waiting.action.input.prompt == "charge 3?"
+            listed = await asyncio.to_thread(typed.pending)
+            assert [a.action_id for a in listed] == [waiting.action.action_id]
+            assert (
+                await asyncio.to_thread(package.Client(TemporalTransport(tools, bob)).pending) == []
+            )
+            resumed = await waiting.action.submit(
+                charge_v1.ChargeApprovalResume(approved=True, note="typed")
+            )
+            assert resumed.status == "success" and resumed.output.note == "typed"
+            assert typed.pending() == []  # from inside the running loop too
+
+    run(main())
+
+
+def test_tool_data_written_before_and_after_a_suspension_stays_with_the_call(
+    place: Place,
+) -> None:
+    import importlib
+
+    jot = importlib.import_module("blade_workers.work.jot_v1")
+
+    async def jotting(ctx: Any) -> Any:
+        if isinstance(ctx.entry, ResumeEntry):
+            await ctx.data.write("lines", jot.JotLinesData(text=ctx.entry.payload.text), id="b")
+            return jot.JotOutput(lines=len(await ctx.data.list("lines")))
+        await ctx.data.write("lines", jot.JotLinesData(text=ctx.input.text), id="a")
+        ctx.suspend("more", jot.JotMoreSuspend(asked="more?"))
+
+    async def main() -> None:
+        runtime = place.runtime()
+        runtime.register(jot.SPEC, jotting)
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            waiting = await tools.call(
+                "jot", {"text": "one"}, call_id="c-jot", context=CallContext(Principal("a", "t1"))
+            )
+            assert waiting["status"] == "pending"
+            held = await tools.data("c-jot")
+            assert held is not None and [(d["item_id"], d["value"]) for d in held] == [
+                ("a", {"text": "one"})
+            ]
+            assert await tools.data("c-jot", principal=Principal("b", "t2")) is None
+            done = await tools.submit(waiting["action_id"], {"text": "two"})
+            assert done["status"] == "success" and done["content"] == {"lines": 2}
+            kept = await tools.data("c-jot")
+            assert kept is not None and [d["value"]["text"] for d in kept] == ["one", "two"]
+
+    run(main())

@@ -1,0 +1,66 @@
+"""A Temporal worker process for tests/runtime/temporal (started by temporal_support.Workers).
+
+    python tests/temporal_worker.py CONFIG_JSON
+
+It registers process_worker's test tools on a Runtime over an ActivityStore, connects to the dev
+server, writes its ready file once it polls, and runs until killed. Every entry of a tool is a
+line of the shared entries file (``CALL_ID ENTRY TOOL PID``); ``hang`` tools block after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from process_worker import Tools
+from temporal_support import config_of
+from temporalio.client import Client
+
+from blade_runtime import Runtime
+from blade_runtime.temporal import ActivityStore, TemporalTools, worker
+
+
+async def main() -> None:
+    config = config_of(sys.argv)
+    runtime = Runtime(store=ActivityStore())
+    Tools(config["entries"], hang=config["hang"]).register(runtime)
+    client = await Client.connect(config["address"])
+    # A killed worker's cached workflows move to the others after this, not Temporal's 10 s.
+    sticky = timedelta(seconds=1)
+    async with worker(
+        client,
+        runtime,
+        task_queue=config["task_queue"],
+        sticky_queue_schedule_to_start_timeout=sticky,
+    ):
+        Path(config["ready"]).write_text("ready")
+        if config.get("go"):
+            await _submit_all(client, config)
+        await asyncio.Event().wait()
+
+
+async def _submit_all(client: Client, config: dict[str, Any]) -> None:
+    """Once the go file exists: submit every action of the actions file at once (a JSON list),
+    each answer one JSON line of this worker's out file."""
+    go = Path(config["go"])
+    while not go.exists():
+        await asyncio.sleep(0.01)
+    actions = json.loads(Path(config["actions"]).read_text())
+    tools = TemporalTools(client, task_queue=config["task_queue"])  # by id: the server's index
+    answers = await asyncio.gather(
+        *(tools.submit(a, {"approved": True, "note": f"pid {os.getpid()}"}) for a in actions)
+    )
+    lines = "".join(
+        json.dumps({"action_id": a, **answer}) + "\n"
+        for a, answer in zip(actions, answers, strict=True)
+    )
+    Path(config["out"]).write_text(lines)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
