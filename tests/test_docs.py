@@ -28,9 +28,6 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benc
 NOT_RUN = re.compile(r"^<!-- readme: not run: (?P<reason>.*\S) -->$")
 RUN_SHELL = "<!-- readme: run -->"
 MAX_NOT_RUN = 2
-# Written by another branch: the index links it before it lands. Accepted missing only while the
-# file does not exist; once it does, the link is checked like any other.
-NOT_YET = {ROOT / "docs" / "temporal.md"}
 
 
 @dataclass(frozen=True)
@@ -255,7 +252,7 @@ def test_every_relative_link_resolves() -> None:
                 continue  # another site's, or an anchor of this page
             path = (page.parent / unquote(parts.path)).resolve()
             checked += 1
-            if path.exists() or (path in NOT_YET and not path.exists()):
+            if path.exists():
                 continue
             broken.append(f"{page.relative_to(ROOT).as_posix()}:{line}: {target}")
     assert checked >= 20 and not broken, broken
