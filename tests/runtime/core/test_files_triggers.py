@@ -167,6 +167,9 @@ def test_a_file_over_the_limit_or_badly_named_is_refused_and_nothing_is_written(
                 {"rows": 1, "name": "../../etc/passwd"},
                 {"rows": 1, "media_type": "text/html\r\nSet-Cookie: x=1"},
                 {"rows": 1, "name": ""},
+                {"rows": 1, "media_type": 'text/plain; x="\u20ac"'},
+                {"rows": 1, "media_type": 'text/plain; x="\u2028"'},
+                {"rows": 1, "media_type": "text/html\r\n; x=1"},
             )
         ]
         await runtime.close()
@@ -178,6 +181,10 @@ def test_a_file_over_the_limit_or_badly_named_is_refused_and_nothing_is_written(
     assert "a name has no / or \\" in refused[1]
     assert "is not a media type" in refused[2] and "\n" not in refused[2]
     assert "1 to 255 printable characters" in refused[3]
+    # A Content-Type header is one line of ASCII: anything else is refused at save.
+    for message in refused[4:]:
+        assert "is not a media type" in message and "\n" not in message
+        assert "\u2028" not in message
     assert written == []
 
 
