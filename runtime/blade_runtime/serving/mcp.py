@@ -369,26 +369,33 @@ class McpTools:
         context: CallContext,
     ) -> ToolResult[Any]:
         """A call whose client asked for progress: its ``ctx.progress`` events become
-        ``notifications/progress`` (its messages, their text), in order, while it runs."""
+        ``notifications/progress`` (its messages, their text), in order, while it runs.
+
+        MCP wants a request's progress never to go back: each notification carries the largest
+        ``completed`` sent so far (0 before any), so a message, a progress without ``completed``
+        or a smaller one goes with the last value and its total."""
         call_id = f"mcp_{uuid.uuid4().hex}"
         head = await self.runtime.records.head(self.run_id)
         subscription = self.runtime.subscribe(self.run_id, after=head)
 
         async def forward() -> None:
-            count = 0
+            last = 0.0
+            last_total: float | None = None
             async for event in subscription:
                 if event.call_id != call_id or event.kind not in ("progress", "message"):
                     continue
-                count += 1
                 payload = event.payload if isinstance(event.payload, dict) else {}
                 completed = payload.get("completed") if event.kind == "progress" else None
                 total = payload.get("total") if event.kind == "progress" else None
                 text = payload.get("message") if event.kind == "progress" else event.payload
+                if isinstance(completed, int | float) and completed > last:
+                    last = float(completed)
+                    last_total = float(total) if isinstance(total, int | float) else None
+                elif completed == last and isinstance(total, int | float):
+                    last_total = float(total)
                 try:
                     await ctx.session.report_progress(
-                        float(completed) if isinstance(completed, int | float) else count,
-                        float(total) if isinstance(total, int | float) else None,
-                        text if isinstance(text, str) else json.dumps(text),
+                        last, last_total, text if isinstance(text, str) else json.dumps(text)
                     )
                 except Exception as error:  # a client gone is not the tool's failure
                     log.warning("MCP progress for %s not sent: %s", call_id, error)
