@@ -93,6 +93,31 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_a_list_filter_that_is_not_utf8_is_a_usage_error_before_the_store_is_opened(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    SQLiteStore(tmp_path / "cli.db").close()
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    byte = "\udcff"  # how Python holds a byte (0xff) of argv that is not UTF-8
+    for command in (
+        ("grants", "list", "--tool"),
+        ("grants", "list", "--tenant"),
+        ("grants", "list", "--principal"),
+        ("pending", "list", "--tool"),
+        ("pending", "list", "--run"),
+    ):
+        for store in (url, missing):
+            done = cli(*command, byte, "--store", store)
+            assert done.returncode == 2, (command, done.stderr)
+            assert done.stderr.splitlines() == [
+                f"error: {command[2]} '\\udcff' is not UTF-8 text: pass it in UTF-8"
+                " (or a UTF-8 locale)"
+            ]
+            assert done.stdout == ""
+    assert not (tmp_path / "none.db").exists()
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_an_operator_s_always_answer_makes_a_grant_the_cli_lists_and_revokes(
     example_package: Any, kind: str, request: pytest.FixtureRequest, tmp_path: Path
