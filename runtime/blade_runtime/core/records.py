@@ -45,6 +45,11 @@ def tenant_of(principal: Principal | None) -> str | None:
     return None if principal is None or principal.operator else principal.tenant
 
 
+def owner_of(principal: Principal | None) -> str | None:
+    """The principal id a listing of grants is narrowed to (None: every principal)."""
+    return None if principal is None or principal.operator else principal.id
+
+
 class Records:
     """Reads of calls, actions, ToolData and events for one principal at a time."""
 
@@ -207,18 +212,22 @@ class Records:
     async def grants(
         self, *, principal: Principal | None = None, tool: str | None = None
     ) -> list[GrantRecord]:
-        """The standing permission grants of the principal's tenant (an operator's: all)."""
+        """The principal's own standing permission grants (an operator's: all), as its calls
+        and actions are its own (``may_act_on``)."""
         found: list[GrantRecord] = await self.io(
-            self.store.grants, tenant=tenant_of(principal), tool=tool
+            self.store.grants, tenant=tenant_of(principal), principal=owner_of(principal), tool=tool
         )
         return found
 
     async def revoke_grant(
         self, grant_id: str, *, principal: Principal | None = None
     ) -> GrantRecord | None:
-        """Remove a grant of the principal's tenant (an operator's: any); None when there is
-        no such grant for it (another tenant's grant does not exist for it)."""
+        """Remove one of the principal's grants (an operator's: any); None when there is no
+        such grant for it (another principal's grant does not exist for it)."""
         revoked: GrantRecord | None = await self.io(
-            self.store.revoke_grant, grant_id, tenant=tenant_of(principal)
+            self.store.revoke_grant,
+            grant_id,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
         )
         return revoked

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from http_support import ALICE, BOB, ROOT, TOKENS, authenticate, serving
+from http_support import ALICE, BOB, CAROL, ROOT, TOKENS, authenticate, serving
 
 from blade_runtime import CallContext, Runtime
 from blade_runtime.core.permissions import by_kind
@@ -36,25 +36,37 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     made.close()
 
 
-def test_grants_over_http_are_listed_and_revoked_within_the_tenant(store: Store) -> None:
+def test_grants_over_http_are_listed_and_revoked_by_their_own_principal(store: Store) -> None:
+    """As with calls and actions, a principal sees and revokes only its own grants (another
+    principal's, of its tenant or not, does not exist for it); an operator, every one."""
     runtime = Runtime(store=store)
     app = create_app(runtime, authenticate=authenticate)
-    alice, bob = TOKENS["token-alice"], TOKENS["token-bob"]
+    alice, bob, carol = TOKENS["token-alice"], TOKENS["token-bob"], TOKENS["token-carol"]
 
     with serving(app) as server:
         mine = server.run(runtime.grant(alice, "deploy_service", "api"))
         theirs = server.run(runtime.grant(bob, "deploy_service", "api"))
+        carols = server.run(runtime.grant(carol, "deploy_service", "web"))
 
         async def scenario() -> dict[str, Any]:
             seen: dict[str, Any] = {}
             async with httpx.AsyncClient(base_url=server.url) as http:
-                for who, headers in (("alice", ALICE), ("bob", BOB), ("root", ROOT)):
+                for who, headers in (
+                    ("alice", ALICE),
+                    ("bob", BOB),
+                    ("carol", CAROL),
+                    ("root", ROOT),
+                ):
                     listed = await http.get("/v1/grants", headers=headers)
                     seen[who] = [g["grant_id"] for g in listed.json()["grants"]]
                 seen["anonymous"] = (await http.get("/v1/grants")).status_code
                 path = f"/v1/grants/{mine.grant_id}"
                 seen["bob revokes"] = await http.delete(path, headers=BOB)
+                seen["carol revokes"] = await http.delete(path, headers=CAROL)
                 seen["alice revokes"] = await http.delete(path, headers=ALICE)
+                seen["root revokes"] = await http.delete(
+                    f"/v1/grants/{carols.grant_id}", headers=ROOT
+                )
                 seen["again"] = await http.delete(path, headers=ALICE)
                 seen["by tool"] = await http.get("/v1/grants?tool=other", headers=ROOT)
                 seen["after"] = (await http.get("/v1/grants", headers=ROOT)).json()
@@ -62,11 +74,17 @@ def test_grants_over_http_are_listed_and_revoked_within_the_tenant(store: Store)
 
         seen = asyncio.run(scenario())
     assert seen["alice"] == [mine.grant_id] and seen["bob"] == [theirs.grant_id]
-    assert sorted(seen["root"]) == sorted([mine.grant_id, theirs.grant_id])  # operators: all
+    assert seen["carol"] == [carols.grant_id]  # alice's tenant, not alice's grants
+    everyone = sorted([mine.grant_id, theirs.grant_id, carols.grant_id])
+    assert sorted(seen["root"]) == everyone  # operators: all
     assert seen["anonymous"] == 401
-    refused = seen["bob revokes"]  # another tenant's grant does not exist for bob
-    assert refused.status_code == 404 and refused.json()["code"] == "UNKNOWN_GRANT"
-    assert mine.grant_id in refused.json()["message"]
+    # another tenant's grant, or another principal's of the same tenant, does not exist
+    for who in ("bob revokes", "carol revokes"):
+        refused = seen[who]
+        assert refused.status_code == 404 and refused.json()["code"] == "UNKNOWN_GRANT", who
+        assert mine.grant_id in refused.json()["message"]
+    assert seen["root revokes"].status_code == 200
+    assert seen["root revokes"].json()["revoked"]["grant_id"] == carols.grant_id
     revoked = seen["alice revokes"]
     assert revoked.status_code == 200
     assert revoked.json()["revoked"] == {
