@@ -900,6 +900,33 @@ def test_progress_over_mcp_never_goes_back(built: Path) -> None:
     ]
 
 
+def test_a_child_calls_progress_reaches_the_client_of_its_parent_call(tmp_path: Path) -> None:
+    """The child's progress and messages are sent as the parent's are, with the request's last
+    value: the child counts its own work, and MCP's progress never goes back."""
+    import files_tools
+
+    files_tools.build(tmp_path)
+    runtime = Runtime()
+    files_tools.register(runtime)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async def main() -> types.CallToolResult:
+        async with Client(mcp_server(runtime)) as client:
+            batch = {"job": "j", "steps": 2}
+            return await client.call_tool("notify_batch", batch, progress_callback=progress)
+
+    assert not run(main()).is_error
+    assert seen == [
+        (1.0, 2.0, "batch"),
+        (1.0, 2.0, "step 1"),
+        (1.0, 2.0, "step 2"),
+        (1.0, 2.0, '{"note": "almost there"}'),
+    ]
+
+
 def test_a_listing_follows_a_replaced_registration_under_the_same_name(built: Path) -> None:
     """tools/list is cached while the registrations stay as they are; replacing one under the
     same name with a projection withdraws its output schema, and the call is projected."""
