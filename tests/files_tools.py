@@ -1,5 +1,6 @@
 """The test tools of tests/test_files_triggers.py (and its worker processes): a tool that saves a
-file, one that reads one, one that triggers, one that reports progress.
+file, one that reads one, one that triggers and reports progress, and one that calls that one as
+its child.
 
 ``build(root)`` builds their specs into the importable package ``blade_files_tests``;
 ``register(runtime)`` registers the implementations. ``save(url, out)`` and
@@ -82,6 +83,24 @@ SPECS: dict[str, dict[str, Any]] = {
             "required": ["trigger_id"],
         },
     },
+    "notify-batch": {
+        "id": "files.notify-batch.v1",
+        "name": "notify_batch",
+        "description": "Reports its own progress, then runs notify_later as its child.",
+        "sideEffect": "idempotent",
+        "children": ["files.notify-later.v1"],
+        "inputSchema": {
+            "type": "object",
+            "properties": {"job": _TEXT, "steps": {"type": "integer", "minimum": 0}},
+            "required": ["job"],
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {"trigger_id": _TEXT},
+            "required": ["trigger_id"],
+        },
+    },
 }
 
 
@@ -111,6 +130,7 @@ def register(runtime: Runtime) -> None:
         return importlib.import_module(f"{PACKAGE}.files.{name}_v1")
 
     export, read, notify = module("export_report"), module("read_report"), module("notify_later")
+    batch = module("notify_batch")
 
     async def export_report(ctx: Any) -> Any:
         given = ctx.input.model_dump(exclude_unset=True)  # unset fields are MISSING, not None
@@ -141,9 +161,16 @@ def register(runtime: Runtime) -> None:
         trigger_id = await ctx.trigger({"notification": "job done", "job": given["job"]})
         return notify.NotifyLaterOutput(trigger_id=trigger_id)
 
+    async def notify_batch(ctx: Any) -> Any:
+        given = ctx.input.model_dump(exclude_unset=True)
+        ctx.progress("batch", completed=1, total=2)
+        done = await ctx.tools.call(notify.SPEC, notify.NotifyLaterInput(**given))
+        return batch.NotifyBatchOutput(trigger_id=done.trigger_id)
+
     runtime.register(export.SPEC, export_report)
     runtime.register(read.SPEC, read_report)
     runtime.register(notify.SPEC, notify_later)
+    runtime.register(batch.SPEC, notify_batch)
 
 
 def save(url: str, out: str) -> None:

@@ -292,8 +292,8 @@ class RuntimeTransport(Transport):
         return found
 
     async def events(self, run_id: str, after: int | None) -> AsyncIterator[RunEvent]:
-        """The run's events as the principal may see them (those of its own calls), until the
-        iterator is closed."""
+        """The run's events as the principal may see them (those of its own calls and of their
+        child calls), until the iterator is closed."""
         subscription = self.runtime.subscribe(run_id, after=after)
         records = self.runtime.records
         seen: dict[str, bool] = {}
@@ -302,7 +302,9 @@ class RuntimeTransport(Transport):
                 if self.principal is not None and not self.principal.operator:
                     shown = seen.get(event.call_id)
                     if shown is None:
-                        shown = await records.sees_call(event.call_id, principal=self.principal)
+                        shown = await records.sees_events(
+                            event.call_id, event.run_id, principal=self.principal
+                        )
                         if shown is not None:
                             seen[event.call_id] = shown
                     if not shown:

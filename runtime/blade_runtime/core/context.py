@@ -8,6 +8,7 @@ those protocols structurally.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
@@ -47,6 +48,30 @@ class Suspended(BaseException):
         super().__init__(point)
         self.point = point
         self.payload = payload
+
+
+# A child's call id is its parent's, then (a resumed entry's action id,) the child's tool name and
+# a count: ``ChildTools`` makes them; a grandchild's continues its parent's.
+_CHILD_STEP = r"(?:act_[0-9a-f]+/)?[A-Za-z][A-Za-z0-9_.-]*/[1-9][0-9]*"
+_CHILD_PATH = re.compile(rf"{_CHILD_STEP}(?:/{_CHILD_STEP})*")
+
+
+def child_id(parent: str, entry: str, name: str, count: int) -> str:
+    """The call id of a parent's ``count``-th child call of ``name`` in the entry ``entry``
+    (an action id for a resume, else "")."""
+    return f"{parent}/{entry}/{name}/{count}" if entry else f"{parent}/{name}/{count}"
+
+
+def parent_ids(call_id: str) -> list[str]:
+    """The call ids ``call_id`` has the form of a descendant of (a child's, a grandchild's),
+    the outermost first: each part before a "/" after which comes what ``child_id`` adds."""
+    found = []
+    at = call_id.find("/")
+    while at > 0:
+        if _CHILD_PATH.fullmatch(call_id, at + 1):
+            found.append(call_id[:at])
+        at = call_id.find("/", at + 1)
+    return found
 
 
 @dataclass(slots=True)

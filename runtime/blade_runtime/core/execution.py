@@ -25,6 +25,7 @@ from blade_runtime.core.context import (
     Suspended,
     SuspensionEpisode,
     ToolFailed,
+    child_id,
 )
 from blade_runtime.core.fencing import Lease
 from blade_runtime.core.files import FileAccess, ScopedFiles
@@ -160,7 +161,7 @@ class ChildTools:
     Each child call is a full call of its registration (hooks, validation, timeout), in the same
     run, with a call id under the parent's; cancelling the parent cancels it."""
 
-    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_prefix", "_refused")
+    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_entry", "_refused")
 
     def __init__(
         self,
@@ -179,7 +180,7 @@ class ChildTools:
         self._count = itertools.count(1)
         # Child ids are the parent's entry's: the initial entry's, or the resume of an action's
         # (a counter per entry, so that a resumed parent calling a child again gets a new id).
-        self._prefix = call.call_id if not entry else f"{call.call_id}/{entry}"
+        self._entry = entry
 
     def enabled(self, tool: ToolSpec[Any, Any, Any], /) -> bool:
         """Whether ``tool`` may be called here: a declared child, registered, and enabled for
@@ -204,7 +205,7 @@ class ChildTools:
         if tool.id in self._disabled:
             raise ChildToolError(tool.id, "TOOL_NOT_ALLOWED", "not enabled for this call")
         child = CallInfo(
-            f"{self._prefix}/{tool.name}/{next(self._count)}",
+            child_id(self._call.call_id, self._entry, tool.name, next(self._count)),
             self._call.run_id,
             tool.name,
             tool.id,

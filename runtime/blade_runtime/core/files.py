@@ -38,8 +38,11 @@ DEFAULT_MEDIA_TYPE = "application/octet-stream"
 _FILE_ID = re.compile(r"file_[0-9a-f]{32}")
 _TOKEN = r"[A-Za-z0-9!#$&^_.+-]+"
 # type/subtype with optional parameters: what reaches a Content-Type header, never a line break.
+# Space and tab only around ";" (\s takes line breaks). A quoted value is printable ASCII without "
+# or \: a header is Latin-1 at best, and re.ASCII does not narrow a negated class, so it lists.
 _MEDIA_TYPE = re.compile(
-    rf'{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=({_TOKEN}|"[^"\\\x00-\x1f\x7f]*"))*', re.ASCII
+    rf'{_TOKEN}/{_TOKEN}([ \t]*;[ \t]*{_TOKEN}=({_TOKEN}|"[\x20\x21\x23-\x5b\x5d-\x7e]*"))*',
+    re.ASCII,
 )
 _CHUNK = 1 << 20  # a folder's file is written (and its cancellation checked) a MiB at a time
 

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from blade_runtime.core.caller import Principal, may_act_on
+from blade_runtime.core.context import parent_ids
 from blade_runtime.core.files import FileAccess, FileBody
 from blade_runtime.core.store import (
     ActionRecord,
@@ -45,6 +46,11 @@ def tenant_of(principal: Principal | None) -> str | None:
     return None if principal is None or principal.operator else principal.tenant
 
 
+def owner_of(principal: Principal | None) -> str | None:
+    """The principal id a listing of grants is narrowed to (None: every principal)."""
+    return None if principal is None or principal.operator else principal.id
+
+
 class Records:
     """Reads of calls, actions, ToolData and events for one principal at a time."""
 
@@ -76,6 +82,24 @@ class Records:
         never change, so a True or False may be kept; a None may not (a record may appear,
         whoever sent the call id first)."""
         record: CallRecord | None = await self.io(self.store.call, call_id)
+        if record is None:
+            return None
+        return visible(principal, record.tenant, record.context)
+
+    async def sees_events(
+        self, call_id: str, run_id: str, *, principal: Principal | None = None
+    ) -> bool | None:
+        """Whether the principal may see the events of the call ``call_id`` in the run
+        ``run_id``, as the store's records say: the call's own record where there is one, else
+        (a child call, whose start is never stored) its root parent's, the outermost call of that
+        run whose id it has the form of a descendant of. None when the store has neither. As
+        with ``sees_call``, a True or False may be kept; a None may not."""
+        record: CallRecord | None = await self.io(self.store.call, call_id)
+        for parent in [] if record is not None else parent_ids(call_id):
+            found: CallRecord | None = await self.io(self.store.call, parent)
+            if found is not None and found.run_id == run_id:
+                record = found
+                break
         if record is None:
             return None
         return visible(principal, record.tenant, record.context)
@@ -207,18 +231,22 @@ class Records:
     async def grants(
         self, *, principal: Principal | None = None, tool: str | None = None
     ) -> list[GrantRecord]:
-        """The standing permission grants of the principal's tenant (an operator's: all)."""
+        """The principal's own standing permission grants (an operator's: all), as its calls
+        and actions are its own (``may_act_on``)."""
         found: list[GrantRecord] = await self.io(
-            self.store.grants, tenant=tenant_of(principal), tool=tool
+            self.store.grants, tenant=tenant_of(principal), principal=owner_of(principal), tool=tool
         )
         return found
 
     async def revoke_grant(
         self, grant_id: str, *, principal: Principal | None = None
     ) -> GrantRecord | None:
-        """Remove a grant of the principal's tenant (an operator's: any); None when there is
-        no such grant for it (another tenant's grant does not exist for it)."""
+        """Remove one of the principal's grants (an operator's: any); None when there is no
+        such grant for it (another principal's grant does not exist for it)."""
         revoked: GrantRecord | None = await self.io(
-            self.store.revoke_grant, grant_id, tenant=tenant_of(principal)
+            self.store.revoke_grant,
+            grant_id,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
         )
         return revoked

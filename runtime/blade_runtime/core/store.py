@@ -494,8 +494,11 @@ class Store(Protocol):
         """The standing grants, oldest first."""
         ...
 
-    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
-        """Remove a grant (of ``tenant`` only, when given); the grant removed, or None."""
+    def revoke_grant(
+        self, grant_id: str, *, tenant: str | None = None, principal: str | None = None
+    ) -> GrantRecord | None:
+        """Remove a grant (of ``tenant`` and ``principal`` only, when given); the grant
+        removed, or None."""
         ...
 
     def write_data(self, record: DataRecord, event: Event | None) -> None:

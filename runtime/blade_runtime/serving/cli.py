@@ -34,8 +34,9 @@ before anything is recorded, and a worker resumes the call at once.
 
 Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action, unknown
 grant);
-2 usage; 3 the store cannot be opened (or the Temporal server reached); 4 serve or mcp --http
-cannot listen on the address (the port is in use, say).
+2 usage (a list's filter that is not UTF-8 text, too); 3 the store cannot be opened (or the
+Temporal server reached); 4 serve or mcp --http cannot listen on the address (the port is in
+use, say).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from blade_runtime.core.store import (
     StoreError,
     UnknownAction,
     clock,
+    encodable,
 )
 from blade_runtime.stores.urls import masked, open_store, sqlite_path
 
@@ -161,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             inbox_url=args.inbox_url,
             principal=args.principal,
         )
+    unencodable = _unencodable_filter(args)
+    if unencodable is not None:
+        print(f"error: {unencodable}", file=sys.stderr)
+        return EXIT_USAGE
     if getattr(args, "temporal", None):
         from blade_runtime.serving.temporal_cli import run_pending
 
@@ -215,6 +221,18 @@ def _port(text: str) -> int:
 def _plain(doc: str | None) -> str:
     """The module docstring as help text: reST literals (``x``) shown as plain x."""
     return (doc or "").replace("``", "").strip()
+
+
+def _unencodable_filter(args: argparse.Namespace) -> str | None:
+    """What is wrong with a list's filter that has no UTF-8 form (a byte the locale could not
+    decode reaches Python as a lone surrogate, which no store can look up), or None."""
+    if args.verb != "list":
+        return None
+    for option in ("run", "tool", "tenant", "principal"):
+        value = getattr(args, option, None)
+        if isinstance(value, str) and not encodable(value):
+            return f"--{option} {value!r} is not UTF-8 text: pass it in UTF-8 (or a UTF-8 locale)"
+    return None
 
 
 def _open(url: str) -> Store | None:

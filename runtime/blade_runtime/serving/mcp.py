@@ -49,6 +49,7 @@ from pydantic import JsonValue
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
+from blade_runtime.core.context import parent_ids
 from blade_runtime.core.export import NAME_RULES, wire_names
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
@@ -368,27 +369,39 @@ class McpTools:
         arguments: dict[str, Any],
         context: CallContext,
     ) -> ToolResult[Any]:
-        """A call whose client asked for progress: its ``ctx.progress`` events become
-        ``notifications/progress`` (its messages, their text), in order, while it runs."""
+        """A call whose client asked for progress: its ``ctx.progress`` events, and its child
+        calls', become ``notifications/progress`` (its messages, their text), in order, while
+        it runs.
+
+        MCP wants a request's progress never to go back: each notification carries the largest
+        ``completed`` sent so far (0 before any), so a message, a progress without ``completed``
+        or a smaller one goes with the last value and its total. A child's count is of its own
+        work, not the request's: its progress goes with the request's last value too."""
         call_id = f"mcp_{uuid.uuid4().hex}"
         head = await self.runtime.records.head(self.run_id)
         subscription = self.runtime.subscribe(self.run_id, after=head)
 
         async def forward() -> None:
-            count = 0
+            last = 0.0
+            last_total: float | None = None
             async for event in subscription:
-                if event.call_id != call_id or event.kind not in ("progress", "message"):
+                if event.kind not in ("progress", "message"):
                     continue
-                count += 1
+                own = event.call_id == call_id
+                if not own and call_id not in parent_ids(event.call_id):
+                    continue
                 payload = event.payload if isinstance(event.payload, dict) else {}
-                completed = payload.get("completed") if event.kind == "progress" else None
+                completed = payload.get("completed") if event.kind == "progress" and own else None
                 total = payload.get("total") if event.kind == "progress" else None
                 text = payload.get("message") if event.kind == "progress" else event.payload
+                if isinstance(completed, int | float) and completed > last:
+                    last = float(completed)
+                    last_total = float(total) if isinstance(total, int | float) else None
+                elif completed == last and isinstance(total, int | float):
+                    last_total = float(total)
                 try:
                     await ctx.session.report_progress(
-                        float(completed) if isinstance(completed, int | float) else count,
-                        float(total) if isinstance(total, int | float) else None,
-                        text if isinstance(text, str) else json.dumps(text),
+                        last, last_total, text if isinstance(text, str) else json.dumps(text)
                     )
                 except Exception as error:  # a client gone is not the tool's failure
                     log.warning("MCP progress for %s not sent: %s", call_id, error)

@@ -223,10 +223,16 @@ class MemoryStore:
             ]
         return sorted(found, key=lambda g: (g.created_at, g.grant_id))
 
-    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
+    def revoke_grant(
+        self, grant_id: str, *, tenant: str | None = None, principal: str | None = None
+    ) -> GrantRecord | None:
         with self._lock:
             for key, grant in self._grants.items():
-                if grant.grant_id == grant_id and tenant in (None, grant.tenant):
+                if (
+                    grant.grant_id == grant_id
+                    and tenant in (None, grant.tenant)
+                    and principal in (None, grant.principal)
+                ):
                     del self._grants[key]
                     return grant
         return None

@@ -926,15 +926,18 @@ class PostgresStore(SQLStore):
         assert row is not None  # inserted, or the one that was there
         return grant_record(row)
 
-    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
+    def revoke_grant(
+        self, grant_id: str, *, tenant: str | None = None, principal: str | None = None
+    ) -> GrantRecord | None:
         if not self._holdable(grant_id):
             return None
         with self._db() as db:
             row = db.execute(
                 "DELETE FROM blade_grants WHERE grant_id = %s "
                 "AND (%s::text IS NULL OR tenant = %s) "
+                "AND (%s::text IS NULL OR principal = %s) "
                 f"RETURNING {_GRANT_COLUMNS}",
-                (grant_id, tenant, tenant),
+                (grant_id, tenant, tenant, principal, principal),
             ).fetchone()
         return None if row is None else grant_record(row)
 

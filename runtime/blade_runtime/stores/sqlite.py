@@ -1041,14 +1041,19 @@ class SQLiteStore(SQLStore):
             ).fetchone()
         return grant_record(row)
 
-    def revoke_grant(self, grant_id: str, *, tenant: str | None = None) -> GrantRecord | None:
+    def revoke_grant(
+        self, grant_id: str, *, tenant: str | None = None, principal: str | None = None
+    ) -> GrantRecord | None:
         if not self._holdable(grant_id):
             return None
-        only = "" if tenant is None else " AND tenant = ?"
+        only = ("" if tenant is None else " AND tenant = ?") + (
+            "" if principal is None else " AND principal = ?"
+        )
+        values = [v for v in (tenant, principal) if v is not None]
         with self._write() as db:
             row = db.execute(
                 f"DELETE FROM grants WHERE grant_id = ?{only} RETURNING {GRANT_COLUMNS}",
-                (grant_id, *(() if tenant is None else (tenant,))),
+                (grant_id, *values),
             ).fetchone()
         return None if row is None else grant_record(row)
 

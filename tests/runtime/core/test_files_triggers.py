@@ -167,6 +167,9 @@ def test_a_file_over_the_limit_or_badly_named_is_refused_and_nothing_is_written(
                 {"rows": 1, "name": "../../etc/passwd"},
                 {"rows": 1, "media_type": "text/html\r\nSet-Cookie: x=1"},
                 {"rows": 1, "name": ""},
+                {"rows": 1, "media_type": 'text/plain; x="\u20ac"'},
+                {"rows": 1, "media_type": 'text/plain; x="\u2028"'},
+                {"rows": 1, "media_type": "text/html\r\n; x=1"},
             )
         ]
         await runtime.close()
@@ -178,6 +181,10 @@ def test_a_file_over_the_limit_or_badly_named_is_refused_and_nothing_is_written(
     assert "a name has no / or \\" in refused[1]
     assert "is not a media type" in refused[2] and "\n" not in refused[2]
     assert "1 to 255 printable characters" in refused[3]
+    # A Content-Type header is one line of ASCII: anything else is refused at save.
+    for message in refused[4:]:
+        assert "is not a media type" in message and "\n" not in message
+        assert "\u2028" not in message
     assert written == []
 
 
@@ -685,3 +692,134 @@ def test_live_progress_reaches_the_typed_client_over_http_in_order(
         {"message": f"step {n}", "completed": n, "total": 3} for n in (1, 2, 3)
     ]
     assert all(e.seq == 0 for e in events[1:5]) and all(e.seq > 0 for e in events[5:])
+
+
+def _tree(events: list[RunEvent], root: str) -> list[tuple[str, str]]:
+    """The (call id, kind) of the events of ``root`` and of its child calls."""
+    return [(e.call_id, e.kind) for e in events if e.call_id.split("/")[0] == root]
+
+
+CHILD = "batch-1/notify_later/1"
+
+
+def test_a_child_calls_progress_reaches_whom_its_parent_call_shows_over_http(
+    files_package: Path, tmp_path: Path
+) -> None:
+    """A child call's start is never stored: its events are shown to whom the store's record
+    of its root parent call shows them (alice's), and to nobody else of the run."""
+    store = open_store(f"sqlite:///{tmp_path / 'children.db'}")
+    runtime = runtime_on(store)
+    app = create_app(runtime, authenticate=authenticate)
+    watchers = {"alice": "token-alice", "carol": "token-carol", "bob": "token-bob"}
+    seen: dict[str, list[RunEvent]] = {}
+    try:
+        with serving(app) as server:
+
+            def post(token: str, tool: str, call_id: str, job: dict[str, Any]) -> None:
+                made = httpx.post(
+                    f"{server.url}/v1/tools/{tool}/calls",
+                    params={"run_id": "kids", "call_id": call_id},
+                    json=job,
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert made.status_code == 200, made.text
+
+            def follow(who: str) -> None:
+                last = "batch-1" if who == "alice" else f"close-{who}"
+
+                def done(got: list[RunEvent]) -> bool:
+                    return got[-1].kind == "result" and got[-1].call_id == last
+
+                seen[who] = _watch(server.url, watchers[who], "kids", done, after=None)
+
+            for who, token in watchers.items():  # a stream opens on a run with a call of its own
+                post(token, "notify_later", f"open-{who}", {"job": "open"})
+            followers = [threading.Thread(target=follow, args=(who,)) for who in watchers]
+            for follower in followers:
+                follower.start()
+            api = app.state.api
+            deadline = time.monotonic() + 10
+            while len(api.streams) < len(watchers) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            post("token-alice", "notify_batch", "batch-1", {"job": "j", "steps": 2})
+            for who in ("carol", "bob"):  # after alice's call: their streams end behind it
+                post(watchers[who], "notify_later", f"close-{who}", {"job": "close"})
+            for follower in followers:
+                follower.join(30)
+    finally:
+        store.close()
+    tree = _tree(seen["alice"], "batch-1")
+    assert ("batch-1", "progress") in tree and ("batch-1", "result") in tree
+    assert [kind for call_id, kind in tree if call_id == CHILD][:4] == [
+        "started",
+        "progress",
+        "progress",
+        "message",
+    ]
+    assert (CHILD, "result") in tree
+    progress = [e.payload for e in seen["alice"] if e.call_id == CHILD and e.kind == "progress"]
+    assert progress == [{"message": f"step {n}", "completed": n, "total": 2} for n in (1, 2)]
+    for who in ("carol", "bob"):  # carol shares alice's tenant, bob does not
+        assert _tree(seen[who], "batch-1") == [], who
+        assert seen[who][-1].call_id == f"close-{who}"
+
+
+def test_the_in_process_typed_client_follows_its_child_calls_events(
+    files_package: Path, tmp_path: Path
+) -> None:
+    from blade_runtime.client import RuntimeTransport
+
+    store = open_store(f"sqlite:///{tmp_path / 'client-children.db'}")
+
+    async def scenario() -> dict[str, list[RunEvent]]:
+        runtime = runtime_on(store)
+        seen: dict[str, list[RunEvent]] = {"alice": [], "bob": []}
+
+        async def follow(who: str, last: str, started: asyncio.Event) -> None:
+            client = ToolClient(RuntimeTransport(runtime, TOKENS[f"token-{who}"]))
+            events = client.events("kids", after=None)
+            waiting = asyncio.ensure_future(events.__anext__())
+            started.set()
+            event = await waiting
+            while True:
+                seen[who].append(event)
+                if event.kind == "result" and event.call_id == last:
+                    return
+                event = await events.__anext__()
+
+        ready = {who: asyncio.Event() for who in seen}
+        followers = [
+            asyncio.create_task(follow("alice", "batch-1", ready["alice"])),
+            asyncio.create_task(follow("bob", "close-bob", ready["bob"])),
+        ]
+        for event in ready.values():
+            await event.wait()
+        await asyncio.sleep(0.05)  # each follower's subscription is open
+        batch = {"job": "j", "steps": 2}
+        await call(runtime, "notify_batch", batch, ALICE_CONTEXT, run_id="kids", call_id="batch-1")
+        await call(
+            runtime, "notify_later", {"job": "c"}, BOB_CONTEXT, run_id="kids", call_id="close-bob"
+        )
+        await asyncio.wait_for(asyncio.gather(*followers), 30)
+        await runtime.close()
+        return seen
+
+    try:
+        seen = run(scenario())
+    finally:
+        store.close()
+    tree = _tree(seen["alice"], "batch-1")
+    assert (CHILD, "progress") in tree and (CHILD, "message") in tree
+    assert _tree(seen["bob"], "batch-1") == []
+
+
+def test_the_parents_a_call_id_has_the_form_of_a_child_of() -> None:
+    from blade_runtime.core.context import child_id, parent_ids
+
+    child = child_id("batch-1", "", "notify_later", 1)
+    grandchild = child_id(child, "act_0123abcd", "step.v-2", 12)
+    assert child == CHILD and parent_ids(child) == ["batch-1"]
+    assert parent_ids(grandchild)[:2] == ["batch-1", CHILD]  # the root first
+    # a caller's own id with a "/" is not a child's: the store's record of it decides alone
+    for own in ("lg/thread-1/call_abc", "a/b", "a/", "/step/1", "a/step/0", "a/step/1/"):
+        assert parent_ids(own) == [], own

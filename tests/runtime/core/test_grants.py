@@ -124,9 +124,12 @@ def test_an_always_answer_makes_a_standing_grant_for_that_principal_tool_and_sub
         seen["anonymous"] = await runtime.call("deploy_service", GOOD)
         seen["listed"] = await runtime.grants()
         seen["eve sees"] = await runtime.grants(principal=EVE)
+        seen["bob sees"] = await runtime.grants(principal=BOB)
+        seen["alice sees"] = await runtime.grants(principal=ALICE)
         [grant] = seen["listed"]
         seen["eve revokes"] = await runtime.revoke_grant(grant.grant_id, principal=EVE)
         seen["bob revokes"] = await runtime.revoke_grant(grant.grant_id, principal=BOB)
+        seen["alice revokes"] = await runtime.revoke_grant(grant.grant_id, principal=ALICE)
         seen["after"] = await runtime.call("deploy_service", GOOD, context=as_(ALICE))
         await runtime.close()
         return seen
@@ -145,7 +148,9 @@ def test_an_always_answer_makes_a_standing_grant_for_that_principal_tool_and_sub
     )
     assert grant.action_id is not None
     assert seen["eve sees"] == [] and seen["eve revokes"] is None  # another tenant's: not there
-    assert seen["bob revokes"] is not None and seen["bob revokes"].grant_id == grant.grant_id
+    assert seen["bob sees"] == [] and seen["bob revokes"] is None  # another principal's: neither
+    assert seen["alice sees"] == [grant]
+    assert seen["alice revokes"] is not None and seen["alice revokes"].grant_id == grant.grant_id
     assert store.grants() == []
     assert pushes.answers == [("api", True), ("api", True)]
 

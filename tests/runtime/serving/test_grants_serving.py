@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from http_support import ALICE, BOB, ROOT, TOKENS, authenticate, serving
+from http_support import ALICE, BOB, CAROL, ROOT, TOKENS, authenticate, serving
 
 from blade_runtime import CallContext, Runtime
 from blade_runtime.core.permissions import by_kind
@@ -36,9 +36,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     made.close()
 
 
-def test_grants_over_http_are_listed_and_revoked_within_the_tenant(
+def test_grants_over_http_are_listed_and_revoked_by_their_own_principal(
     example_package: Any, store: Store
 ) -> None:
+    """As with calls and actions, a principal sees and revokes only its own grants (another
+    principal's, of its tenant or not, does not exist for it); an operator, every one."""
     from blade_specs.deploy import deploy_service_v1 as deploy
 
     async def deploys(ctx: Any) -> Any:
@@ -47,22 +49,32 @@ def test_grants_over_http_are_listed_and_revoked_within_the_tenant(
     runtime = Runtime(store=store)
     runtime.register(deploy.SPEC, deploys)
     app = create_app(runtime, authenticate=authenticate)
-    alice, bob = TOKENS["token-alice"], TOKENS["token-bob"]
+    alice, bob, carol = TOKENS["token-alice"], TOKENS["token-bob"], TOKENS["token-carol"]
 
     with serving(app) as server:
         mine = server.run(runtime.grant(alice, "deploy_service", "api"))
         theirs = server.run(runtime.grant(bob, "deploy_service", "api"))
+        carols = server.run(runtime.grant(carol, "deploy_service", "web"))
 
         async def scenario() -> dict[str, Any]:
             seen: dict[str, Any] = {}
             async with httpx.AsyncClient(base_url=server.url) as http:
-                for who, headers in (("alice", ALICE), ("bob", BOB), ("root", ROOT)):
+                for who, headers in (
+                    ("alice", ALICE),
+                    ("bob", BOB),
+                    ("carol", CAROL),
+                    ("root", ROOT),
+                ):
                     listed = await http.get("/v1/grants", headers=headers)
                     seen[who] = [g["grant_id"] for g in listed.json()["grants"]]
                 seen["anonymous"] = (await http.get("/v1/grants")).status_code
                 path = f"/v1/grants/{mine.grant_id}"
                 seen["bob revokes"] = await http.delete(path, headers=BOB)
+                seen["carol revokes"] = await http.delete(path, headers=CAROL)
                 seen["alice revokes"] = await http.delete(path, headers=ALICE)
+                seen["root revokes"] = await http.delete(
+                    f"/v1/grants/{carols.grant_id}", headers=ROOT
+                )
                 seen["again"] = await http.delete(path, headers=ALICE)
                 seen["by tool"] = await http.get("/v1/grants?tool=other", headers=ROOT)
                 seen["after"] = (await http.get("/v1/grants", headers=ROOT)).json()
@@ -70,11 +82,17 @@ def test_grants_over_http_are_listed_and_revoked_within_the_tenant(
 
         seen = asyncio.run(scenario())
     assert seen["alice"] == [mine.grant_id] and seen["bob"] == [theirs.grant_id]
-    assert sorted(seen["root"]) == sorted([mine.grant_id, theirs.grant_id])  # operators: all
+    assert seen["carol"] == [carols.grant_id]  # alice's tenant, not alice's grants
+    everyone = sorted([mine.grant_id, theirs.grant_id, carols.grant_id])
+    assert sorted(seen["root"]) == everyone  # operators: all
     assert seen["anonymous"] == 401
-    refused = seen["bob revokes"]  # another tenant's grant does not exist for bob
-    assert refused.status_code == 404 and refused.json()["code"] == "UNKNOWN_GRANT"
-    assert mine.grant_id in refused.json()["message"]
+    # another tenant's grant, or another principal's of the same tenant, does not exist
+    for who in ("bob revokes", "carol revokes"):
+        refused = seen[who]
+        assert refused.status_code == 404 and refused.json()["code"] == "UNKNOWN_GRANT", who
+        assert mine.grant_id in refused.json()["message"]
+    assert seen["root revokes"].status_code == 200
+    assert seen["root revokes"].json()["revoked"]["grant_id"] == carols.grant_id
     revoked = seen["alice revokes"]
     assert revoked.status_code == 200
     assert revoked.json()["revoked"] == {
@@ -101,6 +119,31 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def test_a_list_filter_that_is_not_utf8_is_a_usage_error_before_the_store_is_opened(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    SQLiteStore(tmp_path / "cli.db").close()
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    byte = "\udcff"  # how Python holds a byte (0xff) of argv that is not UTF-8
+    for command in (
+        ("grants", "list", "--tool"),
+        ("grants", "list", "--tenant"),
+        ("grants", "list", "--principal"),
+        ("pending", "list", "--tool"),
+        ("pending", "list", "--run"),
+    ):
+        for store in (url, missing):
+            done = cli(*command, byte, "--store", store)
+            assert done.returncode == 2, (command, done.stderr)
+            assert done.stderr.splitlines() == [
+                f"error: {command[2]} '\\udcff' is not UTF-8 text: pass it in UTF-8"
+                " (or a UTF-8 locale)"
+            ]
+            assert done.stdout == ""
+    assert not (tmp_path / "none.db").exists()
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])

@@ -862,7 +862,70 @@ def test_progress_reaches_a_client_that_sent_a_progress_token(built: Path) -> No
 
     watched, unwatched = run(main())
     assert not watched.is_error and not unwatched.is_error
-    assert seen == [(1.0, 2.0, "looking 1"), (2.0, 2.0, "looking 2"), (3.0, None, "found")]
+    assert seen == [(1.0, 2.0, "looking 1"), (2.0, 2.0, "looking 2"), (2.0, 2.0, "found")]
+
+
+def test_progress_over_mcp_never_goes_back(built: Path) -> None:
+    """A message, a progress without ``completed`` and a smaller ``completed`` each go with the
+    largest value sent so far: MCP wants a request's progress to increase."""
+    from blade_agent_specs.crm import find_v1
+
+    async def find(ctx: Any) -> Any:
+        ctx.message("starting")
+        ctx.progress("built", completed=50, total=100)
+        ctx.message("canary healthy")
+        ctx.progress("waiting")
+        ctx.progress("retrying", completed=10, total=100)
+        ctx.progress("rolled out", completed=100, total=100)
+        return find_v1.FindOutput(id=ctx.input.customer_id, name="Ann")
+
+    runtime = Runtime()
+    runtime.register(find_v1.SPEC, find)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async def main() -> types.CallToolResult:
+        async with Client(mcp_server(runtime)) as client:
+            return await client.call_tool("find", {"customer_id": 7}, progress_callback=progress)
+
+    assert not run(main()).is_error
+    assert seen == [
+        (0.0, None, "starting"),
+        (50.0, 100.0, "built"),
+        (50.0, 100.0, "canary healthy"),
+        (50.0, 100.0, "waiting"),
+        (50.0, 100.0, "retrying"),
+        (100.0, 100.0, "rolled out"),
+    ]
+
+
+def test_a_child_calls_progress_reaches_the_client_of_its_parent_call(tmp_path: Path) -> None:
+    """The child's progress and messages are sent as the parent's are, with the request's last
+    value: the child counts its own work, and MCP's progress never goes back."""
+    import files_tools
+
+    files_tools.build(tmp_path)
+    runtime = Runtime()
+    files_tools.register(runtime)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async def main() -> types.CallToolResult:
+        async with Client(mcp_server(runtime)) as client:
+            batch = {"job": "j", "steps": 2}
+            return await client.call_tool("notify_batch", batch, progress_callback=progress)
+
+    assert not run(main()).is_error
+    assert seen == [
+        (1.0, 2.0, "batch"),
+        (1.0, 2.0, "step 1"),
+        (1.0, 2.0, "step 2"),
+        (1.0, 2.0, '{"note": "almost there"}'),
+    ]
 
 
 def test_a_listing_follows_a_replaced_registration_under_the_same_name(built: Path) -> None:

@@ -830,7 +830,8 @@ def create_app(
 async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIterator[str]:
     """Server-Sent Events of one run: ``id`` is the event's sequence number (resume with
     Last-Event-ID), ``event`` its kind. An event is shown only when the store's record of its
-    call is the principal's to see (an operator sees all): decided per call from the store, and
+    call (a child's: its root parent's) is the principal's to see (an operator sees all):
+    decided per call from the store, and
     kept only once the store has the call (a key another process's call takes after a refusal
     here must not keep the first sender's name; a call the store keeps no record of, a
     MemoryStore's that neither waits nor is kept, reaches operators' streams only)."""
@@ -850,7 +851,9 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
             if not principal.operator:
                 shown = seen.get(event.call_id)
                 if shown is None:  # one lookup per call of the run, once the store has it
-                    shown = await api.records.sees_call(event.call_id, principal=principal)
+                    shown = await api.records.sees_events(
+                        event.call_id, event.run_id, principal=principal
+                    )
                     if shown is not None:
                         seen[event.call_id] = shown
                 if not shown:

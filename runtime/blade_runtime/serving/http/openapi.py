@@ -200,7 +200,7 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
         "/v1/grants": {
             "get": {
                 "operationId": "list_grants",
-                "summary": "standing permission grants of the caller's tenant",
+                "summary": "the caller's standing permission grants (an operator's: all)",
                 "responses": {"200": {"description": "list"}},
             }
         },
