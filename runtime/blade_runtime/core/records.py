@@ -90,19 +90,24 @@ class Records:
         self, call_id: str, run_id: str, *, principal: Principal | None = None
     ) -> bool | None:
         """Whether the principal may see the events of the call ``call_id`` in the run
-        ``run_id``, as the store's records say: the call's own record where there is one, else
-        (a child call, whose start is never stored) its root parent's, the outermost call of that
-        run whose id it has the form of a descendant of. None when the store has neither. As
-        with ``sees_call``, a True or False may be kept; a None may not."""
-        record: CallRecord | None = await self.io(self.store.call, call_id)
-        for parent in [] if record is not None else parent_ids(call_id):
+        ``run_id``, as the store's records say: the call's own record and, for an id of a
+        child's form (a child's start is never stored), its root parent's, the outermost call of
+        that run whose id it has the form of a descendant of. Each of them that is stored must
+        be the principal's (so a call made under a child's id by someone else never shows the
+        child's events). None when the store has neither. As with ``sees_call``, a True or
+        False may be kept; a None may not."""
+        records: list[CallRecord] = []
+        own: CallRecord | None = await self.io(self.store.call, call_id)
+        if own is not None:
+            records.append(own)
+        for parent in parent_ids(call_id):
             found: CallRecord | None = await self.io(self.store.call, parent)
             if found is not None and found.run_id == run_id:
-                record = found
+                records.append(found)
                 break
-        if record is None:
+        if not records:
             return None
-        return visible(principal, record.tenant, record.context)
+        return all(visible(principal, r.tenant, r.context) for r in records)
 
     async def calls(
         self,

@@ -823,3 +823,28 @@ def test_the_parents_a_call_id_has_the_form_of_a_child_of() -> None:
     # a caller's own id with a "/" is not a child's: the store's record of it decides alone
     for own in ("lg/thread-1/call_abc", "a/b", "a/", "/step/1", "a/step/0", "a/step/1/"):
         assert parent_ids(own) == [], own
+
+
+def test_a_call_made_under_a_childs_id_by_another_never_shows_that_childs_events(
+    store: Store,
+) -> None:
+    """Bob guesses alice's call id and starts a call of his own at her child's id: the child's
+    events are still alice's alone (her parent's record must be the viewer's too)."""
+    from blade_runtime.core.records import Records
+
+    def begin(call_id: str, context: CallContext) -> None:
+        record = CallRecord(
+            call_id, "kids", "notify_later", "files.notify-later.v1", "idempotent", "backend",
+            {}, "running", now(), owner="w", tenant=context.tenant, context=context.to_json(),
+        )  # fmt: skip
+        store.begin(record, Event("kids", call_id, "started", None, now()))
+
+    begin("batch-1", ALICE_CONTEXT)
+    begin(CHILD, BOB_CONTEXT)  # bob's own call, at the id alice's child has
+    records = Records(store)
+    alice, bob = ALICE_CONTEXT.principal, BOB_CONTEXT.principal
+    assert run(records.sees_events(CHILD, "kids", principal=bob)) is False
+    assert run(records.sees_events(CHILD, "kids", principal=alice)) is False  # nor his to her
+    assert run(records.sees_events("batch-1", "kids", principal=alice)) is True
+    assert run(records.sees_events("batch-1/notify_later/2", "kids", principal=alice)) is True
+    assert run(records.sees_events("batch-1/notify_later/2", "kids", principal=bob)) is False
