@@ -10,6 +10,7 @@
     blade-runtime serve MODULE:RUNTIME --store URL [--host 127.0.0.1] [--port 8000]
                         [--auth MODULE:FUNCTION | --allow-anonymous]
     blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
+                      [--principal ID@TENANT]
 
 URL is what ``blade_runtime.open_store`` takes: sqlite:///path.db, a plain file path, or
 postgresql://user:password@host/db (``blade-runtime[postgres]``). The pending commands open
@@ -33,10 +34,9 @@ workflows of ``blade_runtime.temporal`` hold: a submission is an update the work
 before anything is recorded, and a worker resumes the call at once.
 
 Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action, unknown
-grant);
-2 usage (a list's filter that is not UTF-8 text, too); 3 the store cannot be opened (or the
-Temporal server reached); 4 serve or mcp --http cannot listen on the address (the port is in
-use, say).
+grant); 2 usage (a list's filter that is not UTF-8 text, too); 3 the store cannot be opened (or
+the Temporal server reached); 4 serve or mcp --http cannot listen on the address (the port is
+in use, say).
 """
 
 from __future__ import annotations
@@ -277,6 +277,8 @@ def _list(store: Store, run: str | None, tool: str | None, as_json: bool) -> int
     if as_json:
         print(json.dumps([_view(a) for a in found], indent=2, ensure_ascii=False))
         return 0
+    if not found:  # said where a person reads it; a script reading stdout finds it empty
+        print("no pending actions", file=sys.stderr)
     for action in found:
         name = action.name if action.point is None else f"{action.name}.{action.point}"
         print(
@@ -340,6 +342,8 @@ def _grants(
     if as_json:
         print(json.dumps([asdict(g) for g in found], indent=2, ensure_ascii=False))
         return 0
+    if not found:
+        print("no standing grants", file=sys.stderr)
     for grant in found:
         print(
             f"{grant.grant_id}  {grant.principal}@{grant.tenant}  {grant.tool} "

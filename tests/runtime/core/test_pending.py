@@ -562,6 +562,8 @@ def test_operators_list_show_submit_and_cancel(example_package: Any, tmp_path: P
     record = runtime.store.call(client.call.call_id)
     assert record is not None and record.result["code"] == "CANCELLED"  # type: ignore[index,call-overload]
     assert cli("pending", "list", "--store", str(tmp_path / "missing.db")).returncode == 3
+    empty = cli("pending", "list", "--store", str(db))  # everything answered: nothing waits
+    assert (empty.returncode, empty.stdout, empty.stderr) == (0, "", "no pending actions\n")
 
 
 def test_an_action_is_never_resumed_by_another_spec_under_its_old_name(
