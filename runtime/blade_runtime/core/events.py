@@ -12,7 +12,6 @@ directly. Each subscriber has its own queue, so a slow subscriber never blocks a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -147,8 +146,9 @@ class Subscription:
             finally:
                 for waiting in (changed, woken):
                     waiting.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await waiting
+                # gather, not suppress: a cancellation of this task that arrives meanwhile
+                # must still end it (swallowed, the loop read the store forever)
+                await asyncio.gather(changed, woken, return_exceptions=True)
 
 
 class EventHub:
