@@ -59,7 +59,10 @@ async def _submit_all(client: Client, config: dict[str, Any]) -> None:
         json.dumps({"action_id": a, **answer}) + "\n"
         for a, answer in zip(actions, answers, strict=True)
     )
-    Path(config["out"]).write_text(lines)
+    out = Path(config["out"])
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(lines)
+    partial.replace(out)  # whole when it appears: the test reads it as soon as it exists
 
 
 if __name__ == "__main__":
