@@ -120,10 +120,9 @@ _EXPLAIN: dict[type, Callable[[Any, jsonschema_rs.ValidationError], str]] = {
 
 
 def _show(value: JsonValue | object) -> str:
-    kind = type(value)
-    if kind is str:  # what json.dumps(value, ensure_ascii=False) calls, without its set-up
+    if type(value) is str:  # what json.dumps(value, ensure_ascii=False) calls, minus set-up
         text = _encode_string(value)
-    elif kind is int:
+    elif type(value) is int:
         text = repr(value)
     else:
         try:
