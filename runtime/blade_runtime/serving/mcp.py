@@ -35,8 +35,9 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
+from types import coroutine as types_coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import mcp_types as types
@@ -811,30 +812,83 @@ class FastPath:
         return Response(_text(reply), media_type="application/json")
 
 
-async def _unless_gone(work: Awaitable[T], receive: Any) -> T | None:
+async def _unless_gone(work: Coroutine[Any, Any, T], receive: Any) -> T | None:
     """``work``'s result, or None once the client disconnects, ``work`` then cancelled: a
     client that cancels a tools/call over stateless HTTP closes its request (its
     notifications/cancelled has no session to reach this one by), and the runtime's call
-    must stop as it would on stdio."""
-    task = asyncio.ensure_future(work)
+    must stop as it would on stdio.
 
-    async def disconnected() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass  # a server that sends more of the (already read) body
-
-    watcher = asyncio.ensure_future(disconnected())
+    ``work`` runs in this task, and the disconnect is watched only from its first suspension
+    on: a call that never waits (most) costs no task and no ``asyncio.wait``."""
+    watch = _Watch(receive)
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # this request is cancelled itself
-        task.cancel()
-        raise
+        result = await _watched(work, watch)
+    except asyncio.CancelledError:
+        if not watch.gone or watch.uncancel() > 0:  # cancelled from outside too: not ours
+            raise
+        return None  # its cancellation ran to its end (the call settled CANCELLED)
     finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.wait({task})  # its cancellation runs to its end (the call settles CANCELLED)
-    return None
+        watch.stop()
+    if watch.gone:  # the work swallowed the cancellation the watcher asked for
+        watch.uncancel()
+        return None
+    return result
+
+
+class _Watch:
+    """Whether the client of the request running ``work`` went away; on that, the request's
+    task is cancelled (and the work with it, where it waits)."""
+
+    __slots__ = ("gone", "owner", "receive", "watcher")
+
+    def __init__(self, receive: Any) -> None:
+        self.receive = receive
+        self.owner: asyncio.Task[Any] | None = None
+        self.watcher: asyncio.Task[None] | None = None
+        self.gone = False
+
+    def start(self) -> None:
+        self.owner = asyncio.current_task()
+        self.watcher = asyncio.ensure_future(self._disconnected())
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+
+    def uncancel(self) -> int:
+        """Take back the watcher's cancellation; the request's remaining count."""
+        assert self.owner is not None
+        return self.owner.uncancel()
+
+    async def _disconnected(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass  # a server that sends more of the (already read) body
+        self.gone = True
+        assert self.owner is not None
+        self.owner.cancel()
+
+
+@types_coroutine
+def _watched(coroutine: Coroutine[Any, Any, T], watch: _Watch) -> Generator[Any, Any, T]:
+    """``await coroutine``, starting ``watch`` when it first suspends."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        try:
+            yielded = coroutine.send(sent) if thrown is None else coroutine.throw(thrown)
+        except StopIteration as finished:
+            result: T = finished.value
+            return result
+        if watch.watcher is None:
+            watch.start()
+        sent, thrown = None, None
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as error:
+            thrown = error
 
 
 async def _body(receive: Any) -> bytes | None:
