@@ -46,7 +46,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
@@ -699,14 +699,35 @@ class FastPath:
     def __init__(
         self, app: Any, server: Server[Any], tools: McpTools, path: str, security: Any
     ) -> None:
+        # Imported here, once, not in _answer: each import statement there cost about a
+        # microsecond on every request (and serving over stdio never imports these).
+        from mcp.server.runner import modern_error_data
+        from mcp.server.streamable_http import check_accept_headers
         from mcp.server.transport_security import TransportSecurityMiddleware
+        from mcp.shared.inbound import (
+            InboundModernRoute,
+            classify_inbound_request,
+            find_duplicated_routing_header,
+        )
+        from mcp_types import methods
+        from starlette.requests import Request
+        from starlette.responses import Response
 
+        self._error_data = modern_error_data
+        self._accepts = check_accept_headers
+        self._route = InboundModernRoute
+        self._classify = classify_inbound_request
+        self._duplicated = find_duplicated_routing_header
+        self._serialize = methods.serialize_server_result
+        self._request = Request
+        self._response = Response
         self.app = app
         self.server = server
         self.tools = tools
         self.path = path
         self.security = TransportSecurityMiddleware(security)
         self.served = 0  # requests answered here rather than by the SDK's app
+        self._stamp: dict[str, Any] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if not self._candidate(scope):
@@ -748,24 +769,13 @@ class FastPath:
         """The response to send, or None: the SDK's app answers. ``receive`` replays the body
         (for the application's authenticate); ``wire`` is the server's own, read only for the
         client's disconnect."""
-        from mcp.server.runner import modern_error_data
-        from mcp.server.streamable_http import check_accept_headers
-        from mcp.shared.inbound import (
-            InboundModernRoute,
-            classify_inbound_request,
-            find_duplicated_routing_header,
-        )
-        from mcp_types import methods
-        from pydantic import ValidationError
-        from starlette.requests import Request
-        from starlette.responses import Response
-
+        Request, Response = self._request, self._response
         request = Request(scope, receive)
         if await self.security.validate_request(request, is_post=True) is not None:
             return None
-        if not check_accept_headers(request)[0]:
+        if not self._accepts(request)[0]:
             return None
-        if find_duplicated_routing_header(request.headers.items()) is not None:
+        if self._duplicated(request.headers.items()) is not None:
             return None
         try:
             decoded = json.loads(body)
@@ -778,8 +788,8 @@ class FastPath:
             return None
         if not isinstance(request_id, str | int):
             return None
-        verdict = classify_inbound_request(decoded, headers=dict(request.headers))
-        if not isinstance(verdict, InboundModernRoute):
+        verdict = self._classify(decoded, headers=dict(request.headers))
+        if not isinstance(verdict, self._route):
             return None
         try:
             params = types.CallToolRequestParams.model_validate(decoded.get("params"))
@@ -797,16 +807,19 @@ class FastPath:
             if result is None:  # the client went away (a cancelled request): the call is too
                 return Response(status_code=499)
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-            shaped = methods.serialize_server_result("tools/call", version, dumped)
+            shaped = self._serialize("tools/call", version, dumped)
         except Exception as error:  # the SDK's mapping of a handler's failure
             if not isinstance(error, MCPError):  # a refusal is an answer, not a failure
                 log.exception("tools/call %s failed", params.name)
-            data = modern_error_data(error)
+            data = self._error_data(error)
             reply["error"] = data.model_dump(mode="json", by_alias=True, exclude_none=True)
             return Response(_text(reply), media_type="application/json")
         shaped.setdefault("resultType", "complete")
         meta = shaped.get("_meta")
-        stamp = {types.SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        if self._stamp is None:  # the server's identity is fixed once it is built
+            # a copy of our own, only ever serialized (the SDK deep-copies it on every read)
+            self._stamp = {types.SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        stamp = self._stamp
         shaped["_meta"] = stamp if not isinstance(meta, dict) else {**meta, **stamp}
         reply["result"] = shaped
         return Response(_text(reply), media_type="application/json")
