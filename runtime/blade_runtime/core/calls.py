@@ -25,7 +25,7 @@ from pydantic import JsonValue
 from blade_runtime.core import grants
 from blade_runtime.core.behavior import narrowed
 from blade_runtime.core.caller import CallContext
-from blade_runtime.core.cancel_scope import GRACE_S, Abandoned, CancelScope
+from blade_runtime.core.cancel_scope import COROUTINE, GRACE_S, Abandoned, CancelScope
 from blade_runtime.core.capabilities import with_capabilities
 from blade_runtime.core.content import project
 from blade_runtime.core.context import (
@@ -117,6 +117,9 @@ _FATAL_IN_CHILDREN = frozenset(
     {ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT, ErrorCode.OBSERVER_FAILED}
 )
 _RESULTS = (ToolSuccess, ToolSkipped, ToolError, ToolPending)
+# What an implementation may raise that ends its call with a result (``_failed``); a
+# suspension is handled apart, and cancellation is not caught at all.
+_FAILURES = (ToolFailed, ChildHookFailed, StepRefused, LeaseNotHeld, Exception)
 
 
 @dataclass(slots=True)
@@ -216,7 +219,47 @@ class CallRunner:
                     result = verdict
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
-                    result = await self._run(registration, call, admitted, scope)
+                    plain = registration.plain
+                    if plain is None:
+                        plain = registration.settle_plain()
+                    if self.durable or not (plain and self.interceptors.bare):
+                        result = await self._run(registration, call, admitted, scope)
+                    else:  # _run without what neither the registration nor the runtime uses
+                        if self.events.active:
+                            self.events.publish(self._event(call, "started", None))
+                        ctx = ToolContext(
+                            registration.build_input, admitted, call, scope, registration.points
+                        )
+                        ctx._publish = self.events.publish
+                        ctx._services = self.services
+                        ctx._steps = self
+                        ctx._registration = registration
+                        running = registration.implementation(ctx)  # type: ignore[misc]
+                        try:
+                            if type(running) is COROUTINE:  # its first step here: most end in it
+                                scope.arm(registration.timeout_s)
+                                try:
+                                    yielded = running.send(None)
+                                except StopIteration as finished:
+                                    output = finished.value
+                                else:
+                                    output = await scope.resume(running, yielded)
+                            else:
+                                output = await scope.run(running, registration.timeout_s)
+                        except Suspended as suspended:
+                            result = await self._suspend(
+                                registration, call, admitted, suspended, None
+                            )
+                        except _FAILURES as error:
+                            result = self._failed(call, error)
+                        else:
+                            result = (
+                                self._output(registration, call, output, ctx._display)
+                                if scope.reason is None
+                                else self._cancelled(call, scope)
+                            )
+                        finally:
+                            scope.stop()
                 elif valid is False:
                     admitted = verdict
                     result = self._invalid(registration, call, admitted)
@@ -521,26 +564,10 @@ class CallRunner:
             self.held[call.call_id] = lease  # its children run under this entry's claim
         try:
             output = await scope.run(running, registration.timeout_s)
-        except ToolFailed as failure:
-            return self.fatal.pop(call.call_id, None) or error_result(
-                call, ErrorCode.TOOL_FAILED, failure.message
-            )
         except Suspended as suspended:
             return await self._suspend(registration, call, arguments, suspended, attempt)
-        except ChildHookFailed:
-            return self.fatal.pop(call.call_id)
-        except StepRefused as refused:
-            return error_result(call, ErrorCode(refused.code), refused.message)
-        except LeaseNotHeld as lost:
-            log.error("%s (call %s): %s", call.name, call.call_id, lost)
-            return error_result(call, ErrorCode.LEASE_LOST, LOST_LEASE)
-        except UnreadableInput as unreadable:
-            message = f"Invalid arguments for {call.name}: {unreadable}."
-            return error_result(call, ErrorCode.INVALID_INPUT, message)
-        except Exception as error:
-            return self.fatal.pop(call.call_id, None) or tool_error(
-                call, error, self.interceptors.error_mapper
-            )
+        except _FAILURES as error:
+            return self._failed(call, error)
         finally:
             scope.stop()
             if lease is not None and registration.children:
@@ -553,6 +580,26 @@ class CallRunner:
         if registration.project is None or not isinstance(done, ToolSuccess):
             return done
         return await self._project(registration, ctx, done)
+
+    def _failed(self, call: CallInfo, error: BaseException) -> ToolError:
+        """The result of an implementation that raised ``error`` (one of ``_FAILURES``)."""
+        if isinstance(error, ToolFailed):
+            return self.fatal.pop(call.call_id, None) or error_result(
+                call, ErrorCode.TOOL_FAILED, error.message
+            )
+        if isinstance(error, ChildHookFailed):
+            return self.fatal.pop(call.call_id)
+        if isinstance(error, StepRefused):
+            return error_result(call, ErrorCode(error.code), error.message)
+        if isinstance(error, LeaseNotHeld):
+            log.error("%s (call %s): %s", call.name, call.call_id, error)
+            return error_result(call, ErrorCode.LEASE_LOST, LOST_LEASE)
+        if isinstance(error, UnreadableInput):
+            message = f"Invalid arguments for {call.name}: {error}."
+            return error_result(call, ErrorCode.INVALID_INPUT, message)
+        return self.fatal.pop(call.call_id, None) or tool_error(
+            call, error, self.interceptors.error_mapper
+        )
 
     def _lease(self, call: CallInfo, attempt: Attempt | None) -> Lease | None:
         """The claim an entry runs under: its own where the store records it, else (a child
