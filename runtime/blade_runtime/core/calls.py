@@ -192,14 +192,22 @@ class CallRunner:
         call = CallInfo(
             next(self._ids) if call_id is None else call_id, run_id, name, spec_id, context, parent
         )
-        if registration is None or self.tools.restricted or registration.checked:
+        if (
+            registration is None
+            or self.tools.restricted
+            or registration.enabled is not None
+            or registration.detached  # Registration.checked, without a property's call
+        ):
             refused = self._refuse(registration, call)
             if refused is not None:
                 return refused
         parsed = arguments if type(arguments) is dict else parse_arguments(arguments)
         if isinstance(parsed, str):
             return error_result(call, ErrorCode.INVALID_INPUT, parsed)
-        if not (storable_id(run_id) and (call_id is None or storable_id(call_id))):
+        if not (
+            (run_id == "default" or storable_id(run_id))
+            and (call_id is None or storable_id(call_id))
+        ):
             return error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
         if call.call_id in self.running:
             raise ValueError(f"call id {call.call_id!r} is already running")
@@ -252,14 +260,12 @@ class CallRunner:
                             )
                         except _FAILURES as error:
                             result = self._failed(call, error)
-                        else:
+                        else:  # (the scope is stopped in close, below, before anything awaits)
                             result = (
                                 self._output(registration, call, output, ctx._display)
                                 if scope.reason is None
                                 else self._cancelled(call, scope)
                             )
-                        finally:
-                            scope.stop()
                 elif valid is False:
                     admitted = verdict
                     result = self._invalid(registration, call, admitted)
