@@ -585,7 +585,12 @@ def _error(code: ErrorCode, message: str) -> types.CallToolResult:
 
 
 def _text(content: JsonValue) -> str:
-    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODE(content)
+
+
+# What json.dumps(content, ensure_ascii=False, separators=(",", ":")) builds on every call,
+# built once: the same text (every response's content and reply are encoded with it).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _action_name(action: ActionRecord) -> str:
@@ -775,7 +780,8 @@ class FastPath:
             return None
         if not self._accepts(request)[0]:
             return None
-        if self._duplicated(request.headers.items()) is not None:
+        items = request.headers.items()
+        if self._duplicated(items) is not None:
             return None
         try:
             decoded = json.loads(body)
@@ -788,7 +794,12 @@ class FastPath:
             return None
         if not isinstance(request_id, str | int):
             return None
-        verdict = self._classify(decoded, headers=dict(request.headers))
+        # dict(request.headers) as one pass over them (it looked each name up again, decoding
+        # every header per name): the first value of a repeated name, as a lookup gives
+        headers: dict[str, str] = {}
+        for key, value in items:
+            headers.setdefault(key, value)
+        verdict = self._classify(decoded, headers=headers)
         if not isinstance(verdict, self._route):
             return None
         try:
