@@ -223,7 +223,7 @@ class CallRunner:
                 verdict = (
                     await self._admit(call, parsed, scope) if self.interceptors.pre_any else parsed
                 )
-                if isinstance(verdict, _RESULTS):
+                if verdict is not parsed and isinstance(verdict, _RESULTS):
                     result = verdict
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
@@ -278,7 +278,7 @@ class CallRunner:
         if self.interceptors.post_any or scope.observed:
             return await self.settle(registration, call, admitted, scope, result)
         attempt: Attempt | None = scope.stored
-        if isinstance(result, ToolPending) or (attempt is None and not self.events.active):
+        if (attempt is None and not self.events.active) or isinstance(result, ToolPending):
             return result  # nothing to record or announce (a pending result was recorded)
         return await self.record_end(call, result, attempt)
 
