@@ -201,9 +201,13 @@ class CallRunner:
             refused = self._refuse(registration, call)
             if refused is not None:
                 return refused
-        parsed = arguments if type(arguments) is dict else parse_arguments(arguments)
-        if isinstance(parsed, str):
-            return error_result(call, ErrorCode.INVALID_INPUT, parsed)
+        if type(arguments) is dict:
+            parsed: JsonObject = arguments
+        else:
+            read = parse_arguments(arguments)
+            if isinstance(read, str):
+                return error_result(call, ErrorCode.INVALID_INPUT, read)
+            parsed = read
         if not (
             (run_id == "default" or storable_id(run_id))
             and (call_id is None or storable_id(call_id))

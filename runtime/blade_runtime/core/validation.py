@@ -66,7 +66,16 @@ def describe(violations: list[Violation]) -> str:
 
 def pointer(path: Iterator[str | int] | list[str | int]) -> str:
     """RFC 6901 JSON pointer of an instance path."""
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+    parts: list[str] = []
+    for part in path:
+        if type(part) is int:
+            parts.append(str(part))
+        else:
+            text = str(part)
+            if "~" in text or "/" in text:  # most names need no escape: no replace to run
+                text = text.replace("~", "~0").replace("/", "~1")
+            parts.append(text)
+    return "/" + "/".join(parts) if parts else ""
 
 
 def _violation(error: jsonschema_rs.ValidationError) -> Violation:
