@@ -246,6 +246,8 @@ class CallRunner:
                         ctx._services = self.services
                         ctx._steps = self
                         ctx._registration = registration
+                        if registration.services is not None:  # every binding shared
+                            ctx.capabilities = registration.services
                         running = registration.implementation(ctx)  # type: ignore[misc]
                         try:
                             if type(running) is COROUTINE:  # its first step here: most end in it
@@ -264,12 +266,16 @@ class CallRunner:
                             )
                         except _FAILURES as error:
                             result = self._failed(call, error)
-                        else:  # (the scope is stopped in close, below, before anything awaits)
-                            result = (
-                                self._output(registration, call, output, ctx._display)
-                                if scope.reason is None
-                                else self._cancelled(call, scope)
-                            )
+                        else:
+                            scope.stop()  # as in _run: no timer reaches the projection
+                            if scope.reason is not None:  # it swallowed its cancellation
+                                result = self._cancelled(call, scope)
+                            else:
+                                result = self._output(registration, call, output, ctx._display)
+                                if registration.project is not None and isinstance(
+                                    result, ToolSuccess
+                                ):
+                                    result = await self._project(registration, ctx, result)
                 elif valid is False:
                     admitted = verdict
                     result = self._invalid(registration, call, admitted)

@@ -153,8 +153,8 @@ class Registration(Generic[OutputT]):
 
     def settle_plain(self) -> bool:
         """Decide ``plain``, at its first call: a backend implementation without server
-        context, behavior, own permission policy, ToolData, lease fencing, children,
-        capabilities or projection, whose calls skip what those need."""
+        context, behavior, own permission policy, ToolData, lease fencing, children or
+        capabilities acquired per call, whose calls skip what those need."""
         self.plain = (
             self.implementation is not None
             and self.context is None
@@ -163,8 +163,7 @@ class Registration(Generic[OutputT]):
             and not self.data
             and not self.fenced
             and not self.children
-            and not self.bindings
-            and self.project is None
+            and (not self.bindings or self.services is not None)
         )
         return self.plain
 
