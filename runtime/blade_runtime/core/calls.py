@@ -25,7 +25,7 @@ from pydantic import JsonValue
 from blade_runtime.core import grants
 from blade_runtime.core.behavior import narrowed
 from blade_runtime.core.caller import CallContext
-from blade_runtime.core.cancel_scope import GRACE_S, Abandoned, CancelScope
+from blade_runtime.core.cancel_scope import COROUTINE, GRACE_S, Abandoned, CancelScope
 from blade_runtime.core.capabilities import with_capabilities
 from blade_runtime.core.content import project
 from blade_runtime.core.context import (
@@ -118,6 +118,9 @@ _FATAL_IN_CHILDREN = frozenset(
     {ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT, ErrorCode.OBSERVER_FAILED}
 )
 _RESULTS = (ToolSuccess, ToolSkipped, ToolError, ToolPending)
+# What an implementation may raise that ends its call with a result (``_failed``); a
+# suspension is handled apart, and cancellation is not caught at all.
+_FAILURES = (ToolFailed, ChildHookFailed, StepRefused, LeaseNotHeld, Exception)
 
 
 @dataclass(slots=True)
@@ -191,14 +194,26 @@ class CallRunner:
         call = CallInfo(
             next(self._ids) if call_id is None else call_id, run_id, name, spec_id, context, parent
         )
-        if registration is None or self.tools.restricted or registration.checked:
+        if (
+            registration is None
+            or self.tools.restricted
+            or registration.enabled is not None
+            or registration.detached  # Registration.checked, without a property's call
+        ):
             refused = self._refuse(registration, call)
             if refused is not None:
                 return refused
-        parsed = arguments if type(arguments) is dict else parse_arguments(arguments)
-        if isinstance(parsed, str):
-            return error_result(call, ErrorCode.INVALID_INPUT, parsed)
-        if not (storable_id(run_id) and (call_id is None or storable_id(call_id))):
+        if type(arguments) is dict:
+            parsed: JsonObject = arguments
+        else:
+            read = parse_arguments(arguments)
+            if isinstance(read, str):
+                return error_result(call, ErrorCode.INVALID_INPUT, read)
+            parsed = read
+        if not (
+            (run_id == "default" or storable_id(run_id))
+            and (call_id is None or storable_id(call_id))
+        ):
             return error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
         if call.call_id in self.running:
             raise ValueError(f"call id {call.call_id!r} is already running")
@@ -214,11 +229,55 @@ class CallRunner:
                 verdict = (
                     await self._admit(call, parsed, scope) if self.interceptors.pre_any else parsed
                 )
-                if isinstance(verdict, _RESULTS):
+                if verdict is not parsed and isinstance(verdict, _RESULTS):
                     result = verdict
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
-                    result = await self._run(registration, call, admitted, scope)
+                    plain = registration.plain
+                    if plain is None:
+                        plain = registration.settle_plain()
+                    if self.durable or not (plain and self.interceptors.bare):
+                        result = await self._run(registration, call, admitted, scope)
+                    else:  # _run without what neither the registration nor the runtime uses
+                        if self.events.active:
+                            self.events.publish(self._event(call, "started", None))
+                        ctx = ToolContext(
+                            registration.build_input, admitted, call, scope, registration.points
+                        )
+                        ctx._publish = self.events.publish
+                        ctx._services = self.services
+                        ctx._steps = self
+                        ctx._registration = registration
+                        if registration.services is not None:  # every binding shared
+                            ctx.capabilities = registration.services
+                        running = registration.implementation(ctx)  # type: ignore[misc]
+                        try:
+                            if type(running) is COROUTINE:  # its first step here: most end in it
+                                scope.arm(registration.timeout_s)
+                                try:
+                                    yielded = running.send(None)
+                                except StopIteration as finished:
+                                    output = finished.value
+                                else:
+                                    output = await scope.resume(running, yielded)
+                            else:
+                                output = await scope.run(running, registration.timeout_s)
+                        except Suspended as suspended:
+                            result = await self._suspend(
+                                registration, call, admitted, suspended, None
+                            )
+                        except _FAILURES as error:
+                            result = self._failed(call, error)
+                        else:
+                            scope.stop()  # as in _run: no timer reaches the projection
+                            if scope.reason is not None:  # it swallowed its cancellation
+                                result = self._cancelled(call, scope)
+                            else:
+                                result = self._output(registration, call, output, ctx._display)
+                                if registration.project is not None and isinstance(
+                                    result, ToolSuccess
+                                ):
+                                    result = await self._project(registration, ctx, result)
                 elif valid is False:
                     admitted = verdict
                     result = self._invalid(registration, call, admitted)
@@ -231,7 +290,7 @@ class CallRunner:
         if self.interceptors.post_any or scope.observed:
             return await self.settle(registration, call, admitted, scope, result)
         attempt: Attempt | None = scope.stored
-        if isinstance(result, ToolPending) or (attempt is None and not self.events.active):
+        if (attempt is None and not self.events.active) or isinstance(result, ToolPending):
             return result  # nothing to record or announce (a pending result was recorded)
         return await self.record_end(call, result, attempt)
 
@@ -524,26 +583,10 @@ class CallRunner:
             self.held[call.call_id] = lease  # its children run under this entry's claim
         try:
             output = await scope.run(running, registration.timeout_s)
-        except ToolFailed as failure:
-            return self.fatal.pop(call.call_id, None) or error_result(
-                call, ErrorCode.TOOL_FAILED, failure.message
-            )
         except Suspended as suspended:
             return await self._suspend(registration, call, arguments, suspended, attempt)
-        except ChildHookFailed:
-            return self.fatal.pop(call.call_id)
-        except StepRefused as refused:
-            return error_result(call, ErrorCode(refused.code), refused.message)
-        except LeaseNotHeld as lost:
-            log.error("%s (call %s): %s", call.name, call.call_id, lost)
-            return error_result(call, ErrorCode.LEASE_LOST, LOST_LEASE)
-        except UnreadableInput as unreadable:
-            message = f"Invalid arguments for {call.name}: {unreadable}."
-            return error_result(call, ErrorCode.INVALID_INPUT, message)
-        except Exception as error:
-            return self.fatal.pop(call.call_id, None) or tool_error(
-                call, error, self.interceptors.error_mapper
-            )
+        except _FAILURES as error:
+            return self._failed(call, error)
         finally:
             scope.stop()
             if lease is not None and registration.children:
@@ -556,6 +599,26 @@ class CallRunner:
         if registration.project is None or not isinstance(done, ToolSuccess):
             return done
         return await self._project(registration, ctx, done)
+
+    def _failed(self, call: CallInfo, error: BaseException) -> ToolError:
+        """The result of an implementation that raised ``error`` (one of ``_FAILURES``)."""
+        if isinstance(error, ToolFailed):
+            return self.fatal.pop(call.call_id, None) or error_result(
+                call, ErrorCode.TOOL_FAILED, error.message
+            )
+        if isinstance(error, ChildHookFailed):
+            return self.fatal.pop(call.call_id)
+        if isinstance(error, StepRefused):
+            return error_result(call, ErrorCode(error.code), error.message)
+        if isinstance(error, LeaseNotHeld):
+            log.error("%s (call %s): %s", call.name, call.call_id, error)
+            return error_result(call, ErrorCode.LEASE_LOST, LOST_LEASE)
+        if isinstance(error, UnreadableInput):
+            message = f"Invalid arguments for {call.name}: {error}."
+            return error_result(call, ErrorCode.INVALID_INPUT, message)
+        return self.fatal.pop(call.call_id, None) or tool_error(
+            call, error, self.interceptors.error_mapper
+        )
 
     def _lease(self, call: CallInfo, attempt: Attempt | None) -> Lease | None:
         """The claim an entry runs under: its own where the store records it, else (a child

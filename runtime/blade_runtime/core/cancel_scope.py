@@ -124,7 +124,18 @@ class CancelScope:
         self.running = True
         if type(awaitable) is not _COROUTINE:
             awaitable = _coroutine(awaitable)
-        return _drive(awaitable, self)  # type: ignore[return-value]
+        return _drive(awaitable, self)
+
+    def arm(self, timeout_s: float) -> None:
+        """What ``run`` does before the caller takes the coroutine's first step itself (most
+        calls finish in it, and need no driver); ``resume`` drives it on from there."""
+        self._deadline = _monotonic() + timeout_s
+        self.running = True
+
+    def resume(self, coroutine: Coroutine[Any, Any, T], yielded: Any) -> Awaitable[T]:
+        """Awaitable that drives ``coroutine`` on from its first suspension, which yielded
+        ``yielded`` (``arm`` set the deadline)."""
+        return _drive(coroutine, self, None, yielded)
 
     def stop(self) -> None:
         """The implementation returned or raised: no timer may fire into what follows."""
@@ -178,26 +189,34 @@ class CancelScope:
             self._owner.track(detached)
 
 
+_NOT_STARTED: Any = object()
+
+
 @types.coroutine
 def _drive(
     coroutine: Coroutine[Any, Any, T],
     scope: CancelScope | None,
     first_error: BaseException | None = None,
+    first_yield: Any = _NOT_STARTED,
 ) -> Generator[Any, Any, T]:
     """``await coroutine``, plus the deadline arming and abandonment described above.
 
     Without a scope it is a plain ``await`` that starts by throwing ``first_error``: the detached
-    task uses it to carry on from where the caller's task let go. (A generator-based coroutine,
+    task uses it to carry on from where the caller's task let go. ``first_yield``: what the
+    coroutine yielded in the first step the caller took itself. (A generator-based coroutine,
     not an object with ``__await__``: it is on the path of every call and costs half as much.)
     """
     sent: Any = None
     thrown = first_error
     while True:
-        try:
-            yielded = coroutine.send(sent) if thrown is None else coroutine.throw(thrown)
-        except StopIteration as finished:
-            result: T = finished.value
-            return result
+        if first_yield is _NOT_STARTED:
+            try:
+                yielded = coroutine.send(sent) if thrown is None else coroutine.throw(thrown)
+            except StopIteration as finished:
+                result: T = finished.value
+                return result
+        else:
+            yielded, first_yield = first_yield, _NOT_STARTED
         if scope is not None:
             scope._suspended()
         sent, thrown = None, None
@@ -218,7 +237,7 @@ async def _coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-_COROUTINE = types.CoroutineType
+_COROUTINE = COROUTINE = types.CoroutineType
 
 
 def _current_task() -> asyncio.Task[Any]:

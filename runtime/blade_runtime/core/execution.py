@@ -294,7 +294,10 @@ class ToolContext:
     def input(self) -> Any:
         if self._input is None:
             try:
-                self._input = model_of(self._build_input, self._arguments)
+                try:  # model_of's retry only where validation failed: one frame less per call
+                    self._input = self._build_input(self._arguments)
+                except ValidationError:
+                    self._input = model_of(self._build_input, self._arguments)
             except ValidationError as error:
                 if not encodable_tree(self._arguments):
                     raise UnreadableInput(

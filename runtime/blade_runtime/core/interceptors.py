@@ -83,6 +83,8 @@ class Interceptors:
         self.pre_any = self.post_any = self.permission_hooked = False
         self.observers = Observers()
         self.guard = Guard()
+        self.bare = permission is None
+        """No permission policy and no observer: what a call may skip (``CallRunner.call``)."""
 
     def on(
         self,
@@ -105,6 +107,7 @@ class Interceptors:
         """Add a durable lifecycle observer (see ``blade_runtime.core.observers``): its methods run,
         in order of registration, at each boundary of every call and complete before it."""
         self.observers.add(observer)
+        self.bare = False
 
     def hooks_for(self, event: HookEvent, name: str) -> list[Hook]:
         hooks = self.hooks[event]

@@ -106,7 +106,7 @@ def result_json(result: ToolResult[Any]) -> JsonValue:
 
 def parse_arguments(arguments: JsonObject | str | bytes) -> JsonObject | str:
     """The arguments as a JSON object, or a sentence saying why they are not one."""
-    if isinstance(arguments, str | bytes):
+    if isinstance(arguments, (str, bytes)):  # a tuple: half the cost of a union's check
         try:  # pydantic-core's parser (Rust): half the cost of json.loads, and no NaN; keys
             # (the same few in every call) are cached, values not (most are unique)
             arguments = from_json(arguments, allow_inf_nan=False, cache_strings="keys")

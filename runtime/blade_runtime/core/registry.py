@@ -135,6 +135,9 @@ class Registration(Generic[OutputT]):
     """The parent's own registrations of its children, by spec id (else the runtime's)."""
     on_output: OutputObserver | None = None
     """A parent's own child registration: sees each output it delivers to the parent."""
+    plain: bool | None = None
+    """Whether a call of it needs nothing but its implementation (``settle_plain``); None:
+    not decided yet (the options above are set after the registration is built)."""
 
     @property
     def checked(self) -> bool:
@@ -147,6 +150,22 @@ class Registration(Generic[OutputT]):
         self.build_input = self.input.adapter.validator.validate_python
         self.output_validator = None if self.output is None else self.output.validator
         self.children = getattr(self.spec, "children", ())
+
+    def settle_plain(self) -> bool:
+        """Decide ``plain``, at its first call: a backend implementation without server
+        context, behavior, own permission policy, ToolData, lease fencing, children or
+        capabilities acquired per call, whose calls skip what those need."""
+        self.plain = (
+            self.implementation is not None
+            and self.context is None
+            and self.behavior is None
+            and self.permission is None
+            and not self.data
+            and not self.fenced
+            and not self.children
+            and (not self.bindings or self.services is not None)
+        )
+        return self.plain
 
     def track(self, task: asyncio.Task[None]) -> None:
         """Refuse calls until the abandoned implementation running in ``task`` exits."""

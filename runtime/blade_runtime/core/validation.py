@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 import jsonschema_rs
@@ -65,38 +66,78 @@ def describe(violations: list[Violation]) -> str:
 
 def pointer(path: Iterator[str | int] | list[str | int]) -> str:
     """RFC 6901 JSON pointer of an instance path."""
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+    parts: list[str] = []
+    for part in path:
+        if type(part) is int:
+            parts.append(str(part))
+        else:
+            text = str(part)
+            if "~" in text or "/" in text:  # most names need no escape: no replace to run
+                text = text.replace("~", "~0").replace("/", "~1")
+            parts.append(text)
+    return "/" + "/".join(parts) if parts else ""
 
 
 def _violation(error: jsonschema_rs.ValidationError) -> Violation:
-    return Violation(pointer(error.instance_path), _expected(error))
+    path = error.instance_path
+    return Violation(pointer(path) if path else "", _expected(error))
 
 
 def _expected(error: jsonschema_rs.ValidationError) -> str:
     kind = error.kind
-    got = _show(error.instance)
-    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Enum):
-        options = ", ".join(_show(option) for option in kind.options)
-        return f"must be one of {options} (got {got})"
-    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Constant):
-        return f"must be exactly {_show(kind.expected_value)} (got {got})"
-    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Type):
-        return f"must be of type {' or '.join(kind.types)} (got {_json_type(error.instance)})"
-    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Required):
-        return f"the required property {_show(kind.property)} is missing"
-    if isinstance(kind, jsonschema_rs.ValidationErrorKind.AdditionalProperties):
-        names = ", ".join(_show(name) for name in kind.unexpected)
-        return f"unexpected property {names}: no other properties are allowed here"
-    if isinstance(kind, jsonschema_rs.ValidationErrorKind.Pattern):
-        return f"must match the pattern {kind.pattern} (got {got})"
-    return str(error.message)
+    explain = _EXPLAIN.get(type(kind))
+    return str(error.message) if explain is None else explain(kind, error)
+
+
+def _enum(kind: Any, error: jsonschema_rs.ValidationError) -> str:
+    options = ", ".join(_show(option) for option in kind.options)
+    return f"must be one of {options} (got {_show(error.instance)})"
+
+
+def _constant(kind: Any, error: jsonschema_rs.ValidationError) -> str:
+    return f"must be exactly {_show(kind.expected_value)} (got {_show(error.instance)})"
+
+
+def _type(kind: Any, error: jsonschema_rs.ValidationError) -> str:
+    return f"must be of type {' or '.join(kind.types)} (got {_json_type(error.instance)})"
+
+
+def _required(kind: Any, error: jsonschema_rs.ValidationError) -> str:
+    return f"the required property {_show(kind.property)} is missing"
+
+
+def _additional(kind: Any, error: jsonschema_rs.ValidationError) -> str:
+    names = ", ".join(_show(name) for name in kind.unexpected)
+    return f"unexpected property {names}: no other properties are allowed here"
+
+
+def _pattern(kind: Any, error: jsonschema_rs.ValidationError) -> str:
+    return f"must match the pattern {kind.pattern} (got {_show(error.instance)})"
+
+
+_KIND = jsonschema_rs.ValidationErrorKind
+# By the kind's exact class: one lookup, not a chain of isinstance checks, and the instance
+# read only where the sentence shows it (an invalid call should cost no more than a valid one).
+_EXPLAIN: dict[type, Callable[[Any, jsonschema_rs.ValidationError], str]] = {
+    _KIND.Enum: _enum,
+    _KIND.Constant: _constant,
+    _KIND.Type: _type,
+    _KIND.Required: _required,
+    _KIND.AdditionalProperties: _additional,
+    _KIND.Pattern: _pattern,
+}
 
 
 def _show(value: JsonValue | object) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
+    if type(value) is str:  # what json.dumps(value, ensure_ascii=False) calls, minus set-up
+        text = _encode_string(value)
+    elif type(value) is int:
         text = repr(value)
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = repr(value)
     return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 3] + "..."
 
 

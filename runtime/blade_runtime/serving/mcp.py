@@ -35,8 +35,9 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
+from types import coroutine as types_coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import mcp_types as types
@@ -45,7 +46,8 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
+from pydantic_core import from_json
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
@@ -604,7 +606,12 @@ def _error(code: ErrorCode, message: str) -> types.CallToolResult:
 
 
 def _text(content: JsonValue) -> str:
-    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODE(content)
+
+
+# What json.dumps(content, ensure_ascii=False, separators=(",", ":")) builds on every call,
+# built once: the same text (every response's content and reply are encoded with it).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _action_name(action: ActionRecord) -> str:
@@ -718,14 +725,35 @@ class FastPath:
     def __init__(
         self, app: Any, server: Server[Any], tools: McpTools, path: str, security: Any
     ) -> None:
+        # Imported here, once, not in _answer: each import statement there cost about a
+        # microsecond on every request (and serving over stdio never imports these).
+        from mcp.server.runner import modern_error_data
+        from mcp.server.streamable_http import check_accept_headers
         from mcp.server.transport_security import TransportSecurityMiddleware
+        from mcp.shared.inbound import (
+            InboundModernRoute,
+            classify_inbound_request,
+            find_duplicated_routing_header,
+        )
+        from mcp_types import methods
+        from starlette.requests import Request
+        from starlette.responses import Response
 
+        self._error_data = modern_error_data
+        self._accepts = check_accept_headers
+        self._route = InboundModernRoute
+        self._classify = classify_inbound_request
+        self._duplicated = find_duplicated_routing_header
+        self._serialize = methods.serialize_server_result
+        self._request = Request
+        self._response = Response
         self.app = app
         self.server = server
         self.tools = tools
         self.path = path
         self.security = TransportSecurityMiddleware(security)
         self.served = 0  # requests answered here rather than by the SDK's app
+        self._stamp: dict[str, Any] | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if not self._candidate(scope):
@@ -767,27 +795,18 @@ class FastPath:
         """The response to send, or None: the SDK's app answers. ``receive`` replays the body
         (for the application's authenticate); ``wire`` is the server's own, read only for the
         client's disconnect."""
-        from mcp.server.runner import modern_error_data
-        from mcp.server.streamable_http import check_accept_headers
-        from mcp.shared.inbound import (
-            InboundModernRoute,
-            classify_inbound_request,
-            find_duplicated_routing_header,
-        )
-        from mcp_types import methods
-        from pydantic import ValidationError
-        from starlette.requests import Request
-        from starlette.responses import Response
-
+        Request, Response = self._request, self._response
         request = Request(scope, receive)
         if await self.security.validate_request(request, is_post=True) is not None:
             return None
-        if not check_accept_headers(request)[0]:
+        if not self._accepts(request)[0]:
             return None
-        if find_duplicated_routing_header(request.headers.items()) is not None:
+        items = request.headers.items()
+        if self._duplicated(items) is not None:
             return None
-        try:
-            decoded = json.loads(body)
+        try:  # pydantic-core's parser: half json.loads' cost; what it refuses that json.loads
+            # reads (a lone surrogate's escape, a byte-order mark) goes to the SDK's app
+            decoded = from_json(body)
         except (ValueError, RecursionError):
             return None
         if not isinstance(decoded, dict) or decoded.get("method") != "tools/call":
@@ -797,8 +816,13 @@ class FastPath:
             return None
         if not isinstance(request_id, str | int):
             return None
-        verdict = classify_inbound_request(decoded, headers=dict(request.headers))
-        if not isinstance(verdict, InboundModernRoute):
+        # dict(request.headers) as one pass over them (it looked each name up again, decoding
+        # every header per name): the first value of a repeated name, as a lookup gives
+        headers: dict[str, str] = {}
+        for key, value in items:
+            headers.setdefault(key, value)
+        verdict = self._classify(decoded, headers=headers)
+        if not isinstance(verdict, self._route):
             return None
         try:
             params = types.CallToolRequestParams.model_validate(decoded.get("params"))
@@ -816,45 +840,101 @@ class FastPath:
             if result is None:  # the client went away (a cancelled request): the call is too
                 return Response(status_code=499)
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-            shaped = methods.serialize_server_result("tools/call", version, dumped)
+            shaped = self._serialize("tools/call", version, dumped)
         except Exception as error:  # the SDK's mapping of a handler's failure
             if not isinstance(error, MCPError):  # a refusal is an answer, not a failure
                 log.exception("tools/call %s failed", params.name)
-            data = modern_error_data(error)
+            data = self._error_data(error)
             reply["error"] = data.model_dump(mode="json", by_alias=True, exclude_none=True)
             return Response(_text(reply), media_type="application/json")
         shaped.setdefault("resultType", "complete")
         meta = shaped.get("_meta")
-        stamp = {types.SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        if self._stamp is None:  # the server's identity is fixed once it is built
+            # a copy of our own, only ever serialized (the SDK deep-copies it on every read)
+            self._stamp = {types.SERVER_INFO_META_KEY: self.server.server_info_stamp}
+        stamp = self._stamp
         shaped["_meta"] = stamp if not isinstance(meta, dict) else {**meta, **stamp}
         reply["result"] = shaped
         return Response(_text(reply), media_type="application/json")
 
 
-async def _unless_gone(work: Awaitable[T], receive: Any) -> T | None:
+async def _unless_gone(work: Coroutine[Any, Any, T], receive: Any) -> T | None:
     """``work``'s result, or None once the client disconnects, ``work`` then cancelled: a
     client that cancels a tools/call over stateless HTTP closes its request (its
     notifications/cancelled has no session to reach this one by), and the runtime's call
-    must stop as it would on stdio."""
-    task = asyncio.ensure_future(work)
+    must stop as it would on stdio.
 
-    async def disconnected() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass  # a server that sends more of the (already read) body
-
-    watcher = asyncio.ensure_future(disconnected())
+    ``work`` runs in this task, and the disconnect is watched only from its first suspension
+    on: a call that never waits (most) costs no task and no ``asyncio.wait``."""
+    watch = _Watch(receive)
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # this request is cancelled itself
-        task.cancel()
-        raise
+        result = await _watched(work, watch)
+    except asyncio.CancelledError:
+        if not watch.gone or watch.uncancel() > 0:  # cancelled from outside too: not ours
+            raise
+        return None  # its cancellation ran to its end (the call settled CANCELLED)
     finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.wait({task})  # its cancellation runs to its end (the call settles CANCELLED)
-    return None
+        watch.stop()
+    if watch.gone:  # the work swallowed the cancellation the watcher asked for
+        watch.uncancel()
+        return None
+    return result
+
+
+class _Watch:
+    """Whether the client of the request running ``work`` went away; on that, the request's
+    task is cancelled (and the work with it, where it waits)."""
+
+    __slots__ = ("gone", "owner", "receive", "watcher")
+
+    def __init__(self, receive: Any) -> None:
+        self.receive = receive
+        self.owner: asyncio.Task[Any] | None = None
+        self.watcher: asyncio.Task[None] | None = None
+        self.gone = False
+
+    def start(self) -> None:
+        self.owner = asyncio.current_task()
+        self.watcher = asyncio.ensure_future(self._disconnected())
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+
+    def uncancel(self) -> int:
+        """Take back the watcher's cancellation; the request's remaining count."""
+        assert self.owner is not None
+        return self.owner.uncancel()
+
+    async def _disconnected(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass  # a server that sends more of the (already read) body
+        self.gone = True
+        assert self.owner is not None
+        self.owner.cancel()
+
+
+@types_coroutine
+def _watched(coroutine: Coroutine[Any, Any, T], watch: _Watch) -> Generator[Any, Any, T]:
+    """``await coroutine``, starting ``watch`` when it first suspends."""
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        try:
+            yielded = coroutine.send(sent) if thrown is None else coroutine.throw(thrown)
+        except StopIteration as finished:
+            result: T = finished.value
+            return result
+        if watch.watcher is None:
+            watch.start()
+        sent, thrown = None, None
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as error:
+            thrown = error
 
 
 async def _body(receive: Any) -> bytes | None:

@@ -646,6 +646,51 @@ def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     assert fast[2]["result"]["resultType"] == "input_required"
 
 
+def test_a_body_the_fast_path_cannot_parse_gets_the_sdks_own_answer(runtime: Runtime) -> None:
+    """The fast path parses bodies with pydantic-core, which refuses what json.loads reads
+    (a UTF-8 byte-order mark, a lone surrogate's escape): such a tools/call goes to the SDK's
+    app, whose answer it gets, as with the fast path off."""
+    import httpx
+
+    from blade_runtime.serving.mcp import FastPath
+
+    meta = (
+        b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        b'"io.modelcontextprotocol/clientCapabilities":{}}'
+    )
+    body = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"find",' + (
+        b'"arguments":{"customer_id":4},' + meta + b"}}"
+    )
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/call",
+        "mcp-name": "find",
+    }
+
+    async def post(fast: bool, content: bytes) -> tuple[int, Any, int]:
+        app = mcp_asgi_app(runtime, principal=ANN, fast_path=fast)
+        inner = app.app if isinstance(app, FastPath) else app
+        async with (
+            inner.router.lifespan_context(inner),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as http,
+        ):
+            response = await http.post(
+                "http://127.0.0.1:8000/mcp", content=content, headers=headers
+            )
+        served = app.served if isinstance(app, FastPath) else 0
+        return response.status_code, response.json(), served
+
+    status, answer, served = run(post(True, body))
+    assert (status, served) == (200, 1)  # the fast path answers the plain body
+    assert answer["result"]["structuredContent"] == {"id": 4, "name": "customer 4"}
+    marked = b"\xef\xbb\xbf" + body
+    status, answer, served = run(post(True, marked))
+    assert served == 0  # the SDK's app answered it
+    assert (status, answer, 0) == run(post(False, marked))
+
+
 async def _projected_calls(client: Client) -> tuple[dict[str, types.Tool], dict[str, Any]]:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     results = {}
