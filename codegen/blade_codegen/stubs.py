@@ -214,10 +214,13 @@ def init_project(root: Path, specs: str, out: str, package: str) -> list[str]:
             done.append(f"added [tool.blade-codegen] to {pyproject}")
     found = settings(root)
     found.specs.mkdir(parents=True, exist_ok=True)
-    if all(path.name.endswith(SHARED_SUFFIX) for path in spec_paths(found.specs)):
+    own = [p for p in spec_paths(found.specs) if not p.name.endswith(SHARED_SUFFIX)]
+    if not own:
         example = new_spec(found.specs, EXAMPLE_ID, found.package, "init_example_spec.json.jinja")
         done.append(f"wrote the example spec {example}")
         done.extend(_quickstart(root, found.out, found.package))
+    else:  # a project with specs of its own gets no example (nor its quick start)
+        done.append(f"kept the {len(own)} spec file(s) in {found.specs}: no example written")
     done.extend(_ignore(root / ".gitignore", found.out, root))
     return done
 

@@ -128,6 +128,7 @@ def test_init_sets_up_a_project_once_and_keeps_what_is_there(tmp_path: Path) -> 
     files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     again = run_cli("init", cwd=tmp_path)
     assert again.returncode == 0 and "kept [tool.blade-codegen]" in again.stdout
+    assert "kept the 1 spec file(s) in" in again.stdout  # it says what it left alone
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == files
     built = run_cli("build", cwd=tmp_path)
     assert built.returncode == 0, built.stderr

@@ -293,7 +293,12 @@ def _show(store: Store, action_id: str) -> int:
     if action is None:
         print(f"error: no action {action_id!r}", file=sys.stderr)
         return EXIT_REFUSED
-    print(json.dumps(_view(action), indent=2, ensure_ascii=False))
+    shown = _view(action)
+    call = store.call(action.call_id)
+    # what became of the call once the action was answered: resumable (a worker takes it up),
+    # running, suspended again, or settled with its result
+    shown["call"] = None if call is None else {"state": call.state, "result": call.result}
+    print(json.dumps(shown, indent=2, ensure_ascii=False))
     return 0
 
 

@@ -530,6 +530,7 @@ def test_operators_list_show_submit_and_cancel(example_package: Any, tmp_path: P
         cli("pending", "show", suspended.action.action_id, "--store", str(db)).stdout
     )
     assert shown["origin"]["run_id"] == "r1" and shown["payload"]["prompt"] == "Refund 1250?"
+    assert shown["call"] == {"state": "suspended", "result": None}
 
     invalid = cli(
         "pending", "submit", suspended.action.action_id, '{"approved": 1}', "--store", str(db)
@@ -554,6 +555,11 @@ def test_operators_list_show_submit_and_cancel(example_package: Any, tmp_path: P
         isinstance(refunds.entries[-1], ResumeEntry)
         and refunds.entries[-1].payload.approver == "ops"
     )
+    answered = json.loads(
+        cli("pending", "show", suspended.action.action_id, "--store", str(db)).stdout
+    )  # the action says it was submitted, and its call what became of it
+    assert answered["state"] == "submitted" and answered["call"]["state"] == "settled"
+    assert answered["call"]["result"]["status"] == "success"
 
     cancelled = cli(
         "pending", "cancel", client.action.action_id, "--store", str(db), "--reason", "stale"
