@@ -23,7 +23,6 @@ from typing import Any
 from pydantic import JsonValue
 
 from blade_runtime.core import grants
-from blade_runtime.core.behavior import narrowed
 from blade_runtime.core.caller import CallContext
 from blade_runtime.core.cancel_scope import COROUTINE, GRACE_S, Abandoned, CancelScope
 from blade_runtime.core.capabilities import with_capabilities
@@ -486,11 +485,7 @@ class CallRunner:
                     return self.interceptors.observer_failed("scheduled", call, error)
         if admitting and registration.behavior is not None:
             try:
-                call.behavior = narrowed(
-                    registration.spec,
-                    registration.name,
-                    registration.behavior(model_of(registration.build_input, arguments)),
-                )
+                call.behavior = registration.narrowed(arguments)
             except Exception as error:
                 return policy_failed(call, "its behavior callback", error)
         context = None

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, JsonValue
 
 from blade_runtime.core import actions, grants
-from blade_runtime.core.behavior import Behavior, narrowed
+from blade_runtime.core.behavior import Behavior
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.calls import CallRunner
 from blade_runtime.core.context import (
@@ -383,14 +383,9 @@ def _unavailable(verb: str, action_id: str, error: StoreError) -> ToolError:
 
 def renarrowed(registration: Registration[Any], arguments: JsonObject) -> Behavior:
     """The registration's behaviour for ``arguments``, or its spec's when the callback fails."""
-    assert registration.behavior is not None
     spec = registration.spec
     try:
-        return narrowed(
-            spec,
-            registration.name,
-            registration.behavior(model_of(registration.build_input, arguments)),
-        )
+        return registration.narrowed(arguments)
     except Exception as error:
         log.error(
             "%s: its behavior callback failed on an edited input: %s", registration.name, error

@@ -16,9 +16,11 @@ from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 from pydantic import TypeAdapter
 
+from blade_runtime.core.behavior import Behavior, narrowed
 from blade_runtime.core.caller import CallContext
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.export import ExportedTool
+from blade_runtime.core.jsonvalue import model_of
 from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.validation import SchemaValidator
 
@@ -150,6 +152,11 @@ class Registration(Generic[OutputT]):
         self.build_input = self.input.adapter.validator.validate_python
         self.output_validator = None if self.output is None else self.output.validator
         self.children = getattr(self.spec, "children", ())
+
+    def narrowed(self, arguments: JsonObject) -> Behavior:
+        """The ``behavior`` callback's answer for ``arguments`` (set), checked against the spec
+        and completed with its values; ``BehaviorRejected`` or the callback's own error."""
+        return narrowed(self.spec, self.name, self.behavior(model_of(self.build_input, arguments)))
 
     def settle_plain(self) -> bool:
         """Decide ``plain``, at its first call: a backend implementation without server

@@ -132,6 +132,32 @@ _LISTENER_CLASS = _LOCK_CLASS + 1  # (class, key): the session lock of a listeni
 _RUN_CLASS = _LOCK_CLASS + 2  # (class, hashtext(run_id)): a run's events lock
 CHANNEL = "blade_events"
 
+
+def _grant_like(
+    source: LiteralString, privileges: LiteralString, tables: LiteralString
+) -> LiteralString:
+    """A migration statement: every role that may insert into ``source`` (other than its owner)
+    gets ``privileges`` on the new ``tables``, so an application role that uses the earlier
+    tables keeps working after the upgrade."""
+    return f"""
+        DO $$
+        DECLARE
+            grantee_name text;
+        BEGIN
+            FOR grantee_name IN
+                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
+                FROM pg_class c, aclexplode(c.relacl) a
+                WHERE c.oid = '{source}'::regclass AND a.privilege_type = 'INSERT'
+                    AND a.grantee <> c.relowner
+            LOOP
+                EXECUTE 'GRANT {privileges} ON {tables} TO ' || grantee_name;
+            END LOOP;
+        END
+        $$
+        """
+
+
 MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
     (  # 1: the first release
         """
@@ -232,23 +258,7 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         "CREATE TABLE blade_listeners (key integer PRIMARY KEY, since text NOT NULL)",
         # Every event append reads it: a role that may append events (granted on the tables of
         # the first release) may read it, and list itself as a listener.
-        """
-        DO $$
-        DECLARE
-            grantee_name text;
-        BEGIN
-            FOR grantee_name IN
-                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
-                FROM pg_class c, aclexplode(c.relacl) a
-                WHERE c.oid = 'blade_events'::regclass AND a.privilege_type = 'INSERT'
-                    AND a.grantee <> c.relowner
-            LOOP
-                EXECUTE 'GRANT SELECT, INSERT, DELETE ON blade_listeners TO ' || grantee_name;
-            END LOOP;
-        END
-        $$
-        """,
+        _grant_like("blade_events", "SELECT, INSERT, DELETE", "blade_listeners"),
         # Appending an event takes its run's lock SHARED before its number is drawn, and holds
         # it to the commit: writers do not wait for each other's commits, and a reader that
         # takes it exclusively waits out every event of the run numbered but not committed.
@@ -346,24 +356,7 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         "CREATE INDEX blade_triggers_open ON blade_triggers (seq) "
         "WHERE state IN ('pending', 'claimed')",
         # A role that may use the first release's tables may use these.
-        """
-        DO $$
-        DECLARE
-            grantee_name text;
-        BEGIN
-            FOR grantee_name IN
-                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
-                FROM pg_class c, aclexplode(c.relacl) a
-                WHERE c.oid = 'blade_calls'::regclass AND a.privilege_type = 'INSERT'
-                    AND a.grantee <> c.relowner
-            LOOP
-                EXECUTE 'GRANT SELECT, INSERT, UPDATE ON blade_files, blade_triggers TO '
-                    || grantee_name;
-            END LOOP;
-        END
-        $$
-        """,
+        _grant_like("blade_calls", "SELECT, INSERT, UPDATE", "blade_files, blade_triggers"),
     ),
     (  # 4: a call's narrowed kind and its fencing token; standing permission grants
         "ALTER TABLE blade_calls ADD COLUMN kind text",
@@ -383,23 +376,7 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         )
         """,
         # A role that may use the first release's tables may use this one.
-        """
-        DO $$
-        DECLARE
-            grantee_name text;
-        BEGIN
-            FOR grantee_name IN
-                SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-                    ELSE quote_ident(pg_get_userbyid(a.grantee)) END
-                FROM pg_class c, aclexplode(c.relacl) a
-                WHERE c.oid = 'blade_calls'::regclass AND a.privilege_type = 'INSERT'
-                    AND a.grantee <> c.relowner
-            LOOP
-                EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON blade_grants TO ' || grantee_name;
-            END LOOP;
-        END
-        $$
-        """,
+        _grant_like("blade_calls", "SELECT, INSERT, UPDATE, DELETE", "blade_grants"),
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
