@@ -1,13 +1,19 @@
-"""A worker stalled past its lease, in process: its heartbeat cannot reach the store."""
+"""Stalls: a worker stalled past its lease, in process (its heartbeat cannot reach the store), and a
+store stalled by another connection holding its lock."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
+import time
 from typing import Any
+
+import psycopg
 
 from blade_runtime import Runtime
 from blade_runtime.core.store import Store, StoreUnavailable
+from blade_runtime.stores.urls import sqlite_path
 
 
 class Stalled:
@@ -55,3 +61,20 @@ async def taken_over(survivor: Runtime, call_id: str) -> list[Any]:
         if any(r.call.call_id == call_id for r in results):
             return results
         await asyncio.sleep(0.05)
+
+
+def hold_lock(url: str, seconds: float, held: threading.Event) -> None:
+    """Hold the store's lock from a connection of its own for ``seconds``."""
+    if url.startswith("sqlite"):
+        db = sqlite3.connect(sqlite_path(url), isolation_level=None)
+        db.execute("BEGIN EXCLUSIVE")
+        held.set()
+        time.sleep(seconds)
+        db.execute("ROLLBACK")
+        db.close()
+        return
+    with psycopg.connect(url) as db:
+        db.execute("LOCK TABLE blade_calls IN ACCESS EXCLUSIVE MODE")
+        held.set()
+        time.sleep(seconds)
+        db.rollback()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import weakref
 from typing import Any
 
@@ -106,10 +107,17 @@ class Recovery:
         names = {r.name: r.spec.id for r in self.tools.by_name.values() if r.implementation}
         if not names:
             return []
+        began = time.monotonic()  # the reads before the claim may wait for the store too
         owners = await self.io(self.store.owners)
         dead = [owner for owner in owners if await self._dead(owner)]
         claimed: list[Claimed] = await self.io(
-            self.store.claim, self.owner, self.lease_s, dead=dead, names=names, limit=limit
+            self.store.claim,
+            self.owner,
+            self.lease_s,
+            dead=dead,
+            names=names,
+            limit=limit,
+            waited_s=time.monotonic() - began,
         )
         return claimed
 

@@ -46,6 +46,23 @@ DEFAULT_LEASE_S = 5.0
 """How long a claim on a running call holds without a heartbeat (renewed every third of it)."""
 
 
+def patience(lease_s: float) -> float:
+    """How long a sweep may wait for the store and still judge lapsed leases: a tenth of a
+    lease. One that waited longer was held up by a lock that may have held up the owners'
+    renewals too (their leases lapse behind it, and are renewed as it ends); it leaves their
+    calls to the next sweep."""
+    return lease_s / 10
+
+
+def lapsed_before(began: float, granted: float, waited_s: float, lease_s: float) -> float:
+    """The clock reading a lease must have ended before for a sweep to claim its call: when the
+    sweep began waiting for the store (``waited_s`` before its claim ``began``, for its earlier
+    reads), or never (-inf) once the wait up to its locks being ``granted`` exceeds patience."""
+    if granted - began + waited_s > patience(lease_s):
+        return float("-inf")
+    return began - waited_s
+
+
 # How the durable stores write JSON: ASCII, so any Python string round-trips, a lone surrogate
 # included (as a \u escape), where UTF-8 text would refuse it; and the C encoder is fastest so.
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
@@ -421,6 +438,7 @@ class Store(Protocol):
         names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
+        waited_s: float = 0.0,
     ) -> list[Claimed]:
         """Take over calls another runtime cannot finish, each with a ``claimed`` event, in one
         transaction per sweep: resumable calls, and running calls whose lease expired or whose
@@ -429,7 +447,10 @@ class Store(Protocol):
         with that spec (never a call of another spec once registered under the same name);
         ``call_id``: only that call. Concurrent sweeps never share a
         call. A lease is expired only if it had expired before the sweep began waiting for the
-        store (so an owner's renewal held up by the same lock keeps its calls); the claimed
+        store (``waited_s`` before the claim was sent, for the sweep's earlier reads), and a
+        sweep that waited longer than ``patience(lease_s)`` claims no lapsed lease at all
+        (resumable calls and dead owners' still): a live owner's renewal held up by the same
+        lock is granted with it, and the next sweep, which does not wait, judges it. The claimed
         calls' leases run ``lease_s`` from the commit."""
         ...
 

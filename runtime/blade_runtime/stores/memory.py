@@ -40,6 +40,7 @@ from blade_runtime.core.store import (
     TriggerState,
     UnknownAction,
     clock,
+    lapsed_before,
     made_by,
     now,
 )
@@ -146,11 +147,14 @@ class MemoryStore:
         names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
+        waited_s: float = 0.0,
     ) -> list[Claimed]:
-        at = clock()  # leases are judged by the clock before the wait for the lock
+        began = clock()  # leases are judged by the clock before the wait for the lock
         claimed: list[Claimed] = []
         with self._lock:
-            until = clock() + lease_s
+            granted = clock()
+            until = granted + lease_s
+            at = lapsed_before(began, granted, waited_s, lease_s)
             if call_id is None:
                 candidates = list(self._calls.values())
             else:

@@ -42,9 +42,12 @@ change, what follows from it and its event commit together or not at all.
   a lease expired only if it was at its transaction's start (``transaction_timestamp()``, which
   on the store's autocommit connections is when the server received the statement, before any
   lock wait; ``statement_timestamp()`` is reset by the extended protocol's Execute message,
-  after the wait); the claim is sent unprepared so that its Parse, where the wait happens,
-  starts that transaction. ``expires_at`` (an action's deadline) is the runtime's
-  ``store.clock()``, as it computes it, so hosts' clocks must agree to well within a deadline.
+  after the wait), less what the sweep's earlier reads waited; the claim is sent unprepared so
+  that its Parse, where the wait happens, starts that transaction. A sweep that waited longer
+  than ``patience(lease_s)`` judges no lease at all: the owners' renewals queued behind the same
+  lock are granted with it, and either statement may lock the rows first. ``expires_at`` (an
+  action's deadline) is the runtime's ``store.clock()``, as it computes it, so hosts' clocks
+  must agree to well within a deadline.
 - **JSON as text.** Payloads are stored as the same compact JSON text as in SQLite, not jsonb:
   jsonb reorders keys, drops duplicate keys and refuses ``\\u0000``, and the store never queries
   inside a payload (filters are on plain columns), so text round-trips exactly and costs no
@@ -98,6 +101,7 @@ from blade_runtime.core.store import (
     UnknownAction,
     clock,
     now,
+    patience,
 )
 from blade_runtime.core.store import dump_json as _dump
 from blade_runtime.core.store import load_json as _load
@@ -734,6 +738,7 @@ class PostgresStore(SQLStore):
         names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
+        waited_s: float = 0.0,
     ) -> list[Claimed]:
         only: LiteralString = " AND call_id = %(only)s" if call_id is not None else ""
         if names is not None:
@@ -746,16 +751,19 @@ class PostgresStore(SQLStore):
         # ``picked`` locks its rows (skipping those another sweep holds, and re-checking the
         # WHERE on the committed row for those it had to wait for): the previous state and
         # owner it returns are those the update replaces. A lease counts as expired only if it
-        # was when the statement reached the server (see Clocks): an owner whose renewal waits
-        # behind the same lock keeps its calls. The events are appended after the sort, in the
-        # order of their runs' lock keys: two sweeps whose calls span the same runs take those
-        # locks in one order, so readers queued for them cannot close a cycle (which PostgreSQL
-        # would break only after deadlock_timeout). Each distinct run holds a lock to the
-        # commit: ``limit`` stays well within max_locks_per_transaction.
+        # was when the sweep began (see Clocks), and none does once the sweep waited past its
+        # patience: an owner whose renewal waits behind the same lock keeps its calls. The
+        # events are appended after the sort, in the order of their runs' lock keys: two sweeps
+        # whose calls span the same runs take those locks in one order, so readers queued for
+        # them cannot close a cycle (which PostgreSQL would break only after deadlock_timeout).
+        # Each distinct run holds a lock to the commit: ``limit`` stays well within
+        # max_locks_per_transaction.
         query: LiteralString = (
             "WITH picked AS (SELECT call_id, state AS was, owner AS previous_owner "
             "FROM blade_calls WHERE state IN ('running', 'resumable') AND (state = 'resumable' "
-            f"OR lease_until < {_BEFORE_WAIT} OR owner = ANY(%(dead)s)){only} "
+            f"OR (lease_until < {_BEFORE_WAIT} - %(waited)s "
+            f"AND {_NOW} - {_BEFORE_WAIT} <= %(patience)s - %(waited)s) "
+            f"OR owner = ANY(%(dead)s)){only} "
             "ORDER BY started_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             "u AS (UPDATE blade_calls SET state = 'running', owner = %(owner)s, "
             f"lease_until = {_NOW} + %(lease_s)s, fence = blade_calls.fence + 1 FROM picked "
@@ -773,6 +781,8 @@ class PostgresStore(SQLStore):
             "limit": limit,
             "owner": owner,
             "lease_s": float(lease_s),
+            "patience": patience(lease_s),
+            "waited": float(waited_s),
             "claimed_at": now(),
         }
         with self._db() as db:

@@ -76,6 +76,7 @@ from blade_runtime.core.store import (
     TriggerRecord,
     UnknownAction,
     clock,
+    lapsed_before,
     made_by,
     now,
 )
@@ -901,26 +902,29 @@ class SQLiteStore(SQLStore):
         names: Collection[str] | Mapping[str, str] | None = None,
         call_id: str | None = None,
         limit: int = 100,
+        waited_s: float = 0.0,
     ) -> list[Claimed]:
-        # Leases are judged by the clock before the wait for the write lock: an owner whose
-        # renewal waits behind the same lock keeps its calls. BEGIN IMMEDIATE then holds the
-        # lock from the reads to the updates: sweeps of other processes wait for it and then
-        # find these calls owned, with fresh leases.
-        waited_from = clock()
+        # Leases are judged by the clock before the wait for the write lock, and not at all
+        # after a long wait (see Store.claim): an owner whose renewal waits behind the same
+        # lock keeps its calls. BEGIN IMMEDIATE then holds the lock from the reads to the
+        # updates: sweeps of other processes wait for it and then find these calls owned, with
+        # fresh leases.
+        began = clock()
         gone = set(dead)
         wanted = None if names is None else set(names)
+        lapsed = began - waited_s
 
         def claimable(call: CallRecord) -> bool:
             if names is not None and not made_by(call, names):
                 return False
             if call.state == "resumable":
                 return True
-            return call.state == "running" and (
-                call.lease_until < waited_from or call.owner in gone
-            )
+            return call.state == "running" and (call.lease_until < lapsed or call.owner in gone)
 
         with self._write() as db:
-            until = clock() + lease_s
+            granted = clock()
+            until = granted + lease_s
+            lapsed = lapsed_before(began, granted, waited_s, lease_s)
             examined: list[tuple[str, list[CallRecord]]] = []
             if call_id is not None:
                 row = db.execute(
@@ -949,7 +953,7 @@ class SQLiteStore(SQLStore):
                 due = db.execute(
                     "SELECT owner, since, held FROM runtimes WHERE lease_until < ?"
                     + (f" OR owner IN ({marks})" if gone else ""),
-                    (waited_from, *gone),
+                    (lapsed, *gone),
                 ).fetchall()
                 for who, since, held in due:
                     running = [call_record(row) for row in self._running_of(db, who, since, held)]

@@ -36,6 +36,7 @@ from records import (
     suspended,
     uid,
 )
+from stalled import hold_lock
 
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
@@ -52,6 +53,7 @@ from blade_runtime.core.store import (
     dump_json,
     load_json,
     now,
+    patience,
 )
 from blade_runtime.stores.sqlite import SQLiteStore
 from blade_runtime.stores.urls import open_store
@@ -466,6 +468,40 @@ def test_claims_take_only_calls_another_runtime_cannot_finish(backend: Backend) 
     if backend.durable:
         claimed = [e for e in store.events("run-1") if e.kind == "claimed"]
         assert {e.call_id for e in claimed} == {ready.call_id, lapsed.call_id, of_the_dead.call_id}
+
+
+def test_a_sweep_judges_leases_as_they_were_when_it_began_waiting(store: Store) -> None:
+    ready = resumable(store, owner="w1")
+    of_the_dead = begun(store, owner="gone", lease_s=60.0)
+    long_lapsed = begun(store, owner="w2", lease_s=-20.0)
+    just_lapsed = begun(store, owner="w3", lease_s=-1.0)
+    # Its earlier reads waited 7 s, past a 60 s lease's patience (6 s): the owners' renewals may
+    # have waited as long, so it judges no lapsed lease; resumable calls and the dead's it takes.
+    assert patience(60.0) == 6.0
+    claims = store.claim("me", 60.0, dead={"gone"}, waited_s=7.0)
+    assert {c.call.call_id for c in claims} == {ready.call_id, of_the_dead.call_id}
+    # One that waited 4 s judges leases as they were 4 s ago: one lapsed 1 s ago was not yet.
+    assert [c.call.call_id for c in store.claim("me", 60.0, waited_s=4.0)] == [long_lapsed.call_id]
+    assert [c.call.call_id for c in store.claim("me", 60.0)] == [just_lapsed.call_id]
+
+
+def test_a_sweep_that_waited_for_a_lock_claims_no_lapsed_lease(durable: Backend) -> None:
+    """Another connection holds the store's lock for 0.6 s, six times the patience of a 1 s
+    lease: the sweep waiting behind it takes the resumable call and leaves the lapsed one
+    (its owner's renewal may be queued behind the same lock); the next sweep takes it."""
+    store = durable.open()
+    ready = resumable(store, owner="w1")
+    lapsed = begun(store, owner="w2", lease_s=-20.0)
+    held = threading.Event()
+    locker = threading.Thread(target=hold_lock, args=(durable.url, 0.6, held))
+    locker.start()
+    assert held.wait(10)
+    try:
+        waited = store.claim("me", 1.0)
+    finally:
+        locker.join()
+    assert [c.call.call_id for c in waited] == [ready.call_id]
+    assert [c.call.call_id for c in store.claim("me", 1.0)] == [lapsed.call_id]
 
 
 def test_a_claim_may_name_its_call_and_tools_and_is_bounded(store: Store) -> None:

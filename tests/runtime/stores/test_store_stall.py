@@ -13,17 +13,15 @@ and 5 s leases, scaled down to 6 s and 2 s: three leases either way.)
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 import time
 from typing import Any
 
-import psycopg
 import pytest
+from stalled import hold_lock
 from test_workers import Cluster, cluster, local_runtime, store_url, worker_package
 
 from blade_runtime.core.results import ToolResult, ToolSuccess
-from blade_runtime.stores.urls import sqlite_path
 
 __all__ = ["cluster", "store_url", "worker_package"]  # the fixtures this module uses
 
@@ -32,23 +30,6 @@ pytestmark = pytest.mark.slow
 LEASE_S = 2.0
 LOCK_S = 6.0
 TICK_S = 0.005
-
-
-def hold_lock(url: str, seconds: float, held: threading.Event) -> None:
-    """Hold the store's lock from a connection of its own for ``seconds``."""
-    if url.startswith("sqlite"):
-        db = sqlite3.connect(sqlite_path(url), isolation_level=None)
-        db.execute("BEGIN EXCLUSIVE")
-        held.set()
-        time.sleep(seconds)
-        db.execute("ROLLBACK")
-        db.close()
-        return
-    with psycopg.connect(url) as db:
-        db.execute("LOCK TABLE blade_calls IN ACCESS EXCLUSIVE MODE")
-        held.set()
-        time.sleep(seconds)
-        db.rollback()
 
 
 class Lateness:
