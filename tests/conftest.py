@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib
 import json
 import os
@@ -9,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -290,6 +293,41 @@ def _hermetic_spec_packages() -> Iterator[None]:
     patch.setattr(dependencies, "installed_spec_packages", installed_spec_packages)
     yield
     patch.undo()
+
+
+class _Turns:
+    """Turns at the machine among the workers of one run: a test marked ``alone`` (a bound on
+    latency is part of what it asserts) runs while no other test does; the others go on
+    together. Two flocks: ``gate`` is taken by whoever starts, briefly, so that a test waiting
+    to run alone holds back the tests that start after it (a shared lock alone would let them
+    starve it)."""
+
+    def __init__(self, folder: Path, run: str) -> None:
+        self._gate = os.open(folder / f"blade-tests-{run}.gate", os.O_CREAT | os.O_RDWR)
+        self._share = os.open(folder / f"blade-tests-{run}.share", os.O_CREAT | os.O_RDWR)
+
+    @contextlib.contextmanager
+    def turn(self, alone: bool) -> Iterator[None]:
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._share, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._share, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def _turns(testrun_uid: str) -> _Turns:
+    return _Turns(Path(tempfile.gettempdir()), testrun_uid)
+
+
+@pytest.fixture(autouse=True)
+def _machine_turn(request: pytest.FixtureRequest, _turns: _Turns) -> Iterator[None]:
+    with _turns.turn(request.node.get_closest_marker("alone") is not None):
+        yield
 
 
 # Session fixtures cheap enough for every xdist worker to make its own.

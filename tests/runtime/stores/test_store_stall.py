@@ -5,9 +5,10 @@ Another connection holds a lock on the store (SQLite: ``BEGIN EXCLUSIVE``; Postg
 across the lock, half started during it) and worker B, another process on another host, runs its
 recovery loop. Then: no live worker lost a lease (B claimed nothing), no call was entered twice,
 none settled INTERRUPTED, every result is what the store records, and a coroutine on A's loop
-that does nothing but wake every 5 ms was never late by more than 50 ms beyond what a thread of
-the same process was late by meanwhile (the machine's load, not the store's). (The issue's 15 s lock
-and 5 s leases, scaled down to 6 s and 2 s: three leases either way.)
+that does nothing but wake every 5 ms, from the lock on until the last call returned, was never
+late by more than 50 ms beyond what a thread of the same process was late by meanwhile (the
+machine's load, not the store's). The test runs alone (no other test of the run meanwhile). (The
+issue's 15 s lock and 5 s leases, scaled down to 6 s and 2 s: three leases either way.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from blade_runtime.core.results import ToolResult, ToolSuccess
 
 __all__ = ["cluster", "store_url", "worker_package"]  # the fixtures this module uses
 
-pytestmark = pytest.mark.slow
+# Alone: the 50 ms bound is the store's share of the loop, and on 2 cores the other workers of a
+# run (a SchemaStore build, a browser) take more than that from any thread of this process.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 LEASE_S = 2.0
 LOCK_S = 6.0
@@ -88,15 +91,16 @@ def test_a_locked_store_stalls_no_loop_and_takes_no_live_lease(
             assert isinstance(
                 await runtime.call(tool, {"n": -1}, call_id=f"warm-{tool}"), ToolSuccess
             )
-        stop = asyncio.Event()
-        lateness = Lateness()
-        watch = asyncio.create_task(lateness.watch(stop))
         long_ms = int((LOCK_S + LEASE_S) * 1000)
         calls = [
             asyncio.create_task(runtime.call(tool, {"n": i, "sleep_ms": long_ms}, call_id=call_id))
             for i, (call_id, tool) in enumerate(across)
         ]
         await asyncio.sleep(0.5)  # all of them started, under their leases
+        # Watched from the lock on: until it ends, and until the last call returns.
+        stop = asyncio.Event()
+        lateness = Lateness()
+        watch = asyncio.create_task(lateness.watch(stop))
         held = threading.Event()
         locker = threading.Thread(target=hold_lock, args=(store_url, LOCK_S, held))
         locker.start()
