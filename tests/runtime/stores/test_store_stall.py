@@ -26,9 +26,7 @@ from blade_runtime.core.results import ToolResult, ToolSuccess
 
 __all__ = ["cluster", "store_url", "worker_package"]  # the fixtures this module uses
 
-# Alone: the 50 ms bound is the store's share of the loop, and on 2 cores the other workers of a
-# run (a SchemaStore build, a browser) take more than that from any thread of this process.
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+pytestmark = pytest.mark.slow
 
 LEASE_S = 2.0
 LOCK_S = 6.0
@@ -77,6 +75,9 @@ class Lateness:
         return worst
 
 
+# Alone: the 50 ms bound is the store's share of the loop, and on 2 cores the other workers of a
+# run (a SchemaStore build, a browser) take more than that from any thread of this process.
+@pytest.mark.alone
 def test_a_locked_store_stalls_no_loop_and_takes_no_live_lease(
     cluster: Cluster, store_url: str
 ) -> None:
