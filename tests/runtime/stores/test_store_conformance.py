@@ -486,14 +486,14 @@ def test_a_sweep_judges_leases_as_they_were_when_it_began_waiting(store: Store) 
 
 
 def test_a_sweep_that_waited_for_a_lock_claims_no_lapsed_lease(durable: Backend) -> None:
-    """Another connection holds the store's lock for 0.6 s, six times the patience of a 1 s
+    """Another connection holds the store's lock for 1 s, ten times the patience of a 1 s
     lease: the sweep waiting behind it takes the resumable call and leaves the lapsed one
     (its owner's renewal may be queued behind the same lock); the next sweep takes it."""
     store = durable.open()
     ready = resumable(store, owner="w1")
     lapsed = begun(store, owner="w2", lease_s=-20.0)
     held = threading.Event()
-    locker = threading.Thread(target=hold_lock, args=(durable.url, 0.6, held))
+    locker = threading.Thread(target=hold_lock, args=(durable.url, 1.0, held))
     locker.start()
     assert held.wait(10)
     try:
