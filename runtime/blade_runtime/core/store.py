@@ -48,10 +48,11 @@ DEFAULT_LEASE_S = 5.0
 
 def patience(lease_s: float) -> float:
     """How long a sweep may wait for the store and still judge lapsed leases: a tenth of a
-    lease. One that waited longer was held up by a lock that may have held up the owners'
-    renewals too (their leases lapse behind it, and are renewed as it ends); it leaves their
-    calls to the next sweep."""
-    return lease_s / 10
+    lease, and at least 0.1 s (a sweep's own reads take tens of milliseconds on a busy machine:
+    with less, short leases would lapse for no sweep at all). One that waited longer was held
+    up by a lock that may have held up the owners' renewals too (their leases lapse behind it,
+    and are renewed as it ends); it leaves their calls to the next sweep."""
+    return max(lease_s / 10, 0.1)
 
 
 def lapsed_before(began: float, granted: float, waited_s: float, lease_s: float) -> float:
