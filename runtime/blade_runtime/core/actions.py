@@ -16,7 +16,7 @@ from blade_runtime.core.permissions import ADMISSION, DEFAULT_DENIAL
 from blade_runtime.core.registry import compiled
 from blade_runtime.core.results import ErrorCode
 from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, Event, Resolution, now
-from blade_runtime.core.validation import describe, unreadable
+from blade_runtime.core.validation import unreadable
 
 
 def invalid_submission(action: ActionRecord, value: JsonValue) -> str | None:
@@ -29,7 +29,7 @@ def invalid_submission(action: ActionRecord, value: JsonValue) -> str | None:
             return None
     except (ValueError, RecursionError) as error:  # UnicodeEncodeError is a ValueError
         return f"Invalid submission for {action.action_id}: {unreadable(error)}."
-    return f"Invalid submission for {action.action_id}: {describe(validator.violations(value))}."
+    return f"Invalid submission for {action.action_id}: {validator.explain(value)}."
 
 
 def success_json(content: JsonValue) -> JsonValue:

@@ -111,7 +111,7 @@ from blade_runtime.core.store import (
     storable_id,
 )
 from blade_runtime.core.tools import Tools
-from blade_runtime.core.validation import describe, unreadable
+from blade_runtime.core.validation import unreadable
 
 _FATAL_IN_CHILDREN = frozenset(
     {ErrorCode.HOOK_FAILED, ErrorCode.HOOK_TIMEOUT, ErrorCode.OBSERVER_FAILED}
@@ -447,7 +447,7 @@ class CallRunner:
     ) -> ToolError:
         """INVALID_INPUT naming every failing path and what was expected there."""
         try:
-            problems = describe(registration.input_validator.violations(arguments))
+            problems = registration.input_validator.explain(arguments)
         except (ValueError, RecursionError) as error:  # see _valid
             problems = unreadable(error)
         return error_result(
@@ -757,7 +757,7 @@ class CallRunner:
                 call.name,
                 call.call_id,
                 registration.spec.id,
-                describe(validator.violations(content)),
+                validator.explain(content),
             )
             return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
         return ToolSuccess(call, output, content, display)

@@ -36,7 +36,6 @@ from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import DataRecord, Event, now
 from blade_runtime.core.triggers import Triggers
-from blade_runtime.core.validation import describe
 
 log = logging.getLogger("blade_runtime")
 
@@ -104,7 +103,7 @@ class CallData:
         except NotJson as error:
             raise DataRejected(f"ToolData channel {channel!r}: {error}") from None
         if not typed.validator.is_valid(record):
-            problems = describe(typed.validator.violations(record))
+            problems = typed.validator.explain(record)
             raise DataRejected(f"ToolData channel {channel!r} rejected a record: {problems}")
         item_id = id if id is not None else f"{channel}-{self._call.call_id}-{next(self._counter)}"
         at = now()
@@ -450,7 +449,7 @@ class ToolContext:
         except NotJson as error:
             raise SuspendRejected(f"suspend point {point!r}: {error}") from None
         if not found.suspend.validator.is_valid(record):
-            problems = describe(found.suspend.validator.violations(record))
+            problems = found.suspend.validator.explain(record)
             raise SuspendRejected(f"suspend point {point!r} rejected the payload: {problems}")
         raise Suspended(point, record)
 

@@ -28,7 +28,6 @@ from blade_runtime.core.registry import (
     registration,
 )
 from blade_runtime.core.spec import BackendToolSpec, CapabilitySpec, JsonObject
-from blade_runtime.core.validation import describe
 
 IdT = TypeVar("IdT", bound=str)
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -118,7 +117,7 @@ class Tools:
             value = config.get(name)
             validator = compiled(capability.config_schema)  # type: ignore[arg-type]
             if not validator.is_valid(value):
-                problems = describe(validator.violations(value))
+                problems = validator.explain(value)
                 raise RegistrationError(
                     f"{where}: capability_config[{name!r}] does not match the capability's "
                     f"configSchema: {problems}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
@@ -20,18 +19,6 @@ from pydantic import JsonValue
 MAX_REPORTED = 10
 """Violations listed in one message; the rest are counted."""
 _MAX_VALUE_CHARS = 60
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One reason an instance was rejected: where (a JSON pointer) and what was expected."""
-
-    pointer: str
-    message: str
-
-    def __str__(self) -> str:
-        where = self.pointer or "the top level"
-        return f"at {where}: {self.message}"
 
 
 class SchemaValidator:
@@ -52,16 +39,19 @@ class SchemaValidator:
         # Bound once: the call path invokes it directly.
         self.is_valid = self._validator.is_valid
 
-    def violations(self, instance: object) -> list[Violation]:
-        """Every violation, as pointers and sentences naming what was expected."""
-        return [_violation(error) for error in self._validator.iter_errors(instance)]
-
-
-def describe(violations: list[Violation]) -> str:
-    """One sentence listing the violations, at most ``MAX_REPORTED`` of them."""
-    shown = "; ".join(str(v) for v in violations[:MAX_REPORTED])
-    hidden = len(violations) - MAX_REPORTED
-    return f"{shown}; and {hidden} more" if hidden > 0 else shown
+    def explain(self, instance: object) -> str:
+        """One sentence naming each violation, where (a JSON pointer) and what was expected
+        there: at most ``MAX_REPORTED`` of them, the rest counted. Built straight from the
+        validator's errors, no object per violation: an invalid call is mostly this sentence."""
+        shown: list[str] = []
+        count = 0
+        for error in self._validator.iter_errors(instance):
+            count += 1
+            if count <= MAX_REPORTED:
+                path = error.instance_path
+                shown.append(f"at {pointer(path) if path else 'the top level'}: {_expected(error)}")
+        text = "; ".join(shown)
+        return f"{text}; and {count - MAX_REPORTED} more" if count > MAX_REPORTED else text
 
 
 def pointer(path: Iterator[str | int] | list[str | int]) -> str:
@@ -76,11 +66,6 @@ def pointer(path: Iterator[str | int] | list[str | int]) -> str:
                 text = text.replace("~", "~0").replace("/", "~1")
             parts.append(text)
     return "/" + "/".join(parts) if parts else ""
-
-
-def _violation(error: jsonschema_rs.ValidationError) -> Violation:
-    path = error.instance_path
-    return Violation(pointer(path) if path else "", _expected(error))
 
 
 def _expected(error: jsonschema_rs.ValidationError) -> str:
