@@ -912,9 +912,8 @@ class SQLiteStore(SQLStore):
         began = clock()
         gone = set(dead)
         wanted = None if names is None else set(names)
-        lapsed = began - waited_s
 
-        def claimable(call: CallRecord) -> bool:
+        def claimable(call: CallRecord, lapsed: float) -> bool:
             if names is not None and not made_by(call, names):
                 return False
             if call.state == "resumable":
@@ -931,7 +930,7 @@ class SQLiteStore(SQLStore):
                     f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,)
                 ).fetchone()
                 candidates = [
-                    c for c in ([] if row is None else [call_record(row)]) if claimable(c)
+                    c for c in ([] if row is None else [call_record(row)]) if claimable(c, lapsed)
                 ]
             else:
                 only, values = "", []
@@ -958,7 +957,7 @@ class SQLiteStore(SQLStore):
                 for who, since, held in due:
                     running = [call_record(row) for row in self._running_of(db, who, since, held)]
                     examined.append((who, running))
-                    candidates += [c for c in running if claimable(c)]
+                    candidates += [c for c in running if claimable(c, lapsed)]
                 candidates.sort(key=lambda c: c.started_at)
                 del candidates[limit:]
             head = self._head(db) if examined else 0
