@@ -295,6 +295,30 @@ def _hermetic_spec_packages() -> Iterator[None]:
     patch.undo()
 
 
+@pytest.fixture
+def deploy(example_package: Any) -> Any:
+    """The example package's deploy_service.v1 module."""
+    from blade_specs.deploy import deploy_service_v1
+
+    return deploy_service_v1
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each store engine in turn: memory, SQLite in ``tmp_path``, PostgreSQL (a fresh
+    database). A module with a ``store`` of its own uses that one."""
+    from blade_runtime.stores.memory import MemoryStore
+    from blade_runtime.stores.sqlite import SQLiteStore
+    from blade_runtime.stores.urls import open_store
+
+    if request.param == "postgres":
+        made = open_store(request.getfixturevalue("postgres_url"))
+    else:
+        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "store.db")
+    yield made
+    made.close()
+
+
 class _Turns:
     """Turns at the machine among the workers of one run: a test marked ``alone`` (a bound on
     latency is part of what it asserts) runs while no other test does; the others go on

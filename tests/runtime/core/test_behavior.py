@@ -21,7 +21,6 @@ from blade_runtime.core.permissions import Ask, PermissionRequest
 from blade_runtime.core.registry import RegistrationError
 from blade_runtime.core.results import ErrorCode, ToolError, ToolSuccess
 from blade_runtime.core.store import Store
-from blade_runtime.stores.memory import MemoryStore
 from blade_runtime.stores.sqlite import SQLiteStore
 from blade_runtime.stores.urls import open_store
 
@@ -45,16 +44,6 @@ def purge(tmp_path_factory: pytest.TempPathFactory) -> Any:
     build(root / "specs", root / "out", "behavior_pkg")
     _import_package(root / "out", "behavior_pkg")
     return importlib.import_module("behavior_pkg.files.purge_files_v1")
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "postgres":
-        made = open_store(request.getfixturevalue("postgres_url"))
-    else:
-        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "b.db")
-    yield made
-    made.close()
 
 
 def by_dry_run(arguments: Any) -> Behavior:

@@ -12,7 +12,6 @@ import importlib
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,9 +26,7 @@ from blade_codegen.resolve import resolve_specs
 from blade_runtime import Runtime, ToolError
 from blade_runtime.core.results import ErrorCode, ToolPending
 from blade_runtime.core.store import Store
-from blade_runtime.stores.memory import MemoryStore
 from blade_runtime.stores.sqlite import SQLiteStore
-from blade_runtime.stores.urls import open_store
 
 FLAT = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
@@ -78,16 +75,6 @@ def _runtime(package: Any, store: Store, entries: list[str]) -> Runtime:
     runtime.register(approve.SPEC, implementation)
     runtime.register_client(ask.SPEC)
     return runtime
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "postgres":
-        made = open_store(request.getfixturevalue("postgres_url"))
-    else:
-        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "dl.db")
-    yield made
-    made.close()
 
 
 def test_the_spec_carries_the_deadline_into_code_and_manifest(

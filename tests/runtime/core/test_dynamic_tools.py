@@ -22,13 +22,6 @@ GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
 
 
-@pytest.fixture
-def deploy(example_package: Any) -> Any:
-    from blade_specs.deploy import deploy_service_v1
-
-    return deploy_service_v1
-
-
 def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 

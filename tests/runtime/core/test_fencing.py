@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from blade_codegen.resolve import resolve_specs
 from blade_runtime import Runtime
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
 from blade_runtime.core.store import Store, clock
-from blade_runtime.stores.memory import MemoryStore
 from blade_runtime.stores.sqlite import SQLiteStore
 from blade_runtime.stores.urls import open_store
 
@@ -71,16 +69,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, Any]:
         importlib.import_module("fence_pkg.fence.post_entry_v1"),
         importlib.import_module("fence_pkg.fence.charge_card_v1"),
     )
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "postgres":
-        made = open_store(request.getfixturevalue("postgres_url"))
-    else:
-        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "f.db")
-    yield made
-    made.close()
 
 
 class Ledger:

@@ -3,41 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from blade_runtime import CallContext, Principal, Runtime
 from blade_runtime.core.permissions import Allow, Ask, PermissionRequest, by_kind
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
 from blade_runtime.core.store import Store
-from blade_runtime.stores.memory import MemoryStore
-from blade_runtime.stores.sqlite import SQLiteStore
-from blade_runtime.stores.urls import open_store
 
 GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
 ALICE = Principal("alice", "acme")
 BOB = Principal("bob", "acme")
 EVE = Principal("eve", "other")
-
-
-@pytest.fixture
-def deploy(example_package: Any) -> Any:
-    from blade_specs.deploy import deploy_service_v1
-
-    return deploy_service_v1
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "postgres":
-        made = open_store(request.getfixturevalue("postgres_url"))
-    else:
-        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "g.db")
-    yield made
-    made.close()
 
 
 class Pushes:

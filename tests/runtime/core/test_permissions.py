@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,27 +28,9 @@ from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSu
 from blade_runtime.core.store import Store
 from blade_runtime.stores.memory import MemoryStore
 from blade_runtime.stores.sqlite import SQLiteStore
-from blade_runtime.stores.urls import open_store
 
 GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
 ALICE = Principal("alice", "acme", frozenset({"support"}), {"team": "payments"})
-
-
-@pytest.fixture
-def deploy(example_package: Any) -> Any:
-    from blade_specs.deploy import deploy_service_v1
-
-    return deploy_service_v1
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "postgres":
-        made = open_store(request.getfixturevalue("postgres_url"))
-    else:
-        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "perm.db")
-    yield made
-    made.close()
 
 
 class Deploys:

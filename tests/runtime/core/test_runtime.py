@@ -28,13 +28,6 @@ def run(coroutine: Awaitable[ToolResult[Any]]) -> ToolResult[Any]:
 
 
 @pytest.fixture
-def deploy(example_package: Any) -> Any:
-    from blade_specs.deploy import deploy_service_v1
-
-    return deploy_service_v1
-
-
-@pytest.fixture
 def lookup(example_package: Any) -> Any:
     from blade_specs.crm import lookup_customer_v1
 

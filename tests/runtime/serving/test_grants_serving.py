@@ -6,7 +6,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,10 @@ from blade_runtime.core.permissions import by_kind
 from blade_runtime.core.results import ToolPending, ToolSuccess
 from blade_runtime.core.store import Store
 from blade_runtime.serving.http import create_app
-from blade_runtime.stores.memory import MemoryStore
 from blade_runtime.stores.sqlite import SQLiteStore
 from blade_runtime.stores.urls import open_store
 
 GOOD = {"service": "api", "version": "v1.2.3", "environment": "staging"}
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "postgres":
-        made = open_store(request.getfixturevalue("postgres_url"))
-    else:
-        made = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "s.db")
-    yield made
-    made.close()
 
 
 def test_grants_over_http_are_listed_and_revoked_by_their_own_principal(
