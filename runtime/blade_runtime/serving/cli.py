@@ -44,8 +44,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 from blade_runtime import __version__
 from blade_runtime.core import actions, grants
@@ -53,6 +54,7 @@ from blade_runtime.core.jsonvalue import NotJson, checked
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
     ActionRecord,
+    GrantRecord,
     Store,
     StoreError,
     UnknownAction,
@@ -60,6 +62,8 @@ from blade_runtime.core.store import (
     encodable,
 )
 from blade_runtime.stores.urls import masked, open_store, sqlite_path
+
+T = TypeVar("T")
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -272,20 +276,35 @@ def _view(action: ActionRecord) -> dict[str, Any]:
     }
 
 
-def _list(store: Store, run: str | None, tool: str | None, as_json: bool) -> int:
-    found = store.actions(run_id=run, name=tool)
+def _listing(
+    found: Sequence[T],
+    as_json: bool,
+    json_of: Callable[[T], Any],
+    line_of: Callable[[T], str],
+    none: str,
+) -> int:
+    """A list command's output: JSON, or a line each (``none`` when there are none, said where a
+    person reads it; a script reading stdout finds it empty)."""
     if as_json:
-        print(json.dumps([_view(a) for a in found], indent=2, ensure_ascii=False))
+        print(json.dumps([json_of(item) for item in found], indent=2, ensure_ascii=False))
         return 0
-    if not found:  # said where a person reads it; a script reading stdout finds it empty
-        print("no pending actions", file=sys.stderr)
-    for action in found:
+    if not found:
+        print(none, file=sys.stderr)
+    for item in found:
+        print(line_of(item))
+    return 0
+
+
+def _list(store: Store, run: str | None, tool: str | None, as_json: bool) -> int:
+    def line(action: ActionRecord) -> str:
         name = action.name if action.point is None else f"{action.name}.{action.point}"
-        print(
+        return (
             f"{action.action_id}  {name}  run={action.run_id}  call={action.call_id}  "
             f"since {action.suspended_at}"
         )
-    return 0
+
+    found = store.actions(run_id=run, name=tool)
+    return _listing(found, as_json, _view, line, "no pending actions")
 
 
 def _show(store: Store, action_id: str) -> int:
@@ -343,18 +362,14 @@ def _submit(store: Store, action_id: str, text: str) -> int:
 def _grants(
     store: Store, tenant: str | None, principal: str | None, tool: str | None, as_json: bool
 ) -> int:
-    found = store.grants(tenant=tenant, principal=principal, tool=tool)
-    if as_json:
-        print(json.dumps([asdict(g) for g in found], indent=2, ensure_ascii=False))
-        return 0
-    if not found:
-        print("no standing grants", file=sys.stderr)
-    for grant in found:
-        print(
+    def line(grant: GrantRecord) -> str:
+        return (
             f"{grant.grant_id}  {grant.principal}@{grant.tenant}  {grant.tool} "
             f"({grant.spec_id}) {grant.point}  subject={grant.subject!r}  since {grant.created_at}"
         )
-    return 0
+
+    found = store.grants(tenant=tenant, principal=principal, tool=tool)
+    return _listing(found, as_json, asdict, line, "no standing grants")
 
 
 def _revoke(store: Store, grant_id: str) -> int:
