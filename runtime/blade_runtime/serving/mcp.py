@@ -762,8 +762,9 @@ class FastPath:
     ``tools/call`` wanting a JSON response, without ``Mcp-Param-*`` headers.
 
     It passes the SDK's own checks (transport security, Accept, duplicated routing headers, the
-    envelope classifier) and answers with the SDK's own wire serialization of the result, but
-    calls the handler directly instead of through the SDK's per-request server loop (a
+    envelope classifier) and answers with the SDK's wire form of the result (a text result's
+    written by ``TextResult.wire``, tested equal to the SDK's serialization), but calls the
+    handler directly instead of through the SDK's per-request server loop (a
     connection, a runner, the middleware chain: most of a call's cost over HTTP). Every other
     request, and any request these checks would refuse, goes to the SDK's app unchanged (its body
     replayed), so the SDK gives its answer and its error. Nothing here is traced by the SDK's
