@@ -33,6 +33,18 @@ JSON = st.recursive(
     | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
+# JSON as the runtime has it: str keys, finite floats, integers past 64 bits, and text that UTF-8
+# can encode (a lone surrogate cannot be stored by a durable store, nor sent as UTF-8).
+RUNTIME_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
+RUNTIME_JSON: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | RUNTIME_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(RUNTIME_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
 MAX_DEPTH = 6
 
 

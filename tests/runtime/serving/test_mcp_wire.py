@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp_types import methods
+from strategies import RUNTIME_JSON, RUNTIME_TEXT
 
 from blade_runtime.core.content import is_blocks
 from blade_runtime.core.results import ErrorCode
@@ -21,24 +22,13 @@ from blade_runtime.serving.mcp import (
     _wire_json,
 )
 
-_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
-_json: st.SearchStrategy[Any] = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | _text,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
-    max_leaves=12,
-)
-
 
 def sdk_wire(result: TextResult) -> dict[str, Any]:
     dumped = result.model().model_dump(mode="json", by_alias=True, exclude_none=True)
     return methods.serialize_server_result("tools/call", WIRE_VERSION, dumped)
 
 
-@given(content=_json, projected=st.booleans())
+@given(content=RUNTIME_JSON, projected=st.booleans())
 def test_a_success_is_written_as_the_sdk_writes_it(content: Any, projected: bool) -> None:
     result = _success(content, WIRE_VERSION, projected)
     if is_blocks(content):  # content blocks are the SDK's model to build
@@ -48,7 +38,7 @@ def test_a_success_is_written_as_the_sdk_writes_it(content: Any, projected: bool
     assert result.wire() == sdk_wire(result)
 
 
-@given(code=st.sampled_from(list(ErrorCode)), message=_text)
+@given(code=st.sampled_from(list(ErrorCode)), message=RUNTIME_TEXT)
 def test_an_error_is_written_as_the_sdk_writes_it(code: ErrorCode, message: str) -> None:
     result = _error(code, message)
     assert result.wire() == sdk_wire(result)
@@ -56,10 +46,10 @@ def test_an_error_is_written_as_the_sdk_writes_it(code: ErrorCode, message: str)
 
 
 @given(
-    text=_text,
-    structured=_json,
+    text=RUNTIME_TEXT,
+    structured=RUNTIME_JSON,
     is_error=st.booleans(),
-    meta=st.none() | st.dictionaries(_text, _json, max_size=3),
+    meta=st.none() | st.dictionaries(RUNTIME_TEXT, RUNTIME_JSON, max_size=3),
 )
 def test_any_text_result_is_written_as_the_sdk_writes_it(
     text: str, structured: Any, is_error: bool, meta: dict[str, Any] | None
@@ -68,7 +58,7 @@ def test_any_text_result_is_written_as_the_sdk_writes_it(
     assert result.wire() == sdk_wire(result)
 
 
-@given(reply=st.dictionaries(_text, _json, max_size=5))
+@given(reply=st.dictionaries(RUNTIME_TEXT, RUNTIME_JSON, max_size=5))
 def test_a_reply_body_reads_back_as_the_reply(reply: dict[str, Any]) -> None:
     assert json.loads(_wire_json(reply)) == reply
 

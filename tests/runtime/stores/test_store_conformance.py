@@ -37,6 +37,7 @@ from records import (
     uid,
 )
 from stalled import hold_lock
+from strategies import RUNTIME_JSON, RUNTIME_TEXT
 
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
@@ -775,18 +776,10 @@ def test_an_unknown_scheme_is_refused_with_the_password_masked() -> None:
 
 # -- what goes in comes out ---------------------------------------------------------------------
 
-# JSON as the runtime has it: str keys, finite floats, and text that UTF-8 can encode (a lone
-# surrogate cannot be stored by a durable store; see the module's doc of each).
-_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=20)
-_json: st.SearchStrategy[Any] = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | _text,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
-    max_leaves=12,
-)
+# JSON as the runtime has it (a lone surrogate cannot be stored by a durable store; see the
+# module's doc of each).
+_text = RUNTIME_TEXT
+_json = RUNTIME_JSON
 
 
 @settings(
