@@ -37,6 +37,7 @@ from pydantic import BaseModel, JsonValue
 
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult
 from blade_runtime.core.store import ActionRecord, CallRecord
 from blade_runtime.runtime import Runtime
@@ -129,7 +130,9 @@ class BladeTool(BaseTool):
                 # a thread id and a tool call id are the graph's, not a credential: another
                 # principal's call under them is not this caller's to see or resume
                 message = f"The call {call_id} is another caller's; use a thread id of your own."
-                raise ToolException(_text({"error": ErrorCode.DUPLICATE_CALL, "message": message}))
+                raise ToolException(
+                    compact_json({"error": ErrorCode.DUPLICATE_CALL, "message": message})
+                )
             if shown:
                 recorded = await records.call(call_id, principal=who)
         if recorded is None and call_id is not None:
@@ -170,7 +173,9 @@ class BladeTool(BaseTool):
                 return _content(resumed)
             action = await records.action(resumed.action.action_id, principal=who)
             note = None
-        raise ToolException(_text({"error": "UNKNOWN_ACTION", "message": "The action is gone."}))
+        raise ToolException(
+            compact_json({"error": "UNKNOWN_ACTION", "message": "The action is gone."})
+        )
 
 
 _MEMO: weakref.WeakKeyDictionary[Runtime, OrderedDict[str, tuple[bool, str]]] = (
@@ -198,7 +203,7 @@ def _memo_key(call_id: str, context: CallContext) -> str:
 
 def _remember(runtime: Runtime, key: str, result: ToolResult[Any]) -> None:
     memo = _memo(runtime)
-    memo[key] = (isinstance(result, ToolError), _text(result.content))
+    memo[key] = (isinstance(result, ToolError), compact_json(result.content))
     while len(memo) > MEMO_SIZE:
         memo.popitem(last=False)
 
@@ -237,9 +242,9 @@ def _recorded(call: CallRecord) -> str | None:
         return None
     if call.result.get("status") == "error":
         raise ToolException(
-            _text({"error": call.result.get("code"), "message": call.result.get("message")})
+            compact_json({"error": call.result.get("code"), "message": call.result.get("message")})
         )
-    return _text(call.result.get("content"))
+    return compact_json(call.result.get("content"))
 
 
 async def _settled(runtime: Runtime, call_id: str, principal: Principal | None) -> str:
@@ -255,17 +260,13 @@ async def _settled(runtime: Runtime, call_id: str, principal: Principal | None) 
             if call.state == "suspended":  # it waits again, on a newer action
                 newer = await _waiting(runtime, call_id, principal)
                 if newer is not None and newer.state == "pending":
-                    return _text({"pending": newer.name, "action_id": newer.action_id})
+                    return compact_json({"pending": newer.name, "action_id": newer.action_id})
         if loop.time() > deadline:
-            return _text({"pending": "resumed elsewhere", "call_id": call_id})
+            return compact_json({"pending": "resumed elsewhere", "call_id": call_id})
         await asyncio.sleep(0.02)
 
 
 def _content(result: ToolResult[Any]) -> str:
     if isinstance(result, ToolError):
-        raise ToolException(_text(result.content))
-    return _text(result.content)
-
-
-def _text(content: Any) -> str:
-    return json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+        raise ToolException(compact_json(result.content))
+    return compact_json(result.content)

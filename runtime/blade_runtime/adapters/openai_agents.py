@@ -33,7 +33,6 @@ runs the tool, so an agent with client tools wants ``stop_on_pending``.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +48,7 @@ from pydantic import JsonValue
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core import actions
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.results import ToolPending
 from blade_runtime.runtime import Runtime
 
@@ -86,13 +86,11 @@ class PendingCalls(str):
     calls: tuple[PendingCall, ...]
 
     def __new__(cls, calls: Sequence[PendingCall]) -> PendingCalls:
-        text = json.dumps(
+        text = compact_json(
             [
                 {"pending": c.name, "action_id": c.action_id, "tool_call_id": c.tool_call_id}
                 for c in calls
-            ],
-            ensure_ascii=False,
-            separators=(",", ":"),
+            ]
         )
         made = super().__new__(cls, text)
         made.calls = tuple(calls)
@@ -194,7 +192,7 @@ def _invoker(
         result = await runtime.call(
             name, arguments, run_id=run_id, context=fixed if made is None else made
         )
-        text = json.dumps(result.content, ensure_ascii=False, separators=(",", ":"))
+        text = compact_json(result.content)
         if not isinstance(result, ToolPending):
             return text
         who = fixed if made is None else made
@@ -269,7 +267,7 @@ async def resume(
     outputs: dict[str, str] = {}
     for call_id, answer in answers.items():
         settled = await runtime.submit(calls[call_id].action_id, answer, principal=principal)
-        outputs[call_id] = json.dumps(settled.content, ensure_ascii=False, separators=(",", ":"))
+        outputs[call_id] = compact_json(settled.content)
     return _replace_outputs(result.to_input_list(), outputs)
 
 

@@ -47,12 +47,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue, ValidationError
-from pydantic_core import PydanticSerializationError, from_json, to_json
+from pydantic_core import from_json
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
 from blade_runtime.core.context import parent_ids
 from blade_runtime.core.export import NAME_RULES, wire_names
+from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord
@@ -565,7 +566,7 @@ class McpTools:
     def _pending_result(self, content: JsonValue, wire: str, action_id: str) -> TextResult:
         structured = self._announces_output(wire)
         return TextResult(
-            _text(content),
+            compact_json(content),
             None if structured else content,
             is_error=structured,
             meta={META: {"status": "pending", "action_id": action_id}},
@@ -630,35 +631,17 @@ def _success(
         return types.CallToolResult.model_validate(
             {"content": to_mcp(content), "structuredContent": structured}
         )
-    return TextResult(content if isinstance(content, str) else _text(content), structured)
+    return TextResult(content if isinstance(content, str) else compact_json(content), structured)
 
 
 def _error(code: ErrorCode, message: str) -> TextResult:
     content: JsonValue = {"error": code.value, "message": message}
     return TextResult(
-        _text(content),
+        compact_json(content),
         content,
         is_error=True,
         meta={META: {"status": "error", "code": code.value}},
     )
-
-
-def _text(content: JsonValue) -> str:
-    return _ENCODE(content)
-
-
-def _wire_json(reply: dict[str, Any]) -> bytes | str:
-    """A reply's body: pydantic-core's encoder, a quarter of the standard library's cost; the
-    text it refuses to encode (a lone surrogate) goes as before."""
-    try:
-        return to_json(reply)
-    except PydanticSerializationError:
-        return _ENCODE(reply)
-
-
-# What json.dumps(content, ensure_ascii=False, separators=(",", ":")) builds on every call,
-# built once: the same text (every response's content and reply are encoded with it).
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _action_name(action: ActionRecord) -> str:
@@ -672,7 +655,7 @@ def _pending_json(action: ActionRecord) -> JsonValue:
 def _message(action: ActionRecord, note: str | None) -> str:
     payload = action.payload
     prompt = payload.get("prompt") if isinstance(payload, dict) else None
-    text = prompt if isinstance(prompt, str) else f"{_action_name(action)}: {_text(payload)}"
+    text = prompt if isinstance(prompt, str) else f"{_action_name(action)}: {compact_json(payload)}"
     return text if note is None else f"{text}\n\nThe last answer was refused: {note}"
 
 
@@ -908,7 +891,7 @@ class FastPath:
                 log.exception("tools/call %s failed", params.name)
             data = self._error_data(error)
             reply["error"] = data.model_dump(mode="json", by_alias=True, exclude_none=True)
-            return Response(_wire_json(reply), media_type="application/json")
+            return Response(compact_json(reply), media_type="application/json")
         shaped.setdefault("resultType", "complete")
         meta = shaped.get("_meta")
         if self._stamp is None:  # the server's identity is fixed once it is built
@@ -917,7 +900,7 @@ class FastPath:
         stamp = self._stamp
         shaped["_meta"] = stamp if not isinstance(meta, dict) else {**meta, **stamp}
         reply["result"] = shaped
-        return Response(_wire_json(reply), media_type="application/json")
+        return Response(compact_json(reply), media_type="application/json")
 
 
 async def _unless_gone(work: Coroutine[Any, Any, T], receive: Any) -> T | None:
