@@ -19,6 +19,7 @@ from pydantic import JsonValue
 
 from blade_runtime.core.context import CallInfo, CancellationSignal
 from blade_runtime.core.guard import Guard, Overran
+from blade_runtime.core.jsonvalue import NotJson, checked
 from blade_runtime.core.results import ToolError
 from blade_runtime.core.spec import JsonObject
 
@@ -132,10 +133,12 @@ async def dispatch(
 
 
 def merge(outputs: Sequence[HookOutput | None], original: JsonObject) -> HookVerdict:
-    """Merge outputs in order; stop at the first ``skip`` or ``abort`` (its reason wins)."""
+    """Merge outputs in order; stop at the first ``skip`` or ``abort`` (its reason wins). A
+    modified input or output that is not JSON (NaN, a date, a set: what no store holds and no
+    client reads back) is its hook's failure, ``HookRaised``, as if it had raised."""
     verdict = HookVerdict()
     merged: dict[str, JsonValue] | None = None
-    for output in outputs:
+    for position, output in enumerate(outputs):
         if output is None:
             continue
         if output.action != "continue":
@@ -143,8 +146,18 @@ def merge(outputs: Sequence[HookOutput | None], original: JsonObject) -> HookVer
             verdict.reason = output.reason
             break
         if output.modified_input is not None:
-            merged = {**(original if merged is None else merged), **output.modified_input}
+            modified = _json_of(position, output.modified_input)
+            if not isinstance(modified, dict):
+                raise HookRaised(position, TypeError("modified_input is not a JSON object"))
+            merged = {**(original if merged is None else merged), **modified}
         if output.modified_output is not None:
-            verdict.output = output.modified_output
+            verdict.output = _json_of(position, output.modified_output)
     verdict.input = merged
     return verdict
+
+
+def _json_of(position: int, value: object) -> JsonValue:
+    try:
+        return checked(value)
+    except NotJson as error:
+        raise HookRaised(position, error) from None

@@ -596,7 +596,8 @@ class TextResult:
 
     def wire(self) -> dict[str, Any]:
         """What ``methods.serialize_server_result`` gives for the model's dump on
-        ``WIRE_VERSION`` (a test holds the two equal)."""
+        ``WIRE_VERSION``, for JSON content, which is all a result holds (a test holds the two
+        equal)."""
         shaped: dict[str, Any] = {
             "content": [{"text": self.text, "type": "text"}],
             "isError": self.is_error,
@@ -861,7 +862,7 @@ class FastPath:
         arguments = raw.get("arguments")
         if arguments is not None and not isinstance(arguments, dict):
             return None
-        try:  # the SDK's model, without the arguments: it would copy every value of them
+        try:  # the SDK's model, without the arguments: it would rebuild their dict key by key
             params = types.CallToolRequestParams.model_validate(
                 raw if arguments is None else {**raw, "arguments": {}}
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
 import random
@@ -638,6 +639,55 @@ def test_failure_hooks_see_the_error_and_never_hide_it(deploy: Any) -> None:
     error = error_of(run(runtime.call("deploy_service", GOOD)), ErrorCode.TOOL_FAILED)
     assert error.message == "No such version."
     assert seen == [ErrorCode.TOOL_FAILED]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [float("nan"), float("inf"), datetime.date(2020, 1, 1), {1, 2}, b"raw"],
+    ids=["nan", "infinity", "date", "set", "bytes"],
+)
+def test_a_hook_output_that_is_not_json_is_the_hooks_failure(deploy: Any, value: Any) -> None:
+    """What no store holds and no client reads back never reaches the model as content, nor
+    the call as input: the hook failed (a failure hook's leaves the original error)."""
+    from blade_runtime.core.hooks import HookOutput
+
+    runtime, executed = hooked(deploy)
+
+    async def rewrites(event: Any) -> HookOutput:
+        return HookOutput(modified_output={"deployed": True, "steps": value})
+
+    runtime.on("post_tool_use", rewrites)
+    error_of(run(runtime.call("deploy_service", GOOD)), ErrorCode.HOOK_FAILED)
+    assert len(executed) == 1
+
+    async def fails(ctx: Any) -> Any:
+        ctx.fail("No such version.")
+
+    failing, _ = hooked(deploy, impl=fails)
+    failing.on("post_tool_use_failure", rewrites)
+    error = error_of(run(failing.call("deploy_service", GOOD)), ErrorCode.TOOL_FAILED)
+    assert error.message == "No such version."
+
+    async def changes_input(event: Any) -> HookOutput:
+        return HookOutput(modified_input={"canary_percent": value})
+
+    guarded, ran = hooked(deploy)
+    guarded.on("pre_tool_use", changes_input)
+    error_of(run(guarded.call("deploy_service", GOOD)), ErrorCode.HOOK_FAILED)
+    assert ran == []
+
+
+def test_a_hook_output_as_a_tuple_is_read_as_an_array(deploy: Any) -> None:
+    from blade_runtime.core.hooks import HookOutput
+
+    runtime, _ = hooked(deploy)
+
+    async def rewrites(event: Any) -> HookOutput:
+        return HookOutput(modified_output={"steps": ("build", "ship")})
+
+    runtime.on("post_tool_use", rewrites)
+    result = run(runtime.call("deploy_service", GOOD))
+    assert isinstance(result, ToolSuccess) and result.content == {"steps": ["build", "ship"]}
 
 
 def test_hooks_can_be_limited_to_some_tools(deploy: Any) -> None:
