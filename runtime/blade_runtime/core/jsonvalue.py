@@ -25,9 +25,10 @@ class NotJson(ValueError):
 
 def compact_json(value: JsonValue) -> str:
     """``value``, checked JSON (as the runtime holds every value it records), as compact JSON
-    text, non-ASCII as it is: what a model reads of JSON content, and what a reply carries. pydantic-core's encoder, a tenth of ``json.dumps``'s cost (which
-    builds an encoder on every call with these options); the standard library's for the text
-    it refuses to encode (a lone surrogate, kept as it is)."""
+    text, non-ASCII as it is: what a model reads of JSON content, and what a reply carries.
+    pydantic-core's encoder, a tenth of ``json.dumps``'s cost (which builds an encoder on every
+    call with these options); the standard library's for the text it refuses to encode (a lone
+    surrogate, kept as it is)."""
     try:
         return to_json(value).decode()
     except PydanticSerializationError:
