@@ -335,6 +335,7 @@ class Runtime:
             return self.register(spec, implementation, **options)
         except BaseException:  # refused, or not even a registration (a misspelt option)
             tools.by_name, tools.by_spec, tools.answer_schemas = kept
+            tools.generation += 1
             raise
 
     @property

@@ -94,7 +94,8 @@ class BladeToolset(AbstractToolset[Any]):
         self.run_id = run_id
         self.max_retries = max_retries
         self._id = id
-        self._tools: tuple[tuple[str, ...], dict[str, ToolDefinition]] | None = None
+        # kept while the registrations are those they were made of (Tools.generation)
+        self._tools: tuple[int, dict[str, ToolDefinition]] | None = None
         self._fixed = CallContext(principal=principal)  # immutable: one for every call
 
     @property
@@ -104,12 +105,14 @@ class BladeToolset(AbstractToolset[Any]):
     def definitions(self, context: CallContext | None = None) -> dict[str, ToolDefinition]:
         """The tool definitions for ``context`` (registrations' ``enabled`` and ``describe`` may
         depend on the caller); cached while none does."""
-        registrations = list(self.runtime.registrations())
-        names = tuple(r.name for r in registrations)
-        if any(r.enabled is not None or r.describe is not None for r in registrations):
-            return self._build(context)
-        if self._tools is None or self._tools[0] != names:
-            self._tools = (names, self._build(None))
+        generation = self.runtime.tools.generation
+        if self._tools is not None and self._tools[0] == generation:
+            return self._tools[1]
+        if any(
+            r.enabled is not None or r.describe is not None for r in self.runtime.registrations()
+        ):
+            return self._build(context)  # the caller's own: never kept
+        self._tools = (generation, self._build(None))
         return self._tools[1]
 
     def _build(self, context: CallContext | None) -> dict[str, ToolDefinition]:

@@ -75,6 +75,9 @@ class Tools:
         self.by_spec: dict[str, Registration[Any]] = {}  # the first registration of each id
         self.answer_schemas: dict[str, JsonObject] = {}  # permission answers, per spec id
         self.dynamic = False  # some registration has an ``enabled`` callback
+        self.generation = 0
+        """Moves on with every registration added or removed: what a surface derives from the
+        registrations (a tool listing, an OpenAPI document) is current while it stays."""
         self.closing = False  # the runtime refuses new calls
         self._allowed: frozenset[str] | None = None
         self._disallowed: frozenset[str] = frozenset()
@@ -88,6 +91,7 @@ class Tools:
         removed = self.by_name.pop(name, None)
         if removed is None:
             raise RegistrationError(f"unregistering {name!r}: no tool is registered under it")
+        self.generation += 1
         if self.by_spec.get(removed.spec.id) is removed:
             del self.by_spec[removed.spec.id]
             for other in self.by_name.values():  # the next one of that id, if any
@@ -215,6 +219,7 @@ class Tools:
         added = registration(spec, name, implementation, context, limit)
         self.by_name[name] = added
         self.by_spec.setdefault(spec.id, added)
+        self.generation += 1
         return added
 
     def registrations(self) -> Iterator[Registration[Any]]:

@@ -203,18 +203,12 @@ def _form_property(prop: Any) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class _Listing:
-    made_of: tuple[Registration[Any], ...]  # what it lists: a replaced registration is new
+    generation: int  # the registrations' (Tools.generation) it was made of
     result: types.ListToolsResult
     from_wire: Mapping[str, str]
     to_wire: Mapping[str, str]
     structured: frozenset[str]  # wire names that announce an output schema
     input_schemas: Mapping[str, Mapping[str, Any]]
-
-    def lists(self, registrations: tuple[Registration[Any], ...]) -> bool:
-        """Whether this listing was made of exactly these registrations, as they are."""
-        return len(registrations) == len(self.made_of) and all(
-            now is then for now, then in zip(registrations, self.made_of, strict=True)
-        )
 
 
 class McpTools:
@@ -249,16 +243,25 @@ class McpTools:
     def listing(self, context: CallContext | None = None) -> _Listing:
         """The tool list for ``context`` (a registration's ``enabled`` and ``describe`` may
         depend on the caller); cached while no registration depends on it."""
-        registrations = tuple(self.runtime.registrations())
-        if any(r.enabled is not None or r.describe is not None for r in registrations):
-            return self._build(registrations, context)
-        if self._listing is None or not self._listing.lists(registrations):
-            self._listing = self._build(registrations, None)
+        listing = self._current()
+        if listing is not None:  # one comparison per call, however many tools there are
+            return listing
+        if any(
+            r.enabled is not None or r.describe is not None for r in self.runtime.registrations()
+        ):
+            return self._build(context)  # the caller's own: never kept
+        self._listing = self._build(None)
         return self._listing
 
-    def _build(
-        self, registrations: tuple[Registration[Any], ...], context: CallContext | None
-    ) -> _Listing:
+    def _current(self) -> _Listing | None:
+        """The kept listing, while the registrations are those it was made of."""
+        listing = self._listing
+        if listing is None or listing.generation != self.runtime.tools.generation:
+            return None
+        return listing
+
+    def _build(self, context: CallContext | None) -> _Listing:
+        generation = self.runtime.tools.generation
         exported = self.runtime.export("mcp", context=context, run_id=self.run_id)
         document = exported.document
         assert isinstance(document, dict) and isinstance(document["tools"], list)
@@ -297,7 +300,7 @@ class McpTools:
                 )
             )
         return _Listing(
-            registrations,
+            generation,
             types.ListToolsResult(tools=tools),
             exported.names.from_wire,
             exported.names.to_wire,
@@ -308,8 +311,8 @@ class McpTools:
     def input_schema(self, wire: str) -> Mapping[str, Any] | None:
         """The input schema of the tool listed as ``wire`` (None: no such tool), whoever asks
         (the SDK checks Mcp-Param headers with it before any handler runs)."""
-        listing = self._listing
-        if listing is not None and listing.lists(tuple(self.runtime.registrations())):
+        listing = self._current()
+        if listing is not None:
             return listing.input_schemas.get(wire)
         registration = self._registration(wire)
         return None if registration is None else registration.spec.input_schema
@@ -325,8 +328,8 @@ class McpTools:
     def _announces_output(self, wire: str) -> bool:
         """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
         content can only be an object, so only an object schema is announced)."""
-        listing = self._listing
-        if listing is not None and listing.lists(tuple(self.runtime.registrations())):
+        listing = self._current()
+        if listing is not None:
             return wire in listing.structured
         registration = self._registration(wire)
         if registration is None or registration.project is not None:

@@ -80,6 +80,23 @@ def test_pydantic_ai_tools_carry_the_spec_schema(runtime: Runtime) -> None:
     assert "customer" in result.output  # TestModel's generated arguments ran through the runtime
 
 
+def test_pydantic_ai_definitions_follow_another_tool_registered_under_the_same_name(
+    runtime: Runtime,
+) -> None:
+    """The definitions are kept while the registrations stay as they are: another spec under a
+    name the toolset listed is listed with its own schema."""
+    from blade_agent_specs.bank import transfer_v1
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset
+
+    toolset = BladeToolset(runtime)
+    assert toolset.definitions()["find"].parameters_json_schema == agent_tools.LOOKUP["inputSchema"]
+    runtime.unregister("find")
+    runtime.register(transfer_v1.SPEC, agent_tools.transfer, name="find")
+    found = toolset.definitions()["find"].parameters_json_schema
+    assert found == agent_tools.TRANSFER["inputSchema"]
+
+
 def test_pydantic_ai_refuses_a_coerced_integer_and_the_model_retries(runtime: Runtime) -> None:
     from pydantic_ai import Agent
     from pydantic_ai.messages import RetryPromptPart, ToolCallPart, ToolReturnPart

@@ -651,6 +651,34 @@ def test_anonymous_access_only_on_loopback(example_package: Any) -> None:
     assert asyncio.run(scenario()) == (200, 403, 401)
 
 
+def test_the_openapi_document_follows_another_tool_registered_in_place_of_one(
+    example_package: Any,
+) -> None:
+    """The document is kept while the registrations stay as they are: as many tools, one of
+    them another, is another document."""
+    from blade_specs.deploy import deploy_service_v1 as deploy
+
+    runtime, _ = runtime_of()
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def paths() -> set[str]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            return set((await http.get("/v1/openapi.json")).json()["paths"])
+
+    before = asyncio.run(paths())
+    assert "/v1/tools/lookup_customer/calls" in before
+
+    async def deploys(ctx: Any) -> Any:
+        raise AssertionError("not called")
+
+    runtime.unregister("lookup_customer")
+    runtime.register(deploy.SPEC, deploys)
+    after = asyncio.run(paths())
+    assert "/v1/tools/deploy_service/calls" in after
+    assert "/v1/tools/lookup_customer/calls" not in after
+
+
 def test_authenticate_may_be_async_and_its_failure_says_nothing_of_it(example_package: Any) -> None:
     runtime, _ = runtime_of()
 

@@ -22,7 +22,13 @@ from mcp import Client, StdioServerParameters
 from blade_runtime.core.caller import OPERATOR, CallContext, Principal
 from blade_runtime.core.results import ToolSuccess
 from blade_runtime.runtime import Runtime
-from blade_runtime.serving.mcp import RESUME_KEY, flat_form_schema, mcp_asgi_app, mcp_server
+from blade_runtime.serving.mcp import (
+    RESUME_KEY,
+    McpTools,
+    flat_form_schema,
+    mcp_asgi_app,
+    mcp_server,
+)
 from blade_runtime.stores.sqlite import SQLiteStore
 
 TESTS = Path(__file__).resolve().parents[2]  # the tests folder: its helper modules
@@ -971,6 +977,21 @@ def test_a_child_calls_progress_reaches_the_client_of_its_parent_call(tmp_path: 
         (1.0, 2.0, "step 2"),
         (1.0, 2.0, '{"note": "almost there"}'),
     ]
+
+
+def test_a_listing_follows_another_tool_registered_under_a_listed_name(built: Path) -> None:
+    """As many tools, the same names: the listing, the input schema the SDK checks headers
+    with, and the structured content all follow the tool registered now."""
+    from blade_agent_specs.bank import transfer_v1
+
+    runtime = agent_tools.make_runtime()
+    tools = McpTools(runtime)
+    assert tools.input_schema("find") == agent_tools.LOOKUP["inputSchema"]
+    runtime.unregister("find")
+    runtime.register(transfer_v1.SPEC, agent_tools.transfer, name="find")
+    listed = {tool.name: tool for tool in tools.listing().result.tools}
+    assert listed["find"].input_schema == agent_tools.TRANSFER["inputSchema"]
+    assert tools.input_schema("find") == agent_tools.TRANSFER["inputSchema"]
 
 
 def test_a_listing_follows_a_replaced_registration_under_the_same_name(built: Path) -> None:

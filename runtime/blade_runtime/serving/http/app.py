@@ -153,8 +153,9 @@ class Api:
         self.records = runtime.records
         self._inflight: dict[str, tuple[_Outcome, asyncio.Future[_Outcome]]] = {}
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
+        # Derived from the registrations, kept while they are the same (Tools.generation).
         self._openapi: tuple[int, bytes] | None = None
-        self._names: dict[str, Registration[Any]] | None = None
+        self._names: tuple[int, dict[str, Registration[Any]]] | None = None
         self.streams: set[Any] = set()  # open event subscriptions
 
     def close_streams(self) -> None:
@@ -471,19 +472,19 @@ class Api:
 
     def registration(self, name: str) -> Registration[Any] | None:
         """The registration named ``name`` (the runtime has no public lookup by name yet)."""
-        registrations = list(self.runtime.registrations())
-        if self._names is None or len(self._names) != len(registrations):
-            self._names = {r.name: r for r in registrations}
-        return self._names.get(name)
+        generation = self.runtime.tools.generation
+        if self._names is None or self._names[0] != generation:
+            self._names = (generation, {r.name: r for r in self.runtime.registrations()})
+        return self._names[1].get(name)
 
     def kept(self, call_id: str) -> _Outcome | None:
         return self._outcomes.get(call_id)
 
     def openapi(self) -> bytes:
-        registrations = list(self.runtime.registrations())
-        if self._openapi is None or self._openapi[0] != len(registrations):
-            document = openapi_document(registrations)
-            self._openapi = (len(registrations), json.dumps(document).encode())
+        generation = self.runtime.tools.generation
+        if self._openapi is None or self._openapi[0] != generation:
+            document = openapi_document(list(self.runtime.registrations()))
+            self._openapi = (generation, json.dumps(document).encode())
         return self._openapi[1]
 
 
