@@ -27,15 +27,15 @@ def compact_json(value: JsonValue) -> str:
     """``value``, checked JSON (as the runtime holds every value it records), as compact JSON
     text, non-ASCII as it is: what a model reads of JSON content, and what a reply carries.
     pydantic-core's encoder, a tenth of ``json.dumps``'s cost (which builds an encoder on every
-    call with these options); the standard library's for the text it refuses to encode (a lone
-    surrogate, kept as it is)."""
+    call with these options). Text it refuses to encode (a lone surrogate, which has no UTF-8
+    form) is written with ASCII escapes instead, so the text is still UTF-8 and reads back."""
     try:
         return to_json(value).decode()
     except PydanticSerializationError:
         return _COMPACT(value)
 
 
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_COMPACT = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
 
 def lossless(adapter: TypeAdapter[Any], value: Any) -> JsonValue:

@@ -766,6 +766,7 @@ class FastPath:
         from mcp.server.streamable_http import check_accept_headers
         from mcp.server.transport_security import TransportSecurityMiddleware
         from mcp.shared.inbound import (
+            ERROR_CODE_HTTP_STATUS,
             InboundModernRoute,
             classify_inbound_request,
             find_duplicated_routing_header,
@@ -780,6 +781,8 @@ class FastPath:
         self._classify = classify_inbound_request
         self._duplicated = find_duplicated_routing_header
         self._serialize = methods.serialize_server_result
+        self._parse = methods.parse_client_request
+        self._status = ERROR_CODE_HTTP_STATUS
         self._request = Request
         self._response = Response
         self.app = app
@@ -794,9 +797,9 @@ class FastPath:
         if not self._candidate(scope):
             await self.app(scope, receive, send)
             return
-        body = await _body(receive)
-        replayed = _replay(body, receive)
-        if body is None:
+        body, whole = await _body(receive)
+        replayed = _replay(body, whole, receive)
+        if not whole:  # the SDK's app reads the rest (and refuses a body over its limit)
             await self.app(scope, replayed, send)
             return
         answered = await self._answer(scope, replayed, body, receive)
@@ -859,21 +862,25 @@ class FastPath:
         verdict = self._classify(decoded, headers=headers)
         if not isinstance(verdict, self._route):
             return None
+        version = verdict.protocol_version
         raw = decoded.get("params")
         if not isinstance(raw, dict):
             return None
         arguments = raw.get("arguments")
         if arguments is not None and not isinstance(arguments, dict):
             return None
-        try:  # the SDK's model, without the arguments: it would rebuild their dict key by key
-            params = types.CallToolRequestParams.model_validate(
-                raw if arguments is None else {**raw, "arguments": {}}
+        try:  # the SDK's own parse of the request for its version (the surface, then the
+            # model), without the arguments, whose dict it would rebuild key by key twice
+            parsed = self._parse(
+                "tools/call", version, raw if arguments is None else {**raw, "arguments": {}}
             )
-        except ValidationError:
+        except (ValidationError, ValueError, KeyError):
+            return None
+        params = parsed.params
+        if not isinstance(params, types.CallToolRequestParams):
             return None
         if arguments is not None:
             params.arguments = arguments
-        version = verdict.protocol_version
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
         try:
             result = await _unless_gone(
@@ -895,7 +902,8 @@ class FastPath:
                 log.exception("tools/call %s failed", params.name)
             data = self._error_data(error)
             reply["error"] = data.model_dump(mode="json", by_alias=True, exclude_none=True)
-            return Response(compact_json(reply), media_type="application/json")
+            status = self._status.get(data.code, 200)  # the SDK's table of error statuses
+            return Response(compact_json(reply), status, media_type="application/json")
         shaped.setdefault("resultType", "complete")
         meta = shaped.get("_meta")
         if self._stamp is None:  # the server's identity is fixed once it is built
@@ -986,32 +994,34 @@ def _watched(coroutine: Coroutine[Any, Any, T], watch: _Watch) -> Generator[Any,
             thrown = error
 
 
-async def _body(receive: Any) -> bytes | None:
-    """The request body (None: larger than the limit, or the client went away)."""
+async def _body(receive: Any) -> tuple[bytes, bool]:
+    """The request body as read, and whether it is whole: not once it is larger than the limit
+    (a chunked body has no length to refuse it by first) or the client went away."""
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return None
+            return b"".join(chunks), False
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
         chunks.append(chunk)
+        if size > MAX_BODY_BYTES:
+            return b"".join(chunks), False
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            return b"".join(chunks), True
 
 
-def _replay(body: bytes | None, receive: Any) -> Any:
-    """A receive that hands out ``body`` first (as one message), then what ``receive`` gives."""
-    sent = body is None
+def _replay(body: bytes, whole: bool, receive: Any) -> Any:
+    """A receive that hands out ``body`` first (as one message), then what ``receive`` gives:
+    the rest of the body, when it was not read whole."""
+    sent = False
 
     async def replayed() -> Any:
         nonlocal sent
         if not sent:
             sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": not whole}
         return await receive()
 
     return replayed

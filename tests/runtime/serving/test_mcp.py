@@ -697,6 +697,123 @@ def test_a_body_the_fast_path_cannot_parse_gets_the_sdks_own_answer(runtime: Run
     assert (status, answer, 0) == run(post(False, marked))
 
 
+_MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+_CALL_HEADERS = {
+    "content-type": "application/json",
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "tools/call",
+}
+
+
+def _tools_call(name: str, arguments: Any, **params: Any) -> bytes:
+    body = {"name": name, "arguments": arguments, "_meta": _MODERN_META, **params}
+    return json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": body}).encode()
+
+
+async def _both(
+    make: Callable[[bool], Any], name: str, content: bytes | Callable[[], Any]
+) -> list[tuple[int, Any]]:
+    """The answer (status, JSON or text) of the fast path, then of the SDK's app, to one
+    tools/call post."""
+    import httpx
+
+    from blade_runtime.serving.mcp import FastPath
+
+    answers = []
+    for fast in (True, False):
+        app = make(fast)
+        inner = app.app if isinstance(app, FastPath) else app
+        async with (
+            inner.router.lifespan_context(inner),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as http,
+        ):
+            response = await http.post(
+                "http://127.0.0.1:8000/mcp",
+                content=content if isinstance(content, bytes) else content(),
+                headers={**_CALL_HEADERS, "mcp-name": name},
+            )
+        json_body = response.headers.get("content-type", "").startswith("application/json")
+        answers.append((response.status_code, response.json() if json_body else response.text))
+    return answers
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"_meta": {**_MODERN_META, "io.modelcontextprotocol/clientInfo": 5}},
+        {"_meta": {**_MODERN_META, "io.modelcontextprotocol/clientCapabilities": []}},
+        {"_meta": {**_MODERN_META, "io.modelcontextprotocol/logLevel": "bogus"}},
+        {"request_state": "blade1.garbage"},  # a field's Python name is no wire name
+    ],
+    ids=["client-info", "capabilities", "log-level", "request_state"],
+)
+def test_the_fast_path_checks_a_request_as_the_sdk_does(
+    runtime: Runtime, params: dict[str, Any]
+) -> None:
+    """Found by sending both apps a thousand variants of tools/call: what the SDK's parse of
+    the request for its version refuses (or ignores), the fast path refuses (or ignores)."""
+    body = json.loads(_tools_call("find", {"customer_id": 4}))
+    body["params"].update(params)
+
+    def make(fast: bool) -> Any:
+        return mcp_asgi_app(runtime, principal=ANN, fast_path=fast)
+
+    fast, sdk = run(_both(make, "find", json.dumps(body).encode()))
+    assert fast == sdk
+
+
+def test_the_fast_path_answers_an_error_with_the_sdks_http_status(runtime: Runtime) -> None:
+    def make(fast: bool) -> Any:
+        return mcp_asgi_app(runtime, authenticate=lambda req: None, fast_path=fast)
+
+    fast, sdk = run(_both(make, "find", _tools_call("find", {"customer_id": 4})))
+    assert fast == sdk
+    assert fast[0] == 400 and fast[1]["error"]["message"] == "Authentication required."
+
+
+def test_a_chunked_body_over_the_limit_is_the_sdks_413_and_calls_nothing(
+    runtime: Runtime,
+) -> None:
+    """A chunked body has no length to refuse it by: read past the limit, it goes whole to
+    the SDK's app, which refuses it (it had been handed only the rest of the stream)."""
+    from blade_runtime.serving.mcp import MAX_BODY_BYTES
+
+    padding = b" " * (MAX_BODY_BYTES + 1)
+
+    async def chunks() -> Any:
+        yield padding
+        yield _tools_call("transfer", SEND)
+
+    def make(fast: bool) -> Any:
+        return mcp_asgi_app(runtime, principal=ANN, fast_path=fast)
+
+    fast, sdk = run(_both(make, "transfer", chunks))
+    assert fast == sdk and fast[0] == 413
+    assert run(runtime.records.calls()) == []
+
+
+def test_text_without_a_utf8_form_is_served_as_json_escapes(built: Path) -> None:
+    """A projection's lone surrogate (no UTF-8 form) goes as a JSON escape, as the SDK sends it,
+    not as a failed response."""
+    from blade_agent_specs.crm import find_v1
+
+    projecting = Runtime()
+    projecting.register(
+        find_v1.SPEC, agent_tools.find_secret, name="find", project=lambda out: "lone \ud800"
+    )
+
+    def make(fast: bool) -> Any:
+        return mcp_asgi_app(projecting, principal=ANN, fast_path=fast)
+
+    fast, sdk = run(_both(make, "find", _tools_call("find", {"customer_id": 4})))
+    assert fast == sdk
+    assert fast[1]["result"]["content"][0]["text"] == "lone \ud800"
+
+
 async def _projected_calls(client: Client) -> tuple[dict[str, types.Tool], dict[str, Any]]:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     results = {}
