@@ -781,7 +781,7 @@ class FastPath:
         self._classify = classify_inbound_request
         self._duplicated = find_duplicated_routing_header
         self._serialize = methods.serialize_server_result
-        self._parse = methods.parse_client_request
+        self._validate = methods.validate_client_request
         self._status = ERROR_CODE_HTTP_STATUS
         self._request = Request
         self._response = Response
@@ -869,15 +869,13 @@ class FastPath:
         arguments = raw.get("arguments")
         if arguments is not None and not isinstance(arguments, dict):
             return None
-        try:  # the SDK's own parse of the request for its version (the surface, then the
-            # model), without the arguments, whose dict it would rebuild key by key twice
-            parsed = self._parse(
-                "tools/call", version, raw if arguments is None else {**raw, "arguments": {}}
-            )
+        stripped = raw if arguments is None else {**raw, "arguments": {}}
+        try:  # the SDK's parse of a request (its version's surface, then the model, by wire
+            # names only), of the params alone and without the arguments, whose dict the two
+            # would rebuild key by key
+            self._validate("tools/call", version, stripped)
+            params = types.CallToolRequestParams.model_validate(stripped, by_name=False)
         except (ValidationError, ValueError, KeyError):
-            return None
-        params = parsed.params
-        if not isinstance(params, types.CallToolRequestParams):
             return None
         if arguments is not None:
             params.arguments = arguments
