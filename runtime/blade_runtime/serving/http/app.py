@@ -155,7 +155,6 @@ class Api:
         self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
         # Derived from the registrations, kept while they are the same (Tools.generation).
         self._openapi: tuple[int, bytes] | None = None
-        self._names: tuple[int, dict[str, Registration[Any]]] | None = None
         self.streams: set[Any] = set()  # open event subscriptions
 
     def close_streams(self) -> None:
@@ -471,11 +470,8 @@ class Api:
         return channels
 
     def registration(self, name: str) -> Registration[Any] | None:
-        """The registration named ``name`` (the runtime has no public lookup by name yet)."""
-        generation = self.runtime.tools.generation
-        if self._names is None or self._names[0] != generation:
-            self._names = (generation, {r.name: r for r in self.runtime.registrations()})
-        return self._names[1].get(name)
+        """The registration named ``name`` now."""
+        return self.runtime.tools.by_name.get(name)
 
     def kept(self, call_id: str) -> _Outcome | None:
         return self._outcomes.get(call_id)
