@@ -327,15 +327,13 @@ class Runtime:
         """Register ``spec`` in place of what its name is registered as now (atomically: a
         refused registration leaves the old one)."""
         name = options.get("name") or spec.name
-        tools = self.tools
-        kept = dict(tools.by_name), dict(tools.by_spec), dict(tools.answer_schemas)
-        if name in tools.by_name:
+        saved = self.tools.saved()
+        if name in self.tools.by_name:
             self.unregister(name)
         try:
             return self.register(spec, implementation, **options)
         except BaseException:  # refused, or not even a registration (a misspelt option)
-            tools.by_name, tools.by_spec, tools.answer_schemas = kept
-            tools.generation += 1
+            self.tools.restore(saved)
             raise
 
     @property

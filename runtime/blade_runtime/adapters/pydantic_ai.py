@@ -108,9 +108,7 @@ class BladeToolset(AbstractToolset[Any]):
         generation = self.runtime.tools.generation
         if self._tools is not None and self._tools[0] == generation:
             return self._tools[1]
-        if any(
-            r.enabled is not None or r.describe is not None for r in self.runtime.registrations()
-        ):
+        if self.runtime.tools.caller_dependent():
             return self._build(context)  # the caller's own: never kept
         self._tools = (generation, self._build(None))
         return self._tools[1]

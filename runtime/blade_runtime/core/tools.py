@@ -85,6 +85,20 @@ class Tools:
         self.allowed = allowed
         self.disallowed = disallowed
 
+    def saved(self) -> tuple[dict[str, Any], ...]:
+        """The registrations as they are, for ``restore``."""
+        return dict(self.by_name), dict(self.by_spec), dict(self.answer_schemas)
+
+    def restore(self, saved: tuple[dict[str, Any], ...]) -> None:
+        """The registrations as ``saved`` had them (a refused replacement leaves the old one)."""
+        self.by_name, self.by_spec, self.answer_schemas = saved
+        self.generation += 1
+
+    def caller_dependent(self) -> bool:
+        """Whether what a listing shows depends on who asks (an ``enabled`` or ``describe``
+        callback): such a listing is made for each caller and never kept."""
+        return any(r.enabled is not None or r.describe is not None for r in self.by_name.values())
+
     def unregister(self, name: str) -> Registration[Any]:
         """Remove the registration ``name``: new calls find no tool; calls of it that wait
         stay in the store, readable, and any runtime that has the tool can resolve them."""

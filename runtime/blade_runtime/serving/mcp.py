@@ -246,9 +246,7 @@ class McpTools:
         listing = self._current()
         if listing is not None:  # one comparison per call, however many tools there are
             return listing
-        if any(
-            r.enabled is not None or r.describe is not None for r in self.runtime.registrations()
-        ):
+        if self.runtime.tools.caller_dependent():
             return self._build(context)  # the caller's own: never kept
         self._listing = self._build(None)
         return self._listing
