@@ -159,5 +159,5 @@ def merge(outputs: Sequence[HookOutput | None], original: JsonObject) -> HookVer
 def _json_of(position: int, value: object) -> JsonValue:
     try:
         return checked(value)
-    except NotJson as error:
+    except (NotJson, RecursionError) as error:  # nested deeper than any reader goes, too
         raise HookRaised(position, error) from None

@@ -641,10 +641,19 @@ def test_failure_hooks_see_the_error_and_never_hide_it(deploy: Any) -> None:
     assert seen == [ErrorCode.TOOL_FAILED]
 
 
+def _nested(depth: int) -> list[Any]:
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
 @pytest.mark.parametrize(
     "value",
-    [float("nan"), float("inf"), datetime.date(2020, 1, 1), {1, 2}, b"raw"],
-    ids=["nan", "infinity", "date", "set", "bytes"],
+    [float("nan"), float("inf"), datetime.date(2020, 1, 1), {1, 2}, b"raw", _nested(100_000)],
+    ids=["nan", "infinity", "date", "set", "bytes", "too-deep"],
 )
 def test_a_hook_output_that_is_not_json_is_the_hooks_failure(deploy: Any, value: Any) -> None:
     """What no store holds and no client reads back never reaches the model as content, nor
