@@ -1097,8 +1097,8 @@ def test_a_child_calls_progress_reaches_the_client_of_its_parent_call(tmp_path: 
 
 
 def test_a_listing_follows_another_tool_registered_under_a_listed_name(built: Path) -> None:
-    """As many tools, the same names: the listing, the input schema the SDK checks headers
-    with, and the structured content all follow the tool registered now."""
+    """As many tools, the same names: the listing and the input schema the SDK checks headers
+    with follow the tool registered now."""
     from blade_agent_specs.bank import transfer_v1
 
     runtime = agent_tools.make_runtime()
