@@ -76,13 +76,24 @@ def an_action(call: CallRecord, *, expires_at: float | None = None) -> ActionRec
 
 
 def ev(call: CallRecord, kind: str, payload: Any = None) -> Event:
-    return Event(call.run_id, call.call_id, kind, payload or {}, now())
+    return Event(
+        call.run_id,
+        call.call_id,
+        kind,
+        payload or {},
+        now(),
+        tenant=call.tenant,
+        principal=call.principal,
+    )
 
 
 def begun(store: Store, **fields: Any) -> CallRecord:
-    """A call begun (running) under a lease of ``lease_s`` (default 30 s) from the commit."""
+    """A call begun (running) under a lease of ``lease_s`` (default 30 s) from the commit, as
+    the store recorded it."""
     call = a_call(**fields)
-    store.begin(call, ev(call, "started"), lease_s=fields.get("lease_s", 30.0))
+    call.lease_until = store.begin(
+        call, ev(call, "started"), lease_s=fields.get("lease_s", 30.0)
+    ).lease_until
     return call
 
 
@@ -96,8 +107,9 @@ def suspended(store: Store, **fields: Any) -> tuple[CallRecord, ActionRecord]:
 def suspend_on(store: Store, call: CallRecord, *, expires_at: float | None = None) -> ActionRecord:
     """``call`` (recorded, running) suspended on a new action."""
     action = an_action(call, expires_at=expires_at)
+    claim = call.claim
     call.state = "suspended"
-    store.suspend(call, action, ev(call, "suspended"), known=True)
+    store.suspend(call, action, ev(call, "suspended"), claim=claim)
     return action
 
 

@@ -69,17 +69,18 @@ from blade_runtime.runtime import (
     RegistrationError,
     Runtime,
 )
-from blade_runtime.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
+    from blade_runtime.stores.memory import MemoryStore
     from blade_runtime.stores.sqlite import SQLiteStore
     from blade_runtime.stores.urls import open_store
 
 __version__ = "0.1.0"
 
-# The durable stores are imported when first named, so that importing a generated package (which
-# imports this one) opens no database driver and registers no fork hook.
+# The stores are imported when first named, so that importing a generated package (which imports
+# this one) opens no database driver and registers no fork hook (every store is SQL, memory's too).
 _LAZY = {
+    "MemoryStore": "blade_runtime.stores.memory",
     "SQLiteStore": "blade_runtime.stores.sqlite",
     "open_store": "blade_runtime.stores.urls",
 }

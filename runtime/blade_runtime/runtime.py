@@ -67,7 +67,6 @@ from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, GrantRecord, Store
 from blade_runtime.core.tools import Tools, takes_children
 from blade_runtime.core.triggers import TriggerHandler, Triggers
-from blade_runtime.stores.memory import MemoryStore
 
 IdT = TypeVar("IdT", bound=str)
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -128,7 +127,11 @@ class Runtime:
         ``on_trigger``: called with each ``ctx.trigger`` of any worker sharing the store, once
         across them (see ``blade_runtime.core.triggers``; ``run_triggers`` polls for other
         processes' triggers)."""
-        self.store: Store = MemoryStore() if store is None else store
+        if store is None:  # imported here: a generated package imports no database driver
+            from blade_runtime.stores.memory import MemoryStore
+
+            store = MemoryStore()
+        self.store: Store = store
         self.owner = f"{host or HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_s = lease_s
         self.io = StoreAccess(self.store)
@@ -146,6 +149,7 @@ class Runtime:
             self.store if files is None else files,
             self.io if files is None else None,
             max_file_bytes,
+            held=None if files is None else self.store.held,
         )
         self.records = Records(self.store, self.io, files=self.files)
         self.triggers = Triggers(
@@ -162,7 +166,7 @@ class Runtime:
             lease_s=lease_s,
             fallback=fallback,
             cleanup_grace_s=cleanup_grace_s,
-            services=CallServices(self.files, self.triggers, self.store.durable),
+            services=CallServices(self.files, self.triggers),
         )
         self.actions = PendingActions(
             io=self.io,

@@ -45,7 +45,7 @@ def completion(action: ActionRecord, value: JsonValue) -> tuple[Resolution, Even
     result = success_json(value)
     at = now()
     resolution = Resolution("submitted", at, resume=value, call_state="settled", call_result=result)
-    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+    return resolution, _event(action, "result", result, at)
 
 
 def resumption(
@@ -66,7 +66,7 @@ def resumption(
         lease_s=lease_s,
     )
     payload: JsonValue = {"action_id": action.action_id, "point": action.point}
-    return resolution, Event(action.run_id, action.call_id, "resumed", payload, at)
+    return resolution, _event(action, "resumed", payload, at)
 
 
 def answer(
@@ -122,7 +122,7 @@ def _settling(
         call_state="settled",
         call_result=result,
     )
-    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+    return resolution, _event(action, "result", result, at)
 
 
 def expiry(action: ActionRecord) -> tuple[Resolution, Event]:
@@ -138,7 +138,20 @@ def expiry(action: ActionRecord) -> tuple[Resolution, Event]:
         call_result=result,
         only_if_expired=True,
     )
-    return resolution, Event(action.run_id, action.call_id, "result", result, at)
+    return resolution, _event(action, "result", result, at)
+
+
+def _event(action: ActionRecord, kind: str, payload: JsonValue, at: str) -> Event:
+    """An event of the action's call, with whose it is."""
+    return Event(
+        action.run_id,
+        action.call_id,
+        kind,
+        payload,
+        at,
+        tenant=action.tenant,
+        principal=action.principal,
+    )
 
 
 def already_resolved(action: ActionRecord) -> str:

@@ -34,6 +34,7 @@ from blade_runtime.core.context import (
     Suspended,
     SuspensionEpisode,
     ToolFailed,
+    event_of,
 )
 from blade_runtime.core.events import EventHub, PendingAction
 from blade_runtime.core.execution import (
@@ -101,6 +102,7 @@ from blade_runtime.core.store import (
     ActionRecord,
     CallRecord,
     CallState,
+    Claim,
     DuplicateCall,
     Event,
     LeaseLost,
@@ -124,15 +126,15 @@ _FAILURES = (ToolFailed, ChildHookFailed, StepRefused, LeaseNotHeld, Exception)
 
 @dataclass(slots=True)
 class Attempt:
-    """One entry of a call: whether the store holds it (so its end must be recorded there)."""
+    """One entry of a call: the claim the store holds it under (so that its end is recorded
+    there, and every write it makes is fenced by it), or None where no store records it."""
 
-    recorded: bool = False
+    claim: Claim | None = None
     data: CallData | None = None
-    fence: int = 0  # the fencing token of the store's claim this entry runs under
 
     @property
-    def stored(self) -> bool:
-        return self.recorded or (self.data is not None and self.data.wrote)
+    def recorded(self) -> bool:
+        return self.claim is not None
 
 
 class CallRunner:
@@ -167,7 +169,7 @@ class CallRunner:
         self.services = services  # ctx.files and ctx.trigger
         self.running: dict[str, CancelScope] = {}  # by call id; a call enters when it suspends
         self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
-        self.held: dict[str, Lease] = {}  # a running parent's claim, by call id, for its children
+        self.held: dict[str, Claim] = {}  # a running parent's claim, by call id, for its children
         self.unrecorded: set[asyncio.Task[None]] = set()  # results written again until stored
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
@@ -541,12 +543,12 @@ class CallRunner:
         ctx._registration = registration
         if context is not None:
             ctx.context = context
+        claim = self._claim(call, attempt)
         if attempt is not None:
             ctx.data = attempt.data
-        lease = None
-        if registration.fenced or registration.children:
-            lease = self._lease(call, attempt)
-            ctx.lease = lease if registration.fenced else None
+        ctx._claim = claim
+        if registration.fenced and claim is not None:
+            ctx.lease = Lease(self.io, claim)
         if entry is not INITIAL:
             ctx.entry = entry
         if history is not None:
@@ -574,8 +576,8 @@ class CallRunner:
             )
         else:
             running = registration.implementation(ctx)
-        if lease is not None and registration.children:
-            self.held[call.call_id] = lease  # its children run under this entry's claim
+        if claim is not None and registration.children:
+            self.held[call.call_id] = claim  # its children write under this entry's claim
         try:
             output = await scope.run(running, registration.timeout_s)
         except Suspended as suspended:
@@ -584,7 +586,7 @@ class CallRunner:
             return self._failed(call, error)
         finally:
             scope.stop()
-            if lease is not None and registration.children:
+            if claim is not None and registration.children:
                 self.held.pop(call.call_id, None)
         if registration.children and call.call_id in self.fatal:  # it caught the failure
             return self.fatal.pop(call.call_id)
@@ -615,11 +617,11 @@ class CallRunner:
             call, error, self.interceptors.error_mapper
         )
 
-    def _lease(self, call: CallInfo, attempt: Attempt | None) -> Lease | None:
-        """The claim an entry runs under: its own where the store records it, else (a child
-        tool's call) its parent entry's, if that one holds a claim."""
-        if attempt is not None and attempt.recorded:
-            return Lease(self.io, call.call_id, self.owner, attempt.fence)
+    def _claim(self, call: CallInfo, attempt: Attempt | None) -> Claim | None:
+        """The claim an entry's writes carry: its own where the store records it, else (a
+        child tool's call) its parent entry's, if that one holds a claim."""
+        if attempt is not None and attempt.claim is not None:
+            return attempt.claim
         return None if call.parent is None else self.held.get(call.parent)
 
     async def decide_step(
@@ -715,27 +717,33 @@ class CallRunner:
     ) -> Attempt:
         """Record the start of an entry where the store keeps it (committed before the tool
         runs, under this runtime's lease), announce it, and open its ToolData writer."""
-        # Only the outer call is a durable part: a child's start and end are not stored as a call
-        # of their own, so a replayed parent never meets its children's ids again and recovery
-        # never claims a child alone. A fenced tool's start is stored on every store: its
-        # fencing token lives there.
-        stores = self.durable or registration.fenced
-        attempt = Attempt((stores and call.parent is None) or claimed, fence=fence)
-        if attempt.recorded and not claimed:  # a claimed entry's start was recorded by its claim
+        # The store records a call that must outlive this entry or be fenced: every call on a
+        # durable store, and on any store one that writes ToolData or whose spec asks for a
+        # lease. Only the outer call is a durable part: a child's start and end are not stored as
+        # a call of their own (it writes under its parent's claim), so a replayed parent never
+        # meets its children's ids again and recovery never claims a child alone.
+        attempt = Attempt()
+        if claimed:  # its claim recorded it
+            attempt.claim = Claim(call.call_id, self.owner, fence)
+        elif call.parent is None and (self.durable or registration.fenced or registration.data):
             record = self._record(registration, call, arguments, "running")
-            attempt.fence = record.fence
-            await self._emit(
-                self.store.begin,
-                record,
-                self._event(call, "started", None),
-                lease_s=self.lease_s,
+            begun = await self.io(
+                self.store.begin, record, self._event(call, "started", None), lease_s=self.lease_s
             )
-        elif not claimed and self.events.active:
+            self.events.publish(begun.event)
+            attempt.claim = record.claim
+        elif self.events.active:
             self.events.publish(self._event(call, "started", None))
         if attempt.recorded:
             self.leases.hold(scope)
         if registration.data:
-            attempt.data = CallData(call, registration.data, self.io, self.events.publish)
+            attempt.data = CallData(
+                call,
+                registration.data,
+                self.io,
+                self.events.publish,
+                self._claim(call, attempt),
+            )
         return attempt
 
     def _output(
@@ -782,16 +790,15 @@ class CallRunner:
         """Record the end of a stored call (with its event), or just announce it. What the caller
         is told is what the store holds: when another worker took the call over, its record."""
         stored = result_json(result)
-        if attempt is None or not attempt.stored or call.parent is not None:
+        claim = None if attempt is None or call.parent is not None else attempt.claim
+        if claim is None:
             if self.events.active:
                 self.events.publish(self._event(call, "result", stored))
             return result
         self.leases.release(call.call_id)
         event = self._event(call, "result", stored)
         try:
-            await self._emit(
-                self.store.settle, call.call_id, event.payload, event, owner=self.owner
-            )
+            await self._emit(self.store.settle, claim, event.payload, event)
         except LeaseLost as lost:
             log.error("%s (call %s): %s; the result is not recorded", call.name, call.call_id, lost)
             if isinstance(result, ToolError) and result.code is ErrorCode.LEASE_LOST:
@@ -802,11 +809,11 @@ class CallRunner:
                 "%s (call %s): the store refused its result: %s", call.name, call.call_id, error
             )
             if isinstance(error, StoreUnavailable):
-                self._record_later(call, event)
+                self._record_later(call, claim, event)
             return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNRECORDED)
         return result
 
-    def _record_later(self, call: CallInfo, event: Event) -> None:
+    def _record_later(self, call: CallInfo, claim: Claim, event: Event) -> None:
         """Write the result again until the store takes it. The store keeps this runtime's lease
         on the call while it lives, so no recovery would take the call before it closes; a
         result that lands is what a later reader gets (it ran; nothing runs it again)."""
@@ -817,9 +824,7 @@ class CallRunner:
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, self.lease_s)
                 try:
-                    await self._emit(
-                        self.store.settle, call.call_id, event.payload, event, owner=self.owner
-                    )
+                    await self._emit(self.store.settle, claim, event.payload, event)
                 except StoreUnavailable:
                     continue
                 except StoreError as error:  # taken over, or settled: its record stands
@@ -871,7 +876,7 @@ class CallRunner:
             return self._cancelled(call, scope)
         if scope.release() > 0:
             attempt: Attempt | None = scope.stored
-            if attempt is not None and attempt.stored:  # the caller's task was cancelled
+            if attempt is not None and attempt.recorded:  # the caller's task was cancelled
                 await self.record_end(call, self._cancelled(call, scope), attempt)
             raise stopped  # from outside: not ours to absorb
         if scope.reason is None:
@@ -930,9 +935,10 @@ class CallRunner:
         self.leases.release(call.call_id)
         try:
             event = self._event(call, "suspended", payload)
-            known = attempt is not None and attempt.recorded
-            await self.io(self.store.suspend, record, action, event, known=known)
-            self.events.publish(event)
+            claim = None if attempt is None else attempt.claim
+            self.events.publish(
+                await self.io(self.store.suspend, record, action, event, claim=claim)
+            )
         except StoreError as error:  # settled as such where the store takes it, else recovered
             log.error("%s (call %s): the store refused its suspension: %s", *_named(call), error)
             return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNSUSPENDED)
@@ -1002,6 +1008,7 @@ class CallRunner:
             context=None if context is None else context.to_json(),
             kind=spec.kind if behavior is None else behavior.kind,
             fence=1 if state == "running" else 0,
+            principal=_principal_of(context),
         )
 
     def _action(
@@ -1024,21 +1031,19 @@ class CallRunner:
             now(),
             tenant="" if call.context is None else call.context.tenant,
             expires_at=None if expires_after_s is None else clock() + expires_after_s,
+            principal=_principal_of(call.context),
         )
 
     def _event(self, call: CallInfo, kind: str, payload: JsonValue) -> Event:
-        return Event(call.run_id, call.call_id, kind, payload, now())
+        return event_of(call, kind, payload)
 
     async def _granted(self, call: CallInfo) -> bool:
         """Whether a standing grant of the caller allows ``call`` as a whole before it runs."""
         return await self.io(grants.lookup, self.store, call, ADMISSION) is not None
 
-    async def _emit(self, write: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Commit ``write`` (its last positional argument is the event), then tell this
-        process's subscribers."""
-        written = await self.io(write, *args, **kwargs)
-        self.events.publish(args[-1])
-        return written
+    async def _emit(self, write: Callable[..., Event], *args: Any, **kwargs: Any) -> None:
+        """Commit ``write``, then tell this process's subscribers of the event it committed."""
+        self.events.publish(await self.io(write, *args, **kwargs))
 
     def _cancelled(self, call: CallInfo, scope: CancelScope) -> ToolError:
         # The registration that ran: a parent's own child is not the one its name finds.
@@ -1077,6 +1082,11 @@ _ID_RULE = (
     "A call id and a run id are 1 to 200 printable characters (no NUL, no line break, no "
     "lone surrogate): every store must hold and index them alike."
 )
+
+
+def _principal_of(context: CallContext | None) -> str:
+    principal = None if context is None else context.principal
+    return "" if principal is None else principal.id
 
 
 def _named(call: CallInfo) -> tuple[str, str]:

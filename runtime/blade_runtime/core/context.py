@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 from pydantic import JsonValue
 
 from blade_runtime.core.caller import CallContext
+from blade_runtime.core.store import Event, now
 
 if TYPE_CHECKING:
     from blade_runtime.core.behavior import Behavior
@@ -85,6 +86,22 @@ class CallInfo:
     context: CallContext | None = None
     parent: str | None = None  # the call id of the parent, for a child tool's call
     behavior: Behavior | None = None  # narrowed by its registration's ``behavior`` callback
+
+
+def event_of(call: CallInfo, kind: str, payload: JsonValue, at: str | None = None) -> Event:
+    """An event of ``call``, with whose it is (its caller's tenant and principal): a listing of
+    a run's events is narrowed to them in the store's query."""
+    context = call.context
+    principal = None if context is None else context.principal
+    return Event(
+        call.run_id,
+        call.call_id,
+        kind,
+        payload,
+        now() if at is None else at,
+        tenant="" if principal is None else principal.tenant,
+        principal="" if principal is None else principal.id,
+    )
 
 
 class CancellationSignal:

@@ -138,8 +138,9 @@ class Subscription:
         assert self._wake is not None
         while not self._closed:
             self._wake.clear()
+            mark = store.mark()  # before the read: a commit after it ends the wait below at once
             self._catch_up(await self._hub.io(store.events, self.run_id, self.after))
-            changed = asyncio.ensure_future(store.changed(WAIT_S))
+            changed = asyncio.ensure_future(store.changed(WAIT_S, mark))
             woken = asyncio.ensure_future(self._wake.wait())
             try:
                 await asyncio.wait({changed, woken}, return_when=asyncio.FIRST_COMPLETED)

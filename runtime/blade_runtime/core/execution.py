@@ -26,15 +26,16 @@ from blade_runtime.core.context import (
     SuspensionEpisode,
     ToolFailed,
     child_id,
+    event_of,
 )
-from blade_runtime.core.fencing import Lease
+from blade_runtime.core.fencing import Lease, LeaseNotHeld
 from blade_runtime.core.files import FileAccess, ScopedFiles
 from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
 from blade_runtime.core.permissions import STEP, STEP_POINT, PermissionAnswer, step_payload
 from blade_runtime.core.registry import Point, Typed
 from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.storage import StoreAccess
-from blade_runtime.core.store import DataRecord, Event, now
+from blade_runtime.core.store import Claim, DataRecord, Event, LeaseLost, now
 from blade_runtime.core.triggers import Triggers
 
 log = logging.getLogger("blade_runtime")
@@ -43,15 +44,13 @@ INITIAL = InitialEntry()
 
 
 class CallServices:
-    """What a runtime lends every ``ctx``: its files, its triggers, and whether the store holds
-    each running call under this runtime (a durable store does, a child's through its parent)."""
+    """What a runtime lends every ``ctx``: its files and its triggers."""
 
-    __slots__ = ("durable", "files", "triggers")
+    __slots__ = ("files", "triggers")
 
-    def __init__(self, files: FileAccess, triggers: Triggers, durable: bool) -> None:
+    def __init__(self, files: FileAccess, triggers: Triggers) -> None:
         self.files = files
         self.triggers = triggers
-        self.durable = durable
 
 
 class DataRejected(ValueError):
@@ -78,7 +77,7 @@ class CallData:
     only reach live subscribers. The same id updates an item in place, keeping its position.
     """
 
-    __slots__ = ("_call", "_channels", "_counter", "_io", "_publish", "wrote")
+    __slots__ = ("_call", "_channels", "_claim", "_counter", "_io", "_publish")
 
     def __init__(
         self,
@@ -86,13 +85,14 @@ class CallData:
         channels: Mapping[str, Typed],
         io: StoreAccess,
         publish: Callable[[Event], None],
+        claim: Claim | None = None,
     ) -> None:
         self._call = call
         self._channels = channels
         self._io = io
         self._publish = publish
+        self._claim = claim  # the entry's: a write is refused once another worker holds it
         self._counter = itertools.count(1)
-        self.wrote = False
 
     async def write(
         self, channel: str, value: Any, *, id: str | None = None, transient: bool = False
@@ -113,11 +113,15 @@ class CallData:
             "value": record,
             "transient": transient,
         }
-        event = Event(self._call.run_id, self._call.call_id, "data", payload, at)
+        event = event_of(self._call, "data", payload, at)
         if not transient:
-            self.wrote = True
             data = DataRecord(self._call.call_id, channel, item_id, record, at)
-            await self._io(self._io.store.write_data, data, event)
+            try:
+                written = await self._io(self._io.store.write_data, data, event, claim=self._claim)
+            except LeaseLost as lost:  # another worker holds the call: this entry ends
+                fence = -1 if self._claim is None else self._claim.fence
+                raise LeaseNotHeld(lost.call_id, fence) from None
+            event = written or event
         self._publish(event)
 
     async def list(self, channel: str) -> Sequence[DataItem[Any]]:
@@ -261,6 +265,7 @@ class ToolContext:
     _files: ScopedFiles | None = None
     _steps: StepDecider | None = None  # decides request_permission before a person is asked
     _registration: Any = None
+    _claim: Claim | None = None  # what its writes are fenced by (see core.fencing)
     _asked: dict[tuple[str, str | None], int] | None = None  # request_permission calls so far
     _triggered = 0  # ctx.trigger calls so far
 
@@ -340,7 +345,9 @@ class ToolContext:
     def files(self) -> ScopedFiles:
         """Durable files bound to this call's tenant, creator and thread (see ``core.files``)."""
         if self._files is None:
-            self._files = ScopedFiles(self._runtime().files, self.call, self._scope.signal)
+            self._files = ScopedFiles(
+                self._runtime().files, self.call, self._scope.signal, self._claim
+            )
         return self._files
 
     async def trigger(self, input: JsonValue) -> str:
@@ -352,7 +359,7 @@ class ToolContext:
         entry = self.entry
         made_in = entry.action.action_id if isinstance(entry, ResumeEntry) else "initial"
         key = f"{self.call.call_id}\x00{made_in}\x00{self._triggered}"
-        return await services.triggers.request(self.call, input, owned=services.durable, key=key)
+        return await services.triggers.request(self.call, input, claim=self._claim, key=key)
 
     def _runtime(self) -> CallServices:
         if self._services is None:
@@ -364,7 +371,7 @@ class ToolContext:
         if publish is None:
             return
         try:
-            publish(Event(self.call.run_id, self.call.call_id, kind, payload, now()))
+            publish(event_of(self.call, kind, payload))
         except Exception:  # a watcher's failure is never the tool's
             log.exception(
                 "%s (call %s): a %s event was not delivered",

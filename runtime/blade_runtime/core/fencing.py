@@ -7,12 +7,15 @@ another worker took over, holds a smaller token than the new owner: an external 
 remembers the largest token it has seen refuses the stale worker's write. ``assert_held()`` asks
 the store, at the moment of the call, whether this entry's claim still stands (the owner, the
 token, and a lease that has not expired by the store's clock); a worker that lost it learns so
-before a non-idempotent write rather than after.
+before a non-idempotent write rather than after. The store itself refuses every write of an
+entry whose claim another worker took (its ToolData, files, triggers and result): the tool
+then ends as LEASE_LOST.
 """
 
 from __future__ import annotations
 
 from blade_runtime.core.storage import StoreAccess
+from blade_runtime.core.store import Claim
 
 
 class LeaseNotHeld(BaseException):
@@ -33,25 +36,24 @@ class LeaseNotHeld(BaseException):
 class Lease:
     """``ctx.lease``: this entry's claim on its call."""
 
-    __slots__ = ("_call_id", "_io", "_owner", "_token")
+    __slots__ = ("_claim", "_io")
 
-    def __init__(self, io: StoreAccess, call_id: str, owner: str, fencing_token: int) -> None:
+    def __init__(self, io: StoreAccess, claim: Claim) -> None:
         self._io = io
-        self._call_id = call_id
-        self._owner = owner
-        self._token = fencing_token
+        self._claim = claim
 
     @property
     def fencing_token(self) -> int:
         """Grows with every claim of the call (stored: monotonic across workers and restarts).
         Pass it to an external system with a write, for it to refuse a smaller one."""
-        return self._token
+        return self._claim.fence
 
     async def held(self) -> bool:
         """Whether the store says this entry still holds the call."""
-        return await self._io(self._io.store.held, self._call_id, self._owner, self._token)
+        held: bool = await self._io(self._io.store.held, self._claim)
+        return held
 
     async def assert_held(self) -> None:
         """Raise ``LeaseNotHeld`` unless the store says this entry still holds the call."""
         if not await self.held():
-            raise LeaseNotHeld(self._call_id, self._token)
+            raise LeaseNotHeld(self._claim.call_id, self._claim.fence)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import uuid
@@ -28,7 +29,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from blade_runtime.core.context import CallInfo, CancellationSignal
-from blade_runtime.core.store import FileRecord, SaveStopped, StoreUnavailable, now
+from blade_runtime.core.fencing import LeaseNotHeld
+from blade_runtime.core.store import (
+    Claim,
+    FileRecord,
+    LeaseLost,
+    SaveStopped,
+    StoreUnavailable,
+    now,
+)
+
+log = logging.getLogger("blade_runtime")
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 """The largest file ``ctx.files.save`` takes unless ``Runtime(max_file_bytes=...)`` says."""
@@ -83,11 +94,19 @@ class FileBody:
 
 
 class FileBackend(Protocol):
-    """Where files live: every store is one, and so is ``FolderFiles``."""
+    """Where files live: every store is one, and so is ``FolderFiles``. A store fences a save
+    by the ``claim`` its call's entry holds; another backend is given ``keep``, which asks."""
 
     def save_file(
-        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
+        self,
+        record: FileRecord,
+        content: bytes,
+        *,
+        claim: Claim | None = None,
+        keep: Callable[[], bool] | None = None,
     ) -> None: ...
+
+    def delete_file(self, file_id: str) -> bool: ...
 
     def file(self, file_id: str) -> FileRecord | None: ...
 
@@ -128,8 +147,14 @@ class FolderFiles:
             raise StoreUnavailable(f"{self.folder}: {error.strerror or error}") from None
 
     def save_file(
-        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
+        self,
+        record: FileRecord,
+        content: bytes,
+        *,
+        claim: Claim | None = None,
+        keep: Callable[[], bool] | None = None,
     ) -> None:
+        """``claim`` is not checked here (a folder knows no calls): ``keep`` is, to the last."""
         body, meta = self._paths(record.file_id)
         parts = [body.with_name(f".{body.name}.tmp"), meta.with_name(f".{meta.name}.tmp")]
         try:
@@ -154,6 +179,14 @@ class FolderFiles:
         except BaseException:
             self._remove(*parts, body)
             raise
+
+    def delete_file(self, file_id: str) -> bool:
+        if not is_file_id(file_id):
+            return False
+        body, meta = self._paths(file_id)
+        there = meta.exists()
+        self._remove(meta, body)  # the metadata first: from then on the file does not exist
+        return there
 
     def file(self, file_id: str) -> FileRecord | None:
         if not is_file_id(file_id):
@@ -188,12 +221,21 @@ class FileAccess:
     """The runtime's files: its backend, reached off the event loop (the store's own
     ``StoreAccess``, or a thread for a folder), and the size limit."""
 
-    def __init__(self, backend: FileBackend, io: StoreIO | None, max_bytes: int) -> None:
+    def __init__(
+        self,
+        backend: FileBackend,
+        io: StoreIO | None,
+        max_bytes: int,
+        held: Callable[[Claim], bool] | None = None,
+    ) -> None:
+        """``io``: the store's access when the backend is the store (which fences a save in its
+        transaction); else ``held`` asks the store whether a claim still stands."""
         if max_bytes < 1:
             raise ValueError("max_file_bytes must be a positive number of bytes")
         self.backend = backend
         self.max_bytes = max_bytes
         self._io = io
+        self._held = held
 
     async def _run(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._io is not None:
@@ -211,7 +253,13 @@ class FileAccess:
         return None if content is None else FileBody(saved(record), content)
 
     async def save(
-        self, call: CallInfo, signal: CancellationSignal, name: str, content: Any, media_type: str
+        self,
+        call: CallInfo,
+        signal: CancellationSignal,
+        name: str,
+        content: Any,
+        media_type: str,
+        claim: Claim | None = None,
     ) -> SavedFile:
         body = _content(name, content)
         where = f"ctx.files.save({name!r})"
@@ -245,11 +293,39 @@ class FileAccess:
         )
         if signal.cancelled:
             raise asyncio.CancelledError(signal.reason)
+        held = self._held
+
+        def keep() -> bool:
+            if signal.cancelled:
+                return False
+            if held is not None and claim is not None and not held(claim):
+                raise LeaseLost(claim.call_id, claim.owner)
+            return True
+
+        saving = asyncio.ensure_future(
+            self._run(self.backend.save_file, record, body, claim=claim, keep=keep)
+        )
         try:
-            await self._run(self.backend.save_file, record, body, keep=lambda: not signal.cancelled)
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            # Cancelled while the save may be committing: wait for its end, and take back what
+            # it kept, so that a cancelled save leaves nothing, wherever the cancellation landed.
+            await self._taken_back(saving, record.file_id)
+            raise
         except SaveStopped:
             raise asyncio.CancelledError(signal.reason) from None
+        except LeaseLost as lost:  # another worker holds the call: this entry ends
+            raise LeaseNotHeld(lost.call_id, -1 if claim is None else claim.fence) from None
         return saved(record)
+
+    async def _taken_back(self, saving: asyncio.Future[Any], file_id: str) -> None:
+        await asyncio.wait({saving})
+        if saving.cancelled() or saving.exception() is not None:
+            return  # nothing was stored
+        try:
+            await asyncio.shield(self._run(self.backend.delete_file, file_id))
+        except Exception as error:
+            log.error("file %s of a cancelled save could not be removed: %s", file_id, error)
 
 
 def _content(name: Any, content: Any) -> bytes:
@@ -272,12 +348,19 @@ def _content(name: Any, content: Any) -> bytes:
 class ScopedFiles:
     """``ctx.files`` of one call: saves under the call's stored scope, reads within its tenant."""
 
-    __slots__ = ("_access", "_call", "_signal")
+    __slots__ = ("_access", "_call", "_claim", "_signal")
 
-    def __init__(self, access: FileAccess, call: CallInfo, signal: CancellationSignal) -> None:
+    def __init__(
+        self,
+        access: FileAccess,
+        call: CallInfo,
+        signal: CancellationSignal,
+        claim: Claim | None = None,
+    ) -> None:
         self._access = access
         self._call = call
         self._signal = signal
+        self._claim = claim
 
     async def save(
         self, name: str, content: bytes | str, media_type: str = DEFAULT_MEDIA_TYPE
@@ -285,7 +368,9 @@ class ScopedFiles:
         """Store ``content`` as the file ``name``; returns it, with the ``file_id`` to hand on.
         ``FileRejected`` (nothing written) for a bad name or media type or a file over the
         limit; a save whose call is cancelled meanwhile is not kept."""
-        return await self._access.save(self._call, self._signal, name, content, media_type)
+        return await self._access.save(
+            self._call, self._signal, name, content, media_type, self._claim
+        )
 
     async def read(self, file_id: str) -> FileBody:
         """The file ``file_id`` of this call's tenant, or ``UnknownFile``."""

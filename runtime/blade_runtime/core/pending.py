@@ -207,7 +207,7 @@ class PendingActions:
             resolved: Resolved = await self.io(
                 self.store.resolve, action.action_id, resolution, event
             )
-            self.events.publish(event)
+            self.events.publish(resolved.event or event)
         except ActionAlreadyResolved as lost:
             return actions.already_resolved(lost.action)
         except UnknownAction:

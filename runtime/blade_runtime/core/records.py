@@ -47,8 +47,17 @@ def tenant_of(principal: Principal | None) -> str | None:
 
 
 def owner_of(principal: Principal | None) -> str | None:
-    """The principal id a listing of grants is narrowed to (None: every principal)."""
+    """The principal id a listing is narrowed to (None: every principal): its grants, and
+    within its tenant the calls, actions and events made for it (or for nobody)."""
     return None if principal is None or principal.operator else principal.id
+
+
+def mine(principal: Principal | None, tenant: str, made_for: str) -> bool:
+    """Whether a record of ``tenant`` made for the principal id ``made_for`` ("" for nobody) is
+    ``principal``'s: ``may_act_on`` on the record's own columns."""
+    if principal is None or principal.operator:
+        return True
+    return tenant == principal.tenant and made_for in ("", principal.id)
 
 
 class Records:
@@ -117,9 +126,13 @@ class Records:
         principal: Principal | None = None,
     ) -> list[CallRecord]:
         found: list[CallRecord] = await self.io(
-            self.store.calls, states, run_id=run_id, tenant=tenant_of(principal)
+            self.store.calls,
+            states,
+            run_id=run_id,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
         )
-        return [c for c in found if visible(principal, c.tenant, c.context)]
+        return found
 
     async def action(
         self, action_id: str, *, principal: Principal | None = None
@@ -128,12 +141,8 @@ class Records:
         principal never learns that another tenant's action exists; within its tenant, an
         action of a call made for another principal is not its either)."""
         record: ActionRecord | None = await self.io(self.store.action, action_id)
-        if record is None or not visible(principal, record.tenant):
+        if record is None or not mine(principal, record.tenant, record.principal):
             return None
-        if principal is not None and not principal.operator:
-            call = await self.call(record.call_id, principal=principal)
-            if call is None:
-                return None
         return record
 
     async def actions(
@@ -146,9 +155,15 @@ class Records:
         principal: Principal | None = None,
     ) -> list[ActionRecord]:
         """The actions the principal may see: of its tenant and, within it, of calls made for
-        it (or for nobody), as ``action`` decides one at a time."""
+        it (or for nobody), narrowed in the store's query."""
         found: list[ActionRecord] = await self.io(
-            self._listed, state, run_id, name, call_id, principal
+            self.store.actions,
+            state=state,
+            run_id=run_id,
+            name=name,
+            call_id=call_id,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
         )
         return found
 
@@ -165,7 +180,14 @@ class Records:
         """Whether the run has a call the principal may see (an operator sees every run)."""
         if principal is None or principal.operator:
             return True
-        return bool(await self.calls(run_id=run_id, principal=principal))
+        found: list[CallRecord] = await self.io(
+            self.store.calls,
+            run_id=run_id,
+            tenant=principal.tenant,
+            principal=principal.id,
+            limit=1,
+        )
+        return bool(found)
 
     async def head(self, run_id: str) -> int:
         """The sequence number of the run's last committed event (0: none), to subscribe from
@@ -178,12 +200,16 @@ class Records:
     async def events(
         self, run_id: str, after: int = 0, *, principal: Principal | None = None
     ) -> list[Event]:
-        """The run's committed events after ``after`` that belong to the principal's calls."""
-        found: list[Event] = await self.io(self.store.events, run_id, after)
-        if principal is None or principal.operator or not found:
-            return found
-        mine = {c.call_id for c in await self.calls(run_id=run_id, principal=principal)}
-        return [e for e in found if e.call_id in mine]
+        """The run's committed events after ``after`` that belong to the principal's calls
+        (narrowed in the store's query)."""
+        found: list[Event] = await self.io(
+            self.store.events,
+            run_id,
+            after,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
+        )
+        return found
 
     # -- for callers that cannot await (the typed client's ``pending()`` and ``<tool>_data()``,
     # synchronous like HttpTransport's): the same rule, the store read on the caller's thread
@@ -197,31 +223,13 @@ class Records:
         principal: Principal | None = None,
     ) -> list[ActionRecord]:
         """``actions``, read without awaiting (it blocks on the store)."""
-        return self._listed(state, run_id, name, None, principal)
-
-    def _listed(
-        self,
-        state: ActionState | None,
-        run_id: str | None,
-        name: str | None,
-        call_id: str | None,
-        principal: Principal | None,
-    ) -> list[ActionRecord]:
-        """The listing, narrowed to the principal's calls (on the store's thread: each call is
-        read once, whatever its number of actions)."""
-        found = self.store.actions(
-            state=state, run_id=run_id, name=name, call_id=call_id, tenant=tenant_of(principal)
+        return self.store.actions(
+            state=state,
+            run_id=run_id,
+            name=name,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
         )
-        if principal is None or principal.operator or not found:
-            return found
-        mine: dict[str, bool] = {}
-        for action in found:
-            if action.call_id not in mine:
-                call = self.store.call(action.call_id)
-                mine[action.call_id] = call is not None and visible(
-                    principal, call.tenant, call.context
-                )
-        return [action for action in found if mine[action.call_id]]
 
     def data_blocking(
         self, call_id: str, channel: str | None = None, *, principal: Principal | None = None

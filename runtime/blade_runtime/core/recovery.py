@@ -185,7 +185,7 @@ class Recovery:
         if result is None:
             denied = error_result(call, ErrorCode.PERMISSION_DENIED, reason or DEFAULT_DENIAL)
             result = await self.interceptors.settled(registration, call, arguments, denied)
-        return await self.runner.record_end(call, result, Attempt(recorded=True))
+        return await self.runner.record_end(call, result, Attempt(claimed.call.claim))
 
     async def _take_up(self, claimed: Claimed, replay: bool) -> ToolResult[Any]:
         """Resume, replay or interrupt one call this runtime just claimed."""
@@ -198,7 +198,10 @@ class Recovery:
             record.spec_id,
             CallContext.from_json(record.context),
         )
-        self.events.poke()  # the claim's event was committed with it
+        if claimed.event is not None:  # committed with the claim
+            self.events.publish(claimed.event)
+        else:
+            self.events.poke()
         entry = record.entry if isinstance(record.entry, dict) else {}
         admission = entry.get("point") == ADMISSION
         answer = entry.get("resume") if admission else None
@@ -211,7 +214,7 @@ class Recovery:
         )
         if not safe:
             interrupted = error_result(call, ErrorCode.INTERRUPTED, INTERRUPTED_MESSAGE)
-            return await self.runner.record_end(call, interrupted, Attempt(recorded=True))
+            return await self.runner.record_end(call, interrupted, Attempt(claimed.call.claim))
         if admission:
             # Its permission was granted (and the final input stored with the decision): the
             # first entry runs, without asking again. Granted from outside a runtime (the
@@ -221,7 +224,7 @@ class Recovery:
                     registration, call, record.input, entry, "allow", _reason(answer)
                 )
                 if refused is not None:
-                    return await self.runner.record_end(call, refused, Attempt(recorded=True))
+                    return await self.runner.record_end(call, refused, Attempt(claimed.call.claim))
             return await self.runner.run_claimed(
                 registration, call, record.input, fence=record.fence
             )

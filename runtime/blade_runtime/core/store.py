@@ -3,10 +3,11 @@
 A store is a small transactional interface. Each method is one transaction: resolving an action,
 recording what follows from it and appending its event happen together or not at all, and every
 state change is a compare-and-set, so of many concurrent submits or claims exactly one wins.
-``MemoryStore`` (``blade_runtime.stores.memory``) keeps everything in the process; ``SQLiteStore``
-(``blade_runtime.stores.sqlite``) is the embedded durable default; ``PostgresStore``
-(``blade_runtime.stores.postgres``) is shared by workers on many machines. ``open_store(url)``
-opens any.
+The rules of every transition are written once (``blade_runtime.stores.sql``) and each engine
+executes them: ``MemoryStore`` (``blade_runtime.stores.memory``, a private in-memory database of
+this process), ``SQLiteStore`` (``blade_runtime.stores.sqlite``, the embedded durable default) and
+``PostgresStore`` (``blade_runtime.stores.postgres``, shared by workers on many machines).
+``open_store(url)`` opens any.
 
 Call states: ``running`` (an entry of the implementation has begun; written before it runs, and
 held by its ``owner`` under a lease until ``lease_until``), ``suspended`` (waiting on a pending
@@ -18,10 +19,15 @@ Leases: a lease's expiry is the store's clock when it commits the grant plus its
 lock; and a running call's lease counts as expired only if it had expired before the claim began
 waiting, so a sweep held up by the same lock as an owner's renewal never takes that owner's calls.
 
-Ownership: only the owner of a running call may suspend or settle it (a runtime that lost its
-lease is told so, with ``LeaseLost``, and its late result is not recorded). Another runtime takes
-a call over only through ``claim``: a resumable call, or a running one whose lease expired or
-whose owner is known dead.
+Ownership and fencing: only the entry that holds a running call (its owner, under its fencing
+token: a ``Claim``) may write for it: its ToolData, files, triggers, suspension and result. A
+runtime that lost its lease is told so, with ``LeaseLost``, and nothing it reports is recorded.
+Another runtime takes a call over only through ``claim``: a resumable call, or a running one
+whose lease expired or whose owner is known dead.
+
+Volume: every listing is a page (a limit, and the last record of the page before), narrowed to a
+tenant and a principal in the query; settled history is deleted by ``prune`` (a time and a row
+threshold, in batches, never running or waiting work).
 """
 
 from __future__ import annotations
@@ -144,6 +150,19 @@ def clock() -> float:
     return time.time()
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The claim one entry of a call runs under: the call's owner and its fencing token (1 at
+    its start, one more at every claim and re-entry). Every write the entry makes (its ToolData,
+    files, triggers, events, suspension and result) carries it, and the store refuses it with
+    ``LeaseLost`` once another worker holds the call: nothing a stale worker reports is
+    recorded. A child tool's writes carry its parent entry's claim."""
+
+    call_id: str
+    owner: str
+    fence: int
+
+
 @dataclass(slots=True)
 class CallRecord:
     """One tool call as stored. ``entry`` is null for the initial entry, else the resume."""
@@ -165,6 +184,13 @@ class CallRecord:
     context: JsonValue = None  # the CallContext as stored (principal, client data, thread)
     kind: str | None = None  # the kind its start was decided with (narrowed, or the spec's)
     fence: int = 0  # the fencing token: 1 at its start, one more at every claim and re-entry
+    principal: str = ""  # the id of the principal it was made for ("" for nobody)
+    settled_at: float | None = None  # epoch seconds of the store's clock when it settled
+
+    @property
+    def claim(self) -> Claim:
+        """The claim of the entry that holds it now."""
+        return Claim(self.call_id, self.owner, self.fence)
 
 
 @dataclass(slots=True)
@@ -174,6 +200,7 @@ class ActionRecord:
     ``payload`` is what the action shows (the suspend payload, or the client tool's input);
     ``submit_schema`` validates what resolves it (the resume schema, or the output schema), and
     is stored so that an operator tool can validate a submission without the implementation.
+    ``tenant`` and ``principal`` are its call's: whose it is.
     """
 
     action_id: str
@@ -191,6 +218,7 @@ class ActionRecord:
     reason: str | None = None
     tenant: str = ""
     expires_at: float | None = None  # epoch seconds; past it the action settles as TIMEOUT
+    principal: str = ""
 
 
 @dataclass(slots=True)
@@ -223,9 +251,12 @@ class DataRecord:
     seq: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Event:
-    """One tool event of a run, in order: started, data, suspended, pending, resumed, result."""
+    """One tool event of a run, in order: started, data, suspended, pending, resumed, claimed,
+    trigger, result (stored, numbered by ``seq`` in commit order), and progress and messages
+    (never stored, ``seq`` 0). ``tenant`` and ``principal`` are its call's: who may see it.
+    A store hands back the event it committed, numbered; it never changes the one it was given."""
 
     run_id: str
     call_id: str
@@ -233,6 +264,8 @@ class Event:
     payload: JsonValue
     at: str
     seq: int = 0
+    tenant: str = ""
+    principal: str = ""
 
 
 @dataclass(slots=True)
@@ -283,6 +316,22 @@ def made_by(call: CallRecord, names: Collection[str] | Mapping[str, str]) -> boo
     return call.name in names
 
 
+def claimable(
+    call: CallRecord,
+    lapsed: float,
+    dead: Collection[str],
+    names: Collection[str] | Mapping[str, str] | None,
+) -> bool:
+    """The one rule of a claim: a resumable call, or a running one whose lease ended before
+    ``lapsed`` (see ``lapsed_before``) or whose owner is known ``dead``; of a registration in
+    ``names`` when given (the tools the claiming runtime can run)."""
+    if names is not None and not made_by(call, names):
+        return False
+    if call.state == "resumable":
+        return True
+    return call.state == "running" and (call.lease_until < lapsed or call.owner in dead)
+
+
 class StoreError(Exception):
     """A store operation that cannot be carried out."""
 
@@ -311,6 +360,11 @@ class StoreBusy(StoreError):
 
 class SaveStopped(StoreError):
     """``save_file`` was told not to keep the file (its call was cancelled): nothing stored."""
+
+
+class BadCursor(StoreError):
+    """A listing's ``after`` names no record the listing could have returned (another
+    principal's, pruned since, or never one): start from the first page again."""
 
 
 class LeaseLost(StoreError):
@@ -354,23 +408,55 @@ class Resolution:
 
 
 @dataclass(frozen=True, slots=True)
+class Begun:
+    """A call's start as committed: its lease (the store's clock at the commit plus the lease's
+    length) and its event, numbered."""
+
+    lease_until: float
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
 class Resolved:
-    """A resolution that won: the action as it now is, and its call's input and caller's
-    context (for re-entry)."""
+    """A resolution that won: the action as it now is, its call's input and caller's context
+    (for re-entry), and the event as committed."""
 
     action: ActionRecord
     call_input: JsonObject
     call_context: JsonValue = None
     call_fence: int = 0  # the call's fencing token after it (one more when it is re-entered)
+    event: Event | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A call this runtime now owns, and what it was before the claim (to decide what to do)."""
+    """A call this runtime now owns, what it was before the claim (to decide what to do), and
+    the ``claimed`` event committed with it."""
 
     call: CallRecord
     was: CallState
     previous_owner: str
+    event: Event | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What one ``prune`` removed (or, a dry run, would remove): settled calls, and with them
+    their actions, ToolData items, events, files and triggers; ``bytes`` of payload and file
+    content among them (an estimate of the space given back)."""
+
+    calls: int = 0
+    actions: int = 0
+    data: int = 0
+    events: int = 0
+    files: int = 0
+    triggers: int = 0
+    bytes: int = 0
+
+    def __add__(self, other: Pruned) -> Pruned:
+        return Pruned(
+            *(getattr(self, name) + getattr(other, name) for name in self.__dataclass_fields__)
+        )
 
 
 class Renewer(Protocol):
@@ -390,7 +476,12 @@ class Renewer(Protocol):
 class Store(Protocol):
     """The runtime's persistence. Every method is atomic; the runtime adds no locking. Every
     method may be called from any thread (a durable store's connections are per thread or
-    pooled)."""
+    pooled). A method never changes a record or event it is handed: it returns what it made.
+
+    Listings are pages: at most ``limit`` records (None: all), in a fixed order by keys that
+    never change, after the record named by ``after`` (the id of the last record of the page
+    before; ``BadCursor`` when the listing could not have returned it), narrowed in the query to
+    ``tenant`` and, within it, to the records made for ``principal`` or for nobody."""
 
     durable: bool
     """Whether records outlive the process and are shared with other processes."""
@@ -408,26 +499,30 @@ class Store(Protocol):
     url: str
     """Where the store is, as ``open_store`` takes it (any password masked)."""
 
-    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
-        """Record a new call, running under ``call.owner``: the store sets ``call.lease_until``
-        (and stores it) to its clock when it commits, plus ``lease_s``. A call recorded in
-        another state keeps the ``lease_until`` it has."""
+    # -- a call's life: each one transaction with its event ------------------------------------
+
+    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> Begun:
+        """Record a new call running under ``call.owner`` with fencing token ``call.fence``; its
+        lease runs ``lease_s`` from the commit (a call recorded in another state keeps the
+        ``lease_until`` it has). ``DuplicateCall`` when its id is recorded already."""
         ...
 
     def suspend(
-        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
-    ) -> None:
-        """Store the pending ``action`` and its call (now suspended or pending). ``known``: the
-        store already holds the call, owned by ``call.owner`` (``LeaseLost`` otherwise)."""
+        self, call: CallRecord, action: ActionRecord, event: Event, *, claim: Claim | None = None
+    ) -> Event:
+        """Store the pending ``action`` and its call, now ``call.state`` (suspended or pending).
+        With ``claim``, the store holds the call already, running under that claim (``LeaseLost``
+        otherwise); without, the call is recorded here for the first time."""
         ...
 
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         """Compare-and-set the pending action, update its call, append ``event``. With a
-        ``call_owner``, the call's lease runs ``resolution.lease_s`` from the commit."""
+        ``call_owner``, the call's lease runs ``resolution.lease_s`` from the commit and its
+        fencing token goes one up."""
         ...
 
-    def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
-        """Settle a running call owned by ``owner`` (``LeaseLost`` when it is not)."""
+    def settle(self, claim: Claim, result: JsonValue, event: Event) -> Event:
+        """Settle the running call held under ``claim`` (``LeaseLost`` when it is not)."""
         ...
 
     def claim(
@@ -441,18 +536,15 @@ class Store(Protocol):
         limit: int = 100,
         waited_s: float = 0.0,
     ) -> list[Claimed]:
-        """Take over calls another runtime cannot finish, each with a ``claimed`` event, in one
-        transaction per sweep: resumable calls, and running calls whose lease expired or whose
-        owner is in ``dead``; ``names``: only calls of these registration names (the tools the
-        claiming runtime can run), and given as a mapping of name to spec id, only those made
-        with that spec (never a call of another spec once registered under the same name);
-        ``call_id``: only that call. Concurrent sweeps never share a
-        call. A lease is expired only if it had expired before the sweep began waiting for the
-        store (``waited_s`` before the claim was sent, for the sweep's earlier reads), and a
-        sweep that waited longer than ``patience(lease_s)`` claims no lapsed lease at all
-        (resumable calls and dead owners' still): a live owner's renewal held up by the same
-        lock is granted with it, and the next sweep, which does not wait, judges it. The claimed
-        calls' leases run ``lease_s`` from the commit."""
+        """Take over calls another runtime cannot finish (``claimable``), each with a
+        ``claimed`` event, in one transaction per sweep: resumable calls, and running calls
+        whose lease expired or whose owner is in ``dead``; ``names``: only calls of these
+        registration names (given as a mapping of name to spec id, only those made with that
+        spec); ``call_id``: only that call. Concurrent sweeps never share a call. A lease is
+        expired only if it had expired before the sweep began waiting for the store
+        (``waited_s`` before its claim was sent, for its earlier reads), and a sweep that waited
+        longer than ``patience(lease_s)`` claims no lapsed lease at all (``lapsed_before``).
+        The claimed calls' leases run ``lease_s`` from the commit; their fencing tokens go up."""
         ...
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
@@ -463,6 +555,46 @@ class Store(Protocol):
     def renewer(self) -> Renewer:
         """A ``Renewer`` with a connection of its own, for a heartbeat thread."""
         ...
+
+    def held(self, claim: Claim) -> bool:
+        """Whether the call is still running under ``claim``, its lease not expired by the
+        store's clock (``ctx.lease.assert_held``)."""
+        ...
+
+    def write_data(
+        self, record: DataRecord, event: Event | None, *, claim: Claim | None = None
+    ) -> Event | None:
+        """Insert or update (same call, channel and item id: in place) one ToolData item, with
+        its event (returned, numbered). ``claim``: the entry writing it must still hold its call
+        (``LeaseLost`` otherwise, and nothing is written); None for a call no store records."""
+        ...
+
+    def save_file(
+        self,
+        record: FileRecord,
+        content: bytes,
+        *,
+        claim: Claim | None = None,
+        keep: Callable[[], bool] | None = None,
+    ) -> None:
+        """Store a file and its content in one transaction; ``claim`` as for ``write_data``;
+        ``keep`` is asked just before the commit, and when it says False nothing is stored
+        (``SaveStopped``)."""
+        ...
+
+    def delete_file(self, file_id: str) -> bool:
+        """Remove a file (a save its caller gave up on after the commit); whether it was there."""
+        ...
+
+    def add_trigger(
+        self, trigger: TriggerRecord, event: Event, *, claim: Claim | None = None
+    ) -> Event | None:
+        """Record a pending trigger and append its event (returned); None (nothing written) when
+        one of its id is recorded already (a replayed entry asks again). ``claim`` as for
+        ``write_data``."""
+        ...
+
+    # -- sweeps and liveness -------------------------------------------------------------------
 
     def nowait(self) -> contextlib.AbstractContextManager[None]:
         """Within it, on the calling thread, an operation that would wait for a lock raises
@@ -492,10 +624,34 @@ class Store(Protocol):
 
     def detach(self, owner: str) -> None: ...
 
-    def held(self, call_id: str, owner: str, fence: int) -> bool:
-        """Whether ``owner`` still holds the running call under the claim of fencing token
-        ``fence``, its lease not expired by the store's clock (``ctx.lease.assert_held``)."""
+    def claim_triggers(
+        self, owner: str, lease_s: float, *, limit: int = 100
+    ) -> list[TriggerRecord]:
+        """Claim pending triggers (and claimed ones whose claim expired), oldest first, each for
+        ``lease_s``; concurrent claims never share one."""
         ...
+
+    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
+        """Mark a trigger ``owner`` holds delivered (or failed, with ``error``); False when the
+        claim was lost."""
+        ...
+
+    def prune(
+        self,
+        *,
+        settled_before: float | None = None,
+        keep: int | None = None,
+        limit: int = 500,
+        dry_run: bool = False,
+    ) -> Pruned:
+        """Delete up to ``limit`` settled calls, oldest first, with everything of theirs
+        (actions, ToolData, events, files, triggers), in one transaction: those settled before
+        ``settled_before`` (epoch seconds), and those beyond the newest ``keep`` settled calls.
+        Never a call that is running, resumable or waiting. ``dry_run``: count, delete nothing.
+        Call again while it removes ``limit`` calls."""
+        ...
+
+    # -- grants --------------------------------------------------------------------------------
 
     def add_grant(self, grant: GrantRecord) -> GrantRecord:
         """Store a standing grant; one of the same tenant, principal, tool, spec id, point and
@@ -512,8 +668,10 @@ class Store(Protocol):
         tenant: str | None = None,
         principal: str | None = None,
         tool: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[GrantRecord]:
-        """The standing grants, oldest first."""
+        """The standing grants, oldest first (``after``: a grant id)."""
         ...
 
     def revoke_grant(
@@ -523,51 +681,9 @@ class Store(Protocol):
         removed, or None."""
         ...
 
-    def write_data(self, record: DataRecord, event: Event | None) -> None:
-        """Insert or update (same call, channel and item id: in place) one ToolData item."""
-        ...
-
-    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]: ...
+    # -- reads ---------------------------------------------------------------------------------
 
     def call(self, call_id: str) -> CallRecord | None: ...
-
-    # -- files and triggers (``core.files``, ``core.triggers``) ---------------------------------
-
-    def save_file(
-        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
-    ) -> None:
-        """Store a file and its content in one transaction; ``keep`` is asked just before the
-        commit, and when it says False nothing is stored (``SaveStopped``)."""
-        ...
-
-    def file(self, file_id: str) -> FileRecord | None: ...
-
-    def file_content(self, file_id: str) -> bytes | None: ...
-
-    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> bool:
-        """Record a pending trigger and append its event; False (nothing written) when one of
-        its id is recorded already (a replayed entry asks again). ``owner``: the call must be
-        running under it, its lease unexpired (``LeaseLost`` otherwise, and nothing is
-        written)."""
-        ...
-
-    def claim_triggers(
-        self, owner: str, lease_s: float, *, limit: int = 100
-    ) -> list[TriggerRecord]:
-        """Claim pending triggers (and claimed ones whose claim expired), oldest first, each for
-        ``lease_s``; concurrent claims never share one."""
-        ...
-
-    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
-        """Mark a trigger ``owner`` holds delivered (or failed, with ``error``); False when the
-        claim was lost."""
-        ...
-
-    def trigger(self, trigger_id: str) -> TriggerRecord | None: ...
-
-    def triggers(
-        self, *, state: TriggerState | None = None, run_id: str | None = None
-    ) -> list[TriggerRecord]: ...
 
     def calls(
         self,
@@ -575,7 +691,12 @@ class Store(Protocol):
         *,
         run_id: str | None = None,
         tenant: str | None = None,
-    ) -> list[CallRecord]: ...
+        principal: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[CallRecord]:
+        """Calls, oldest first (``after``: a call id)."""
+        ...
 
     def action(self, action_id: str) -> ActionRecord | None: ...
 
@@ -587,10 +708,35 @@ class Store(Protocol):
         name: str | None = None,
         call_id: str | None = None,
         tenant: str | None = None,
-    ) -> list[ActionRecord]: ...
+        principal: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[ActionRecord]:
+        """Actions, oldest first (``after``: an action id)."""
+        ...
 
-    def events(self, run_id: str, after: int = 0) -> list[Event]:
-        """The run's committed events after ``after``, in commit order."""
+    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]: ...
+
+    def file(self, file_id: str) -> FileRecord | None: ...
+
+    def file_content(self, file_id: str) -> bytes | None: ...
+
+    def trigger(self, trigger_id: str) -> TriggerRecord | None: ...
+
+    def triggers(
+        self, *, state: TriggerState | None = None, run_id: str | None = None
+    ) -> list[TriggerRecord]: ...
+
+    def events(
+        self,
+        run_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        tenant: str | None = None,
+        principal: str | None = None,
+    ) -> list[Event]:
+        """The run's committed events after the sequence number ``after``, in commit order."""
         ...
 
     def head(self, run_id: str | None = None) -> int:
@@ -600,8 +746,14 @@ class Store(Protocol):
         a later commit there may still have a lower number)."""
         ...
 
-    async def changed(self, timeout_s: float) -> None:
-        """Return when events may have been committed (by any process), or after ``timeout_s``."""
+    def mark(self) -> int:
+        """How many notices of commits (by any process) this store has had: take it before a
+        read of events, and ``changed(mark=...)`` returns at once if one came meanwhile."""
+        ...
+
+    async def changed(self, timeout_s: float, mark: int) -> None:
+        """Return when events may have been committed since ``mark()`` said ``mark`` (at once if
+        they may have been already), or after ``timeout_s``; it uses no CPU while it waits."""
         ...
 
     def close(self) -> None:

@@ -21,15 +21,16 @@ import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import JsonValue
 
 from blade_runtime.core.caller import CallContext
-from blade_runtime.core.context import CallInfo
+from blade_runtime.core.context import CallInfo, event_of
+from blade_runtime.core.fencing import LeaseNotHeld
 from blade_runtime.core.jsonvalue import NotJson, checked
 from blade_runtime.core.storage import StoreAccess
-from blade_runtime.core.store import Event, TriggerRecord, now
+from blade_runtime.core.store import Claim, Event, LeaseLost, TriggerRecord, now
 
 log = logging.getLogger("blade_runtime")
 
@@ -93,11 +94,11 @@ class Triggers:
         self._again = False
 
     async def request(
-        self, call: CallInfo, input: JsonValue, *, owned: bool, key: str | None = None
+        self, call: CallInfo, input: JsonValue, *, claim: Claim | None, key: str | None = None
     ) -> str:
-        """Record a trigger of ``call`` (``owned``: the store holds the call as running here,
-        and the trigger is recorded only while it does); returns its id. ``key``: what makes
-        the trigger the same when an entry runs again (its id comes from it, and a trigger
+        """Record a trigger of ``call`` (``claim``: the entry's, which must still hold its call
+        when the trigger commits, else it ends as LEASE_LOST); returns its id. ``key``: what
+        makes the trigger the same when an entry runs again (its id comes from it, and a trigger
         recorded already is not recorded, nor announced, twice)."""
         try:
             value = checked(input)
@@ -126,12 +127,13 @@ class Triggers:
             "thread_id": trigger.thread_id,
             "input": value,
         }
-        event = Event(call.run_id, call_id, "trigger", payload, trigger.created_at)
-        added = await self.io(
-            self.store.add_trigger, trigger, event, owner=self.owner if owned else None
-        )
-        if added:
-            self.publish(event)
+        event = replace(event_of(call, "trigger", payload, trigger.created_at), call_id=call_id)
+        try:
+            added = await self.io(self.store.add_trigger, trigger, event, claim=claim)
+        except LeaseLost as lost:  # another worker holds the call: this entry ends
+            raise LeaseNotHeld(lost.call_id, -1 if claim is None else claim.fence) from None
+        if added is not None:
+            self.publish(added)
             self.kick()
         return trigger.trigger_id
 

@@ -1,15 +1,19 @@
 """``PostgresStore``: the store shared by workers on many machines (``blade-runtime[postgres]``).
 
-On psycopg 3 with a ``psycopg_pool.ConnectionPool`` of autocommit connections. Every state
-change is ONE SQL statement (writable CTEs), so it is one transaction and one round trip: the
-change, what follows from it and its event commit together or not at all.
+A dialect of ``blade_runtime.stores.sql`` on psycopg 3, with a ``psycopg_pool.ConnectionPool`` of
+autocommit connections. Every transition is one transaction of the rules' statements, sent in
+one pipelined round trip (BEGIN, the statements, COMMIT): the change, what follows from it and
+its event commit together or not at all. A guard (``blade_require()``) raises on the server when
+its statement finds no row, so the transaction ends there and nothing queued after it runs.
 
 - **Exactly once.** Resolving an action is ``UPDATE ... WHERE state = 'pending' RETURNING``
   (with ``expires_at <= now`` for an expiry); of many concurrent resolutions one changes the row.
-- **Claims.** A sweep selects its candidates ``FOR UPDATE SKIP LOCKED`` and updates them in the
-  same statement, returning each call's previous state and owner: concurrent sweeps skip the
-  rows another sweep holds and re-check, on the row as committed, those it waited for, so no
-  call is claimed twice.
+  A runner's write locks its call's row ``FOR SHARE`` to the commit, so a claim never slips in
+  between its guard and its commit.
+- **Claims.** A sweep selects its candidates ``FOR UPDATE SKIP LOCKED``: concurrent sweeps skip
+  the rows another sweep holds and re-check, on the row as committed, those it waited for, so no
+  call is claimed twice. Which of them it takes is the one rule every store applies
+  (``core.store.claimable``), judged by the server's clocks the statement returns.
 - **Events in commit order.** An identity column numbers events when they are inserted, which
   is not the order in which their transactions commit: a reader that saw 6 could later find 5.
   So the event is appended last in its statement, by ``blade_event()``, which first takes its
@@ -39,15 +43,10 @@ change, what follows from it and its event commit together or not at all.
 - **Clocks.** ``lease_until`` is epoch seconds of the server's clock: a lease is granted (begin,
   resume, claim, renewal) as ``clock_timestamp()`` plus its length, when the statement has its
   locks, and judged by the server's clock, so workers' clocks never meet leases. A sweep judges
-  a lease expired only if it was at its transaction's start (``transaction_timestamp()``, which
-  on the store's autocommit connections is when the server received the statement, before any
-  lock wait; ``statement_timestamp()`` is reset by the extended protocol's Execute message,
-  after the wait), less what the sweep's earlier reads waited; the claim is sent unprepared so
-  that its Parse, where the wait happens, starts that transaction. A sweep that waited longer
-  than ``patience(lease_s)`` judges no lease at all: the owners' renewals queued behind the same
-  lock are granted with it, and either statement may lock the rows first. ``expires_at`` (an
-  action's deadline) is the runtime's ``store.clock()``, as it computes it, so hosts' clocks
-  must agree to well within a deadline.
+  a lease by the clock at its transaction's start (``transaction_timestamp()``, before any lock
+  wait) and the clock once its rows are locked, as every store does (``lapsed_before``).
+  ``expires_at`` (an action's deadline) is the runtime's ``store.clock()``, as it computes it,
+  so hosts' clocks must agree to well within a deadline.
 - **JSON as text.** Payloads are stored as the same compact JSON text as in SQLite, not jsonb:
   jsonb reorders keys, drops duplicate keys and refuses ``\\u0000``, and the store never queries
   inside a payload (filters are on plain columns), so text round-trips exactly and costs no
@@ -63,67 +62,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
+import functools
 import hashlib
 import logging
 import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
 import psycopg
 import psycopg.errors
+import psycopg.pq
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
-from pydantic import JsonValue
 
 from blade_runtime.core.store import (
-    DEFAULT_LEASE_S,
-    ActionAlreadyResolved,
-    ActionRecord,
-    CallRecord,
-    Claimed,
-    DataRecord,
-    DuplicateCall,
     Event,
-    FileRecord,
-    GrantRecord,
-    LeaseLost,
-    Resolution,
-    Resolved,
-    SaveStopped,
     StoreError,
     StoreUnavailable,
-    TriggerRecord,
-    UnknownAction,
-    clock,
     now,
-    patience,
 )
 from blade_runtime.core.store import dump_json as _dump
-from blade_runtime.core.store import load_json as _load
-from blade_runtime.stores.sql import ACTION_COLUMNS as _ACTION_COLUMNS
-from blade_runtime.stores.sql import CALL_COLUMNS as _CALL_COLUMNS
-from blade_runtime.stores.sql import FILE_COLUMNS as _FILE_COLUMNS
-from blade_runtime.stores.sql import GRANT_COLUMNS as _GRANT_COLUMNS
-from blade_runtime.stores.sql import GRANT_KEY as _GRANT_KEY
-from blade_runtime.stores.sql import TRIGGER_COLUMNS as _TRIGGER_COLUMNS
 from blade_runtime.stores.sql import (
-    Schemas,
+    CALL_COLUMNS,
+    EVENT_COLUMNS,
+    Candidates,
     SQLStore,
-    action_record,
-    action_values,
+    Tx,
     call_record,
-    call_values,
-    file_values,
-    grant_key,
-    grant_record,
-    grant_values,
-    trigger_record,
-    trigger_values,
+    event_record,
+    names_filter,
+    pyformat,
 )
 from blade_runtime.stores.urls import masked, secrets_of
 
@@ -382,47 +354,131 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         # A role that may use the first release's tables may use this one.
         _grant_like("blade_calls", "SELECT, INSERT, UPDATE, DELETE", "blade_grants"),
     ),
+    (  # 5: one set of rules for every engine: whose a record is (tenant and principal) on
+        # calls, actions and events, a call's root on what it wrote, its settling time for
+        # retention, the indexes paged listings and prunes read, and guards that end a
+        # transaction on the server (one pipelined round trip per transition)
+        "ALTER TABLE blade_calls ADD COLUMN principal text NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_calls ADD COLUMN settled_at double precision",
+        "ALTER TABLE blade_actions ADD COLUMN principal text NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_events ADD COLUMN tenant text NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_events ADD COLUMN principal text NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_events ADD COLUMN root_id text NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_data ADD COLUMN root_id text NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_files ADD COLUMN root_id text NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_triggers ADD COLUMN root_id text NOT NULL DEFAULT ''",
+        """
+        UPDATE blade_calls SET principal = COALESCE(
+            CASE WHEN json_typeof(context::json -> 'principal' -> 'id') = 'string'
+            THEN context::json -> 'principal' ->> 'id' END, '')
+        WHERE context IS NOT NULL AND context <> 'null'
+        """,
+        "UPDATE blade_calls SET settled_at = extract(epoch from clock_timestamp()) "
+        "WHERE state = 'settled'",
+        "UPDATE blade_actions a SET principal = c.principal FROM blade_calls c "
+        "WHERE c.call_id = a.call_id",
+        # What a child wrote is its outermost recorded call's: the longest prefix of its id,
+        # before a "/", that is a recorded call.
+        """
+        CREATE TEMP TABLE blade_roots ON COMMIT DROP AS
+        SELECT DISTINCT ON (w.call_id) w.call_id, c.call_id AS root_id
+        FROM (SELECT call_id FROM blade_events UNION SELECT call_id FROM blade_data
+              UNION SELECT call_id FROM blade_files UNION SELECT call_id FROM blade_triggers) w
+        JOIN blade_calls c ON starts_with(w.call_id, c.call_id || '/')
+        ORDER BY w.call_id, length(c.call_id)
+        """,
+        *(
+            f"UPDATE {table} t SET root_id = COALESCE((SELECT r.root_id FROM blade_roots r "
+            "WHERE r.call_id = t.call_id), t.call_id)"
+            for table in ("blade_events", "blade_data", "blade_files", "blade_triggers")
+        ),
+        "UPDATE blade_events e SET tenant = c.tenant, principal = c.principal "
+        "FROM blade_calls c WHERE c.call_id = e.root_id",
+        "DROP INDEX blade_calls_run",
+        "CREATE INDEX blade_calls_run ON blade_calls (run_id, started_at, call_id)",
+        "CREATE INDEX blade_calls_tenant ON blade_calls (tenant, run_id, started_at, call_id)",
+        "CREATE INDEX blade_actions_tenant ON blade_actions (tenant, suspended_at, action_id)",
+        "CREATE INDEX blade_actions_waiting ON blade_actions (suspended_at, action_id) "
+        "WHERE state = 'pending'",
+        "CREATE INDEX blade_grants_owner ON blade_grants (tenant, principal, created_at, grant_id)",
+        "CREATE INDEX blade_calls_settled ON blade_calls (settled_at, call_id) "
+        "WHERE settled_at IS NOT NULL",
+        "CREATE INDEX blade_events_root ON blade_events (root_id)",
+        "CREATE INDEX blade_data_root ON blade_data (root_id)",
+        "CREATE INDEX blade_files_root ON blade_files (root_id)",
+        "CREATE INDEX blade_triggers_root ON blade_triggers (root_id)",
+        # A guard of a pipelined transaction: no row, and the transaction ends on the server
+        # (what follows it in the pipeline is never run); the tag says which guard.
+        """
+        CREATE FUNCTION blade_require(p_found bigint, p_tag integer) RETURNS bigint
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF p_found = 0 THEN
+                RAISE EXCEPTION USING ERRCODE = 'BL001', MESSAGE = p_tag::text;
+            END IF;
+            RETURN p_found;
+        END
+        $$
+        """,
+        "DROP FUNCTION blade_event(text, text, text, text, text)",
+        f"""
+        CREATE FUNCTION blade_event(
+            p_run_id text, p_call_id text, p_kind text, p_payload text, p_at text,
+            p_tenant text, p_principal text, p_root_id text
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            numbered bigint;
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared({_RUN_CLASS}, hashtext(p_run_id));
+            INSERT INTO blade_events
+                    (run_id, call_id, kind, payload, at, tenant, principal, root_id)
+                VALUES (p_run_id, p_call_id, p_kind, p_payload, p_at, p_tenant, p_principal,
+                        p_root_id)
+                RETURNING seq INTO numbered;
+            IF EXISTS (SELECT 1 FROM blade_listeners) THEN
+                PERFORM pg_notify('{CHANNEL}', numbered::text);
+            END IF;
+            RETURN numbered;
+        END
+        $$
+        """,
+        # A page of a run's events a principal may see, read under the run's lock as
+        # blade_events_after reads them (nothing of the run between its number and its commit).
+        f"""
+        CREATE FUNCTION blade_events_page(
+            p_run_id text, p_after bigint, p_limit bigint, p_tenant text, p_principal text
+        ) RETURNS TABLE (run_id text, call_id text, kind text, payload text, at text, seq bigint,
+                         tenant text, principal text)
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT EXISTS (
+                SELECT 1 FROM blade_events e WHERE e.run_id = p_run_id AND e.seq > p_after
+            ) THEN
+                RETURN;
+            END IF;
+            PERFORM pg_advisory_xact_lock({_RUN_CLASS}, hashtext(p_run_id));
+            RETURN QUERY SELECT e.run_id, e.call_id, e.kind, e.payload, e.at, e.seq, e.tenant,
+                    e.principal
+                FROM blade_events e WHERE e.run_id = p_run_id AND e.seq > p_after
+                    AND (p_tenant IS NULL OR e.tenant = p_tenant)
+                    AND (p_principal IS NULL OR e.principal IN ('', p_principal))
+                ORDER BY e.seq LIMIT p_limit;
+        END
+        $$
+        """,
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_CALLS_PREFIXED: LiteralString = (
-    "blade_calls.call_id, run_id, name, spec_id, side_effect, execution, input, "
-    "blade_calls.state, started_at, owner, entry, result, lease_until, tenant, context, "
-    "blade_calls.kind, blade_calls.fence"
-)
-_CALL_VALUES: LiteralString = (
-    "%(call_id)s, %(run_id)s, %(name)s, %(spec_id)s, %(side_effect)s, %(execution)s, %(input)s, "
-    "%(state)s, %(started_at)s, %(owner)s, %(entry)s, %(result)s, %(lease_until)s, %(tenant)s, "
-    "%(context)s, %(kind)s, %(fence)s"
-)
-_ACTION_VALUES: LiteralString = (
-    "%(action_id)s, %(a_call_id)s, %(a_run_id)s, %(a_name)s, %(a_spec_id)s, %(point)s, "
-    "%(payload)s, %(submit_schema)s, %(suspended_at)s, %(a_state)s, %(resume)s, "
-    "%(resolved_at)s, %(reason)s, %(a_tenant)s, %(expires_at)s"
-)
-_EVENT: LiteralString = (
-    "blade_event(%(e_run_id)s, %(e_call_id)s, %(e_kind)s, %(e_payload)s, %(e_at)s)"
-)
 # The server's clock, as leases are granted: when the statement runs (its locks taken).
 _NOW: LiteralString = "extract(epoch from clock_timestamp())::float8"
-# The server's clock when the statement reached it, before any wait for a lock (see Clocks).
+# The server's clock when the transaction began, before any wait for a lock (see Clocks).
 _BEFORE_WAIT: LiteralString = "extract(epoch from transaction_timestamp())::float8"
-_BEGIN_VALUES: LiteralString = _CALL_VALUES.replace(
-    "%(lease_until)s", f"COALESCE({_NOW} + %(lease_s)s, %(lease_until)s)"
-)
 _RENEW: LiteralString = (
     f"UPDATE blade_calls SET lease_until = {_NOW} + %s WHERE owner = %s AND state = 'running' "
     "RETURNING call_id"
 )
-_TRIGGER_VALUES: LiteralString = (
-    "%(trigger_id)s, %(t_call_id)s, %(t_run_id)s, %(t_name)s, %(t_tenant)s, %(t_input)s, "
-    "%(created_at)s, %(t_context)s, %(thread_id)s, %(t_state)s, %(t_owner)s, "
-    "%(claimed_until)s, %(finished_at)s, %(error)s"
-)
-_TRIGGER_KEYS = tuple(name.strip()[2:-2] for name in _TRIGGER_VALUES.split(","))
-# The call's and action's parameter names, in CALL_COLUMNS' and ACTION_COLUMNS' order.
-_CALL_KEYS = tuple(name.strip() for name in _CALL_COLUMNS.split(","))
-_ACTION_KEYS = tuple(name.strip()[2:-2] for name in _ACTION_VALUES.replace("%(", " %(").split(","))
+_GUARD_FAILED = "BL001"  # blade_require()'s SQLSTATE
 
 
 def owner_key(owner: str) -> int:
@@ -439,32 +495,122 @@ def _one_line(error: BaseException, hidden: list[str]) -> str:
     return text or type(error).__name__
 
 
-def _event_params(event: Event) -> dict[str, Any]:
-    return {
-        "e_run_id": event.run_id,
-        "e_call_id": event.call_id,
-        "e_kind": event.kind,
-        "e_payload": _dump(event.payload),
-        "e_at": event.at,
-    }
+@functools.lru_cache(maxsize=512)
+def _sql(text: str) -> Any:
+    """A statement as psycopg takes it: named ``%(name)s`` parameters, the server's clock."""
+    return pyformat(text.replace("{now}", _NOW))
 
 
-def _call_params(call: CallRecord, lease_until: float) -> dict[str, Any]:
-    return dict(zip(_CALL_KEYS, call_values(call, lease_until), strict=True))
+def _forget_prepared(db: psycopg.Connection[TupleRow]) -> None:
+    """After a pipeline an error ended: psycopg 3.3 records a statement as prepared when it
+    queues its preparation, and when the server skips it (the pipeline was aborted before it)
+    never forgets it, so its next use fails ("prepared statement _pg3_N does not exist"). Its
+    own way out is the one it takes after a ROLLBACK it sees: forget every prepared statement,
+    here and on the server (DEALLOCATE ALL, sent before the next statement). Failing that (a
+    psycopg without it), the connection is not used again."""
+    prepared = getattr(db, "_prepared", None)
+    if prepared is not None and callable(getattr(prepared, "clear", None)):
+        prepared.clear()
+    else:
+        db.close()
 
 
-def _action_params(action: ActionRecord, schemas: Schemas) -> dict[str, Any]:
-    return dict(zip(_ACTION_KEYS, action_values(action, schemas), strict=True))
+class _Rows:
+    """A pipelined statement's rows: there once the round trip has ended (asking before then
+    ends it early, within the transaction)."""
+
+    __slots__ = ("_cursor", "_rows", "_tx")
+
+    def __init__(self, tx: _Tx, cursor: psycopg.Cursor[TupleRow] | None) -> None:
+        self._tx = tx
+        self._cursor = cursor  # None: not run (an earlier statement failed)
+        self._rows: list[tuple[Any, ...]] | None = None
+
+    def all(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            cursor = self._cursor
+            if cursor is not None and cursor.pgresult is None:  # not received yet
+                self._tx.sync()
+            if self._tx.error is not None and (cursor is None or cursor.pgresult is None):
+                raise self._tx.error
+            assert cursor is not None
+            self._rows = cursor.fetchall() if cursor.description else []
+        return self._rows
+
+    def one(self) -> tuple[Any, ...] | None:
+        rows = self.all()
+        return rows[0] if rows else None
+
+
+class _Tx:
+    """One transaction, pipelined: BEGIN, its statements and COMMIT reach the server in one round
+    trip. A guard's statement raises on the server when it finds no row, which ends the
+    transaction there (nothing after it runs); its failure is raised here after the rollback.
+    A statement's error that psycopg reports while later ones are still being queued is kept
+    (``error``) and the rest is not sent: it is raised when the pipeline has ended."""
+
+    __slots__ = ("_db", "_pipeline", "error", "failures")
+
+    def __init__(self, db: psycopg.Connection[TupleRow], pipeline: psycopg.Pipeline) -> None:
+        self._db = db
+        self._pipeline = pipeline
+        self.error: psycopg.Error | None = None
+        self.failures: list[Callable[[], StoreError]] = []
+
+    def run(self, sql: str, params: Mapping[str, Any] | None = None) -> _Rows:
+        if self.error is not None:
+            return _Rows(self, None)
+        cursor = self._db.cursor()
+        try:
+            cursor.execute(_sql(sql), params or {})
+        except psycopg.Error as error:
+            self.error = error
+            return _Rows(self, None)
+        return _Rows(self, cursor)
+
+    def sync(self) -> None:
+        """Have what was sent answered (within the transaction)."""
+        if self.error is None:
+            try:
+                self._pipeline.sync()
+            except psycopg.Error as error:
+                self.error = error
+
+    def require(
+        self, sql: str, params: Mapping[str, Any], failure: Callable[[], StoreError]
+    ) -> _Rows:
+        tag = len(self.failures)
+        self.failures.append(failure)
+        return self.run(
+            f"WITH g AS ({sql}), r AS (SELECT blade_require((SELECT count(*) FROM g), {tag})) "
+            "SELECT g.* FROM r LEFT JOIN g ON true",
+            params,
+        )
+
+    def append(self, event: Event, root_id: str) -> _Rows:
+        return self.run(
+            "SELECT blade_event(:run_id, :call_id, :kind, :payload, :at, :tenant, :principal, "
+            ":root_id)",
+            {
+                "run_id": event.run_id,
+                "call_id": event.call_id,
+                "kind": event.kind,
+                "payload": _dump(event.payload),
+                "at": event.at,
+                "tenant": event.tenant,
+                "principal": event.principal,
+                "root_id": root_id,
+            },
+        )
 
 
 class PostgresStore(SQLStore):
     """A durable store in a PostgreSQL database, shared by processes on any number of hosts."""
 
-    _mark = "%s"
     _holds_nul = False  # text holds no U+0000
-    _calls, _actions, _data = "blade_calls", "blade_actions", "blade_data"
-    _files, _triggers = "blade_files", "blade_triggers"
-    _grants = "blade_grants"
+    _NOW = _NOW
+    _SHARE = " FOR SHARE"
+    _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 
     def __init__(
         self,
@@ -488,14 +634,7 @@ class PostgresStore(SQLStore):
         self._attached: dict[str, psycopg.Connection[TupleRow]] = {}
         self._attached_lock = threading.Lock()
         self._renewers: weakref.WeakSet[PostgresRenewer] = weakref.WeakSet()
-        # Events: the LISTEN thread counts notifications; each task remembers the count it saw.
-        self._generation = 0
-        # A cell of the task, not the count itself: a read run in a worker thread
-        # (asyncio.to_thread runs it in a copy of the task's context) updates the task's cell,
-        # and a task made by another (which copies its context) makes a cell of its own.
-        self._seen: contextvars.ContextVar[tuple[asyncio.Task[Any] | None, list[int]]] = (
-            contextvars.ContextVar(f"blade_postgres_seen_{id(self)}")
-        )
+        self._generation = 0  # NOTIFYs heard (see mark())
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
         self._waiters_lock = threading.Lock()
         self._listener: threading.Thread | None = None
@@ -595,12 +734,43 @@ class PostgresStore(SQLStore):
         self._refuse_newer(version, SCHEMA_VERSION)
         return version
 
-    # -- the Store interface -------------------------------------------------------------------
+    # -- transactions and reads ------------------------------------------------------------------
 
-    def _fetch(self, query: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
-        # The base builds its queries from constants and markers only (values are parameters).
+    @contextmanager
+    def _transaction(self) -> Iterator[_Tx]:
+        failure: Callable[[], StoreError] | None = None
         with self._db() as db:
-            return db.execute(query, values).fetchall()
+            tx: _Tx | None = None
+            try:
+                try:
+                    with db.pipeline() as pipeline:
+                        tx = _Tx(db, pipeline)
+                        tx.run("BEGIN")
+                        yield tx
+                        tx.run("COMMIT")
+                except psycopg.Error as ended:  # at the pipeline's end: what ended it first
+                    raise ended if tx is None or tx.error is None else tx.error from None
+                if tx.error is not None:
+                    raise tx.error
+            except BaseException as error:
+                if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        db.execute("ROLLBACK")
+                if isinstance(error, psycopg.Error):
+                    _forget_prepared(db)
+                    if error.sqlstate == _GUARD_FAILED and tx is not None:
+                        failure = tx.failures[int(str(error.diag.message_primary))]
+                if failure is None:
+                    raise
+        if failure is not None:
+            raise failure()  # made once the connection is back: it may read the store
+
+    def _fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        with self._db() as db:
+            return db.execute(_sql(sql), params or {}).fetchall()
+
+    def _duplicate(self, error: BaseException) -> bool:
+        return isinstance(error, psycopg.errors.UniqueViolation)
 
     def nowait(self) -> contextlib.AbstractContextManager[None]:
         """A no-op: the runtime runs PostgreSQL operations in threads, never on its loop."""
@@ -612,184 +782,37 @@ class PostgresStore(SQLStore):
             self._renewers.add(renewer)
         return renewer
 
-    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
-        params = _call_params(call, call.lease_until) | _event_params(event)
-        params["lease_s"] = lease_s if call.state == "running" else None
-        try:
-            with self._db() as db:
-                row = db.execute(
-                    f"WITH c AS (INSERT INTO blade_calls ({_CALL_COLUMNS}) "
-                    f"VALUES ({_BEGIN_VALUES}) RETURNING call_id, lease_until) "
-                    f"SELECT {_EVENT}, c.lease_until FROM c",
-                    params,
-                ).fetchone()
-        except psycopg.errors.UniqueViolation:
-            raise DuplicateCall(call.call_id) from None
-        if row:
-            event.seq, call.lease_until = int(row[0]), float(row[1])
+    # -- claims and leases -----------------------------------------------------------------------
 
-    def suspend(
-        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
-    ) -> None:
-        params = (
-            _call_params(call, call.lease_until)
-            | _event_params(event)
-            | _action_params(action, self._schemas)
-        )
-        if known:  # the call is there, running under call.owner: it becomes suspended/pending
-            query: LiteralString = (
-                "WITH c AS (UPDATE blade_calls SET state = %(state)s WHERE call_id = %(call_id)s "
-                "AND owner = %(owner)s AND state = 'running' RETURNING call_id), "
-                f"a AS (INSERT INTO blade_actions ({_ACTION_COLUMNS}) SELECT {_ACTION_VALUES} "
-                f"FROM c RETURNING action_id) SELECT {_EVENT} FROM a"
-            )
-        else:
-            query = (
-                f"WITH c AS (INSERT INTO blade_calls ({_CALL_COLUMNS}) VALUES ({_CALL_VALUES}) "
-                "RETURNING call_id), "
-                f"a AS (INSERT INTO blade_actions ({_ACTION_COLUMNS}) SELECT {_ACTION_VALUES} "
-                f"FROM c RETURNING action_id) SELECT {_EVENT} FROM a"
-            )
-        try:
-            with self._db() as db:
-                row = db.execute(query, params).fetchone()
-        except psycopg.errors.UniqueViolation as error:
-            raise StoreError(
-                f"call {call.call_id!r} or action {action.action_id!r} is already recorded "
-                f"({_one_line(error, [])})"
-            ) from None
-        if row is None:
-            raise LeaseLost(call.call_id, call.owner)
-        event.seq = int(row[0])
-
-    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
-        expiry: LiteralString = " AND expires_at <= %(now)s" if resolution.only_if_expired else ""
-        # The call's update is joined before blade_event() runs, so every row lock this
-        # statement takes is taken before its run's events lock: it never waits for a row while
-        # a reader waits for that lock (no deadlock with sweeps and readers).
-        query: LiteralString = (
-            "WITH a AS (UPDATE blade_actions SET state = %(state)s, resume = %(resume)s, "
-            "resolved_at = %(resolved_at)s, reason = %(reason)s "
-            f"WHERE action_id = %(action_id)s AND state = 'pending'{expiry} "
-            f"RETURNING {_ACTION_COLUMNS}), "
-            "c AS (UPDATE blade_calls SET state = %(call_state)s, entry = %(entry)s, "
-            "result = %(result)s, owner = COALESCE(%(call_owner)s, blade_calls.owner), "
-            "input = COALESCE(%(call_input)s, blade_calls.input), "
-            "kind = COALESCE(%(call_kind)s, blade_calls.kind), "
-            "side_effect = COALESCE(%(call_side_effect)s, blade_calls.side_effect), "
-            f"lease_until = COALESCE({_NOW} + %(lease_s)s, 0), "
-            "fence = blade_calls.fence + %(refence)s "
-            "FROM a WHERE blade_calls.call_id = a.call_id "
-            "RETURNING blade_calls.input, blade_calls.context, blade_calls.fence) "
-            f"SELECT a.*, c.input, c.context, c.fence, {_EVENT} FROM a LEFT JOIN c ON true"
-        )
-        params = _event_params(event) | {
-            "state": resolution.state,
-            "resume": _dump(resolution.resume),
-            "resolved_at": resolution.resolved_at,
-            "reason": resolution.reason,
-            "action_id": action_id,
-            "now": clock(),  # an action's deadline is the runtime's clock
-            "call_state": resolution.call_state,
-            "entry": _dump(resolution.call_entry),
-            "result": _dump(resolution.call_result),
-            "call_owner": resolution.call_owner,
-            "call_input": None if resolution.call_input is None else _dump(resolution.call_input),
-            "call_kind": resolution.call_kind,
-            "call_side_effect": resolution.call_side_effect,
-            "lease_s": resolution.lease_s if resolution.call_owner else None,
-            "refence": 1 if resolution.call_owner else 0,
-        }
-        with self._db() as db:
-            row = db.execute(query, params).fetchone()
-            if row is None:  # lost the race, or no such action: say which, and how it went
-                found = db.execute(
-                    f"SELECT {_ACTION_COLUMNS} FROM blade_actions WHERE action_id = %s",
-                    (action_id,),
-                ).fetchone()
-                if found is None:
-                    raise UnknownAction(action_id)
-                raise ActionAlreadyResolved(action_record(found, self._schemas))
-        event.seq = int(row[-1])
-        action = action_record(row[:-4], self._schemas)
-        if row[-4] is None:  # no such call (only an action was recorded)
-            return Resolved(action, {})
-        return Resolved(action, _load(row[-4]), _load(row[-3]), int(row[-2]))
-
-    def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
-        with self._db() as db:
-            row = db.execute(
-                "WITH c AS (UPDATE blade_calls SET state = 'settled', result = %(result)s "
-                "WHERE call_id = %(call_id)s AND owner = %(owner)s AND state = 'running' "
-                f"RETURNING call_id) SELECT {_EVENT} FROM c",
-                _event_params(event)
-                | {"result": _dump(result), "call_id": call_id, "owner": owner},
-            ).fetchone()
-        if row is None:
-            raise LeaseLost(call_id, owner)
-        event.seq = int(row[0])
-
-    def claim(
+    def _candidates(
         self,
-        owner: str,
-        lease_s: float,
+        tx: Tx,
         *,
-        dead: Collection[str] = (),
-        names: Collection[str] | Mapping[str, str] | None = None,
-        call_id: str | None = None,
-        limit: int = 100,
-        waited_s: float = 0.0,
-    ) -> list[Claimed]:
-        only: LiteralString = " AND call_id = %(only)s" if call_id is not None else ""
-        if names is not None:
-            only += " AND name = ANY(%(names)s)"
-        if isinstance(names, Mapping):
-            only += (
-                " AND (name, spec_id) IN "
-                "(SELECT * FROM unnest(%(names)s::text[], %(specs)s::text[]))"
-            )
-        # ``picked`` locks its rows (skipping those another sweep holds, and re-checking the
-        # WHERE on the committed row for those it had to wait for): the previous state and
-        # owner it returns are those the update replaces. A lease counts as expired only if it
-        # was when the sweep began (see Clocks), and none does once the sweep waited past its
-        # patience: an owner whose renewal waits behind the same lock keeps its calls. The
-        # events are appended after the sort, in the order of their runs' lock keys: two sweeps
-        # whose calls span the same runs take those locks in one order, so readers queued for
-        # them cannot close a cycle (which PostgreSQL would break only after deadlock_timeout).
-        # Each distinct run holds a lock to the commit: ``limit`` stays well within
-        # max_locks_per_transaction.
-        query: LiteralString = (
-            "WITH picked AS (SELECT call_id, state AS was, owner AS previous_owner "
-            "FROM blade_calls WHERE state IN ('running', 'resumable') AND (state = 'resumable' "
-            f"OR (lease_until < {_BEFORE_WAIT} - %(waited)s "
-            f"AND {_NOW} - {_BEFORE_WAIT} <= %(patience)s - %(waited)s) "
-            f"OR owner = ANY(%(dead)s)){only} "
-            "ORDER BY started_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
-            "u AS (UPDATE blade_calls SET state = 'running', owner = %(owner)s, "
-            f"lease_until = {_NOW} + %(lease_s)s, fence = blade_calls.fence + 1 FROM picked "
-            "WHERE blade_calls.call_id = picked.call_id "
-            f"RETURNING picked.was, picked.previous_owner, {_CALLS_PREFIXED}) "
-            "SELECT u.*, blade_event(u.run_id, u.call_id, 'claimed', "
-            "json_build_object('was', u.was, 'previous_owner', u.previous_owner)::text, "
-            "%(claimed_at)s) FROM u ORDER BY hashtext(u.run_id), u.started_at"
+        call_id: str | None,
+        names: Collection[str] | Mapping[str, str] | None,
+        dead: Collection[str],
+        limit: int,
+    ) -> Candidates:
+        # Locks its rows, skipping those another sweep holds and re-checking the WHERE on the
+        # committed row of those it had to wait for: no call is claimed twice. The lock keys of
+        # the calls' runs order their events (see SQLStore.claim). The clock when the
+        # transaction began is before any wait (see Clocks).
+        only, values = names_filter(names)
+        if call_id is not None:
+            only += " AND call_id = :only"
+            values["only"] = call_id
+        rows = tx.run(
+            f"SELECT {CALL_COLUMNS}, hashtext(run_id), {_BEFORE_WAIT}, {{now}} FROM blade_calls "
+            "WHERE state IN ('running', 'resumable') AND (state = 'resumable' "
+            "OR lease_until < {now} OR owner = ANY(:dead))"
+            f"{only} ORDER BY started_at LIMIT :limit FOR UPDATE SKIP LOCKED",
+            values | {"dead": list(dead), "limit": limit},
+        ).all()
+        if not rows:
+            return Candidates([], 0.0, 0.0)
+        return Candidates(
+            [(call_record(row), int(row[-3])) for row in rows], float(rows[0][-2]), rows[0][-1]
         )
-        params = {
-            "dead": list(dead),
-            "only": call_id,
-            "names": None if names is None else list(names),
-            "specs": list(names.values()) if isinstance(names, Mapping) else None,
-            "limit": limit,
-            "owner": owner,
-            "lease_s": float(lease_s),
-            "patience": patience(lease_s),
-            "waited": float(waited_s),
-            "claimed_at": now(),
-        }
-        with self._db() as db:
-            # Unprepared: a prepared statement's transaction starts at its Bind, after the wait.
-            rows = db.execute(query, params, prepare=False).fetchall()
-        claimed = [Claimed(call_record(row[2:-1]), row[0], row[1]) for row in rows]
-        return sorted(claimed, key=lambda c: c.call.started_at)  # oldest first, as picked
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
         self._still_attached(owner)
@@ -800,8 +823,7 @@ class PostgresStore(SQLStore):
     def owners(self) -> set[str]:
         rows = self._fetch(
             "SELECT DISTINCT owner FROM blade_calls WHERE state IN ('running', 'resumable') "
-            f"AND state = 'running' AND lease_until >= {_NOW}",
-            (),
+            "AND state = 'running' AND lease_until >= {now}"
         )
         return {row[0] for row in rows}
 
@@ -887,174 +909,59 @@ class PostgresStore(SQLStore):
         finally:
             connection.close()
 
-    def held(self, call_id: str, owner: str, fence: int) -> bool:
-        if not (self._holdable(call_id) and self._holdable(owner)):
-            return False
-        return bool(
-            self._fetch(
-                "SELECT 1 FROM blade_calls WHERE call_id = %s AND owner = %s AND fence = %s "
-                f"AND state = 'running' AND lease_until >= {_NOW}",
-                (call_id, owner, fence),
-            )
+    # -- events ----------------------------------------------------------------------------------
+
+    def events(
+        self,
+        run_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        tenant: str | None = None,
+        principal: str | None = None,
+    ) -> list[Event]:
+        if not self._holdable(run_id):
+            return []
+        self._watch()  # before the read: a commit after it moves the mark
+        rows = self._fetch(
+            f"SELECT {EVENT_COLUMNS} FROM blade_events_page(:run, :after, :limit, :tenant, "
+            ":principal)",
+            {
+                "run": run_id,
+                "after": int(after),
+                "limit": limit,
+                "tenant": tenant,
+                "principal": principal,
+            },
         )
-
-    def add_grant(self, grant: GrantRecord) -> GrantRecord:
-        with self._db() as db:
-            row = db.execute(
-                f"WITH i AS (INSERT INTO blade_grants ({_GRANT_COLUMNS}) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                f"ON CONFLICT ({_GRANT_KEY}) DO NOTHING "
-                f"RETURNING {_GRANT_COLUMNS}) SELECT * FROM i UNION ALL "
-                f"SELECT {_GRANT_COLUMNS} FROM blade_grants WHERE tenant = %s "
-                "AND principal = %s AND tool = %s AND spec_id = %s AND point = %s "
-                "AND subject = %s LIMIT 1",
-                (*grant_values(grant), *grant_key(grant)),
-            ).fetchone()
-        assert row is not None  # inserted, or the one that was there
-        return grant_record(row)
-
-    def revoke_grant(
-        self, grant_id: str, *, tenant: str | None = None, principal: str | None = None
-    ) -> GrantRecord | None:
-        if not self._holdable(grant_id):
-            return None
-        with self._db() as db:
-            row = db.execute(
-                "DELETE FROM blade_grants WHERE grant_id = %s "
-                "AND (%s::text IS NULL OR tenant = %s) "
-                "AND (%s::text IS NULL OR principal = %s) "
-                f"RETURNING {_GRANT_COLUMNS}",
-                (grant_id, tenant, tenant, principal, principal),
-            ).fetchone()
-        return None if row is None else grant_record(row)
-
-    def write_data(self, record: DataRecord, event: Event | None) -> None:
-        # Same item id: the value and time change, the position (seq) stays.
-        upsert: LiteralString = (
-            "INSERT INTO blade_data (call_id, channel, item_id, value, updated_at) "
-            "VALUES (%(d_call_id)s, %(channel)s, %(item_id)s, %(value)s, %(updated_at)s) "
-            "ON CONFLICT (call_id, channel, item_id) DO UPDATE SET "
-            "value = excluded.value, updated_at = excluded.updated_at RETURNING seq"
-        )
-        params: dict[str, Any] = {
-            "d_call_id": record.call_id,
-            "channel": record.channel,
-            "item_id": record.item_id,
-            "value": _dump(record.value),
-            "updated_at": record.updated_at,
-        }
-        with self._db() as db:
-            if event is None:
-                db.execute(upsert, params)
-                return
-            row = db.execute(
-                f"WITH d AS ({upsert}) SELECT {_EVENT} FROM d", params | _event_params(event)
-            ).fetchone()
-        event.seq = int(row[0]) if row else 0
-
-    # -- files and triggers ----------------------------------------------------------------
-
-    def save_file(
-        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
-    ) -> None:
-        with self._db() as db, db.transaction():
-            db.execute(
-                f"INSERT INTO blade_files ({_FILE_COLUMNS}, content) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*file_values(record), content),
-            )
-            if keep is not None and not keep():  # rolled back: nothing of it is stored
-                raise SaveStopped(f"file {record.file_id} was not kept")
-
-    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> bool:
-        params = dict(zip(_TRIGGER_KEYS, trigger_values(trigger), strict=True))
-        params |= _event_params(event) | {"owner": owner}
-        if owner is not None:  # the call's row is locked before its run's events lock
-            query: LiteralString = (
-                "WITH c AS (SELECT call_id FROM blade_calls WHERE call_id = %(t_call_id)s "
-                "AND owner = %(owner)s AND state = 'running' "
-                f"AND lease_until >= {_NOW} FOR SHARE), "
-                f"t AS (INSERT INTO blade_triggers ({_TRIGGER_COLUMNS}) "
-                f"SELECT {_TRIGGER_VALUES} FROM c ON CONFLICT (trigger_id) DO NOTHING "
-                f"RETURNING trigger_id) SELECT (SELECT count(*) FROM c), (SELECT {_EVENT} FROM t)"
-            )
-        else:
-            query = (
-                f"WITH t AS (INSERT INTO blade_triggers ({_TRIGGER_COLUMNS}) "
-                f"VALUES ({_TRIGGER_VALUES}) ON CONFLICT (trigger_id) DO NOTHING "
-                f"RETURNING trigger_id) SELECT 1, (SELECT {_EVENT} FROM t)"
-            )
-        with self._db() as db:
-            row = db.execute(query, params).fetchone()
-        assert row is not None  # one row, always
-        if not row[0]:
-            raise LeaseLost(trigger.call_id, owner or "")
-        if row[1] is None:  # recorded already
-            return False
-        event.seq = int(row[1])
-        return True
-
-    def claim_triggers(
-        self, owner: str, lease_s: float, *, limit: int = 100
-    ) -> list[TriggerRecord]:
-        # Concurrent claims skip the rows another holds and re-check those it committed.
-        with self._db() as db:
-            rows = db.execute(
-                f"UPDATE blade_triggers SET state = 'claimed', owner = %s, "
-                f"claimed_until = {_NOW} + %s WHERE seq IN (SELECT seq FROM blade_triggers "
-                "WHERE state IN ('pending', 'claimed') AND (state = 'pending' OR "
-                f"claimed_until < {_NOW}) ORDER BY seq LIMIT %s FOR UPDATE SKIP LOCKED) "
-                f"RETURNING seq, {_TRIGGER_COLUMNS}",
-                (owner, lease_s, limit),
-            ).fetchall()
-        return [trigger_record(row[1:]) for row in sorted(rows)]
-
-    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
-        with self._db() as db:
-            changed = db.execute(
-                "UPDATE blade_triggers SET state = %s, finished_at = %s, error = %s "
-                "WHERE trigger_id = %s AND owner = %s AND state = 'claimed'",
-                ("delivered" if error is None else "failed", now(), error, trigger_id, owner),
-            ).rowcount
-        return bool(changed)
-
-    def events(self, run_id: str, after: int = 0) -> list[Event]:
-        self._watch()  # before the read: a commit after it wakes changed()
-        with self._db() as db:
-            rows = db.execute(
-                "SELECT run_id, call_id, kind, payload, at, seq FROM blade_events_after(%s, %s)",
-                (run_id, after),
-            ).fetchall()
-        return [Event(r[0], r[1], r[2], _load(r[3]), r[4], int(r[5])) for r in rows]
+        return [event_record(row) for row in rows]
 
     def head(self, run_id: str | None = None) -> int:
         self._watch()
-        with self._db() as db:
-            row = db.execute("SELECT blade_events_head(%s)", (run_id,)).fetchone()
-        return int(row[0]) if row else 0
+        rows = self._fetch("SELECT blade_events_head(:run)", {"run": run_id})
+        return int(rows[0][0]) if rows else 0
 
-    async def changed(self, timeout_s: float) -> None:
-        """Return when another commit's NOTIFY arrived since this task last read ``events``,
-        ``head`` or returned from here (at once if one did), or after ``timeout_s``."""
-        if self._listener is None:
-            self._listen()
-            self._seen_cell()[0] = self._generation
-            return  # commits before LISTEN began were not heard: the caller reads again
+    def mark(self) -> int:
+        self._listen(wait=False)  # on the event loop: the thread starts listening by itself
+        return self._generation
+
+    async def changed(self, timeout_s: float, mark: int) -> None:
+        """Return once a NOTIFY came after ``mark`` (at once if one did), or after
+        ``timeout_s``."""
+        self._listen(wait=False)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         waiter = (loop, future)
         with self._waiters_lock:
-            woken = self._generation > self._seen_cell()[0]
-            if not woken:
-                self._waiters.add(waiter)
+            if self._generation > mark:
+                return
+            self._waiters.add(waiter)
         try:
-            if not woken:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(future, timeout_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(future, timeout_s)
         finally:
             with self._waiters_lock:
                 self._waiters.discard(waiter)
-                self._seen_cell()[0] = self._generation
 
     def close(self) -> None:
         if self._closed:
@@ -1076,35 +983,21 @@ class PostgresStore(SQLStore):
     # -- events across processes ---------------------------------------------------------------
 
     def _watch(self) -> None:
-        """Listen (from the first read on), and note the notifications this task has seen."""
+        """Listen, from the first read of events on."""
         if self._listener is None:
             self._listen()
-        self._seen_cell()[0] = self._generation
 
-    def _seen_cell(self) -> list[int]:
-        """The notification count the current task last saw (-1: none yet). In a thread, the
-        cell of the task whose context it runs in."""
-        found = self._seen.get(None)
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no event loop in this thread
-            task = None
-        if found is None or (task is not None and found[0] is not task):
-            # a task made by another starts from what its maker had seen, as a copy
-            found = (task, [-1 if found is None else found[1][0]])
-            self._seen.set(found)
-        return found[1]
-
-    def _listen(self) -> None:
-        """Start the LISTEN thread, and wait until it listens (or has failed once)."""
+    def _listen(self, *, wait: bool = True) -> None:
+        """Start the LISTEN thread; ``wait``: until it listens (or has failed once). Once it
+        listens it wakes every waiter: a commit no NOTIFY told of is then read anyway."""
         with self._waiters_lock:
-            if self._listener is not None:
-                return
-            self._listener = threading.Thread(
-                target=self._listen_loop, name="blade-postgres-listen", daemon=True
-            )
-            self._listener.start()
-        self._listening.wait(timeout=self._connect_timeout)
+            if self._listener is None:
+                self._listener = threading.Thread(
+                    target=self._listen_loop, name="blade-postgres-listen", daemon=True
+                )
+                self._listener.start()
+        if wait:
+            self._listening.wait(timeout=self._connect_timeout)
 
     def _listen_loop(self) -> None:
         failing = False  # said once per outage, not at every retry

@@ -1,45 +1,81 @@
-"""``SQLStore``: what SQLiteStore and PostgresStore share.
+"""``SQLStore``: every rule of the store ring, written once, executed by each engine.
 
-The records' columns and their row forms, the schema cache, the guard for ids no database could
-hold, the listings of calls, actions, data and expired actions (one filter builder), and the
-migration runner's rules. Each dialect keeps its statements for the state changes, its
-liveness (``owners``, ``alive``, ``attach``, ``detach``) and its notification (``changed``), and
-says how a read runs (``_fetch``) and how it names parameters (``_mark``) and tables.
+Each state change is one transaction of a few statements written here, in SQL both engines run:
+a guarded write first (it must return a row, or the transaction ends with the guard's error and
+nothing is written), then what follows from it, then its event, appended last. The rules that
+need a decision in Python (which calls a sweep claims: ``core.store.claimable``; what resolving
+an action does: ``core.actions``) are plain functions of the rows, made once.
+
+A dialect keeps only what differs between engines: how a transaction runs (``_transaction``),
+its clock in a statement (``_NOW``), how an event is appended and numbered, how a sweep finds
+and locks its candidates, lease renewal, migrations, error classification, liveness and
+notification. ``SQLiteStore`` runs a transaction as ``BEGIN IMMEDIATE`` on its thread's
+connection; ``PostgresStore`` sends it in one pipelined round trip (its guards raise on the
+server, so a failed one aborts what follows); ``MemoryStore`` is SQLite on a private in-memory
+database: the same rules, whichever store a runtime has.
+
+Whose a record is, is decided in the query: calls, actions and events carry their call's tenant
+and principal (the id of the principal it was made for, "" for nobody), and every listing is a
+page in a fixed order of keys that never change, after the record a cursor names.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol
+
+from pydantic import JsonValue
 
 from blade_runtime.core.store import (
+    DEFAULT_LEASE_S,
+    ActionAlreadyResolved,
     ActionRecord,
     ActionState,
+    BadCursor,
+    Begun,
     CallRecord,
     CallState,
+    Claim,
+    Claimed,
     DataRecord,
+    DuplicateCall,
+    Event,
     FileRecord,
     GrantRecord,
+    LeaseLost,
+    Pruned,
+    Resolution,
+    Resolved,
+    SaveStopped,
+    StoreError,
     StoreUnavailable,
     TriggerRecord,
     TriggerState,
+    UnknownAction,
+    claimable,
     clock,
     encodable,
+    lapsed_before,
+    now,
 )
 from blade_runtime.core.store import dump_json as dump
 from blade_runtime.core.store import load_json as load
 
 CALL_COLUMNS = (
     "call_id, run_id, name, spec_id, side_effect, execution, input, state, started_at, owner, "
-    "entry, result, lease_until, tenant, context, kind, fence"
+    "entry, result, lease_until, tenant, context, kind, fence, principal, settled_at"
 )
 ACTION_COLUMNS = (
     "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
-    "state, resume, resolved_at, reason, tenant, expires_at"
+    "state, resume, resolved_at, reason, tenant, expires_at, principal"
 )
 DATA_COLUMNS = "call_id, channel, item_id, value, updated_at, seq"
+EVENT_COLUMNS = "run_id, call_id, kind, payload, at, seq, tenant, principal"
 FILE_COLUMNS = (
     "file_id, tenant, name, media_type, size, sha256, created_at, call_id, run_id, creator, "
     "thread_id"
@@ -50,6 +86,15 @@ TRIGGER_COLUMNS = (
 )
 GRANT_COLUMNS = "grant_id, tenant, principal, tool, subject, created_at, action_id, spec_id, point"
 GRANT_KEY = "tenant, principal, tool, spec_id, point, subject"  # a grant's identity
+
+# A runner's write stands only while its entry holds the call: the owner, the fencing token of
+# its claim, still running. (``held`` asks more: a lease not yet expired by the store's clock;
+# a write of an entry whose lease lapsed but that nobody took over is still its own.)
+HELD = "call_id = :c_call_id AND owner = :c_owner AND fence = :c_fence AND state = 'running'"
+
+
+def _values(columns: str) -> str:
+    return ", ".join(f":{name.strip()}" for name in columns.split(","))
 
 
 class Schemas:
@@ -79,48 +124,31 @@ class Schemas:
         return parsed
 
 
-def call_values(call: CallRecord, lease_until: float) -> tuple[Any, ...]:
-    """``call`` in CALL_COLUMNS' order, as stored (its lease: ``lease_until``)."""
-    return (
-        call.call_id,
-        call.run_id,
-        call.name,
-        call.spec_id,
-        call.side_effect,
-        call.execution,
-        dump(dict(call.input)),
-        call.state,
-        call.started_at,
-        call.owner,
-        dump(call.entry),
-        dump(call.result),
-        float(lease_until),
-        call.tenant,
-        dump(call.context),
-        call.kind,
-        int(call.fence),
-    )
+# -- records and their rows --------------------------------------------------------------------
 
 
-def action_values(action: ActionRecord, schemas: Schemas) -> tuple[Any, ...]:
-    """``action`` in ACTION_COLUMNS' order, as stored."""
-    return (
-        action.action_id,
-        action.call_id,
-        action.run_id,
-        action.name,
-        action.spec_id,
-        action.point,
-        dump(action.payload),
-        schemas.dump(action.submit_schema),
-        action.suspended_at,
-        action.state,
-        dump(action.resume),
-        action.resolved_at,
-        action.reason,
-        action.tenant,
-        action.expires_at,
-    )
+def call_params(call: CallRecord) -> dict[str, Any]:
+    return {
+        "call_id": call.call_id,
+        "run_id": call.run_id,
+        "name": call.name,
+        "spec_id": call.spec_id,
+        "side_effect": call.side_effect,
+        "execution": call.execution,
+        "input": dump(dict(call.input)),
+        "state": call.state,
+        "started_at": call.started_at,
+        "owner": call.owner,
+        "entry": dump(call.entry),
+        "result": dump(call.result),
+        "lease_until": float(call.lease_until),
+        "tenant": call.tenant,
+        "context": dump(call.context),
+        "kind": call.kind,
+        "fence": int(call.fence),
+        "principal": call.principal,
+        "settled_at": call.settled_at,
+    }
 
 
 def call_record(row: Sequence[Any]) -> CallRecord:
@@ -142,7 +170,30 @@ def call_record(row: Sequence[Any]) -> CallRecord:
         context=load(row[14]),
         kind=row[15],
         fence=int(row[16]),
+        principal=row[17],
+        settled_at=None if row[18] is None else float(row[18]),
     )
+
+
+def action_params(action: ActionRecord, schemas: Schemas) -> dict[str, Any]:
+    return {
+        "action_id": action.action_id,
+        "call_id": action.call_id,
+        "run_id": action.run_id,
+        "name": action.name,
+        "spec_id": action.spec_id,
+        "point": action.point,
+        "payload": dump(action.payload),
+        "submit_schema": schemas.dump(action.submit_schema),
+        "suspended_at": action.suspended_at,
+        "state": action.state,
+        "resume": dump(action.resume),
+        "resolved_at": action.resolved_at,
+        "reason": action.reason,
+        "tenant": action.tenant,
+        "expires_at": action.expires_at,
+        "principal": action.principal,
+    }
 
 
 def action_record(row: Sequence[Any], schemas: Schemas) -> ActionRecord:
@@ -162,52 +213,28 @@ def action_record(row: Sequence[Any], schemas: Schemas) -> ActionRecord:
         reason=row[12],
         tenant=row[13],
         expires_at=row[14],
+        principal=row[15],
     )
 
 
-def grant_record(row: Sequence[Any]) -> GrantRecord:
-    return GrantRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
-
-
-def grant_values(grant: GrantRecord) -> tuple[Any, ...]:
-    """``grant`` in GRANT_COLUMNS' order."""
-    return (
-        grant.grant_id,
-        grant.tenant,
-        grant.principal,
-        grant.tool,
-        grant.subject,
-        grant.created_at,
-        grant.action_id,
-        grant.spec_id,
-        grant.point,
-    )
-
-
-def grant_key(grant: GrantRecord) -> tuple[str, ...]:
-    """``grant``'s identity in GRANT_KEY's order."""
-    return (grant.tenant, grant.principal, grant.tool, grant.spec_id, grant.point, grant.subject)
+def event_record(row: Sequence[Any]) -> Event:
+    return Event(row[0], row[1], row[2], load(row[3]), row[4], int(row[5]), row[6], row[7])
 
 
 def data_record(row: Sequence[Any]) -> DataRecord:
     return DataRecord(row[0], row[1], row[2], load(row[3]), row[4], int(row[5]))
 
 
-def file_values(record: FileRecord) -> tuple[Any, ...]:
-    """``record`` in FILE_COLUMNS' order."""
-    return (
-        record.file_id,
-        record.tenant,
-        record.name,
-        record.media_type,
-        record.size,
-        record.sha256,
-        record.created_at,
-        record.call_id,
-        record.run_id,
-        record.creator,
-        record.thread_id,
-    )
+def grant_record(row: Sequence[Any]) -> GrantRecord:
+    return GrantRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+
+
+def grant_params(grant: GrantRecord) -> dict[str, Any]:
+    return {name.strip(): getattr(grant, name.strip()) for name in GRANT_COLUMNS.split(",")}
+
+
+def file_params(record: FileRecord) -> dict[str, Any]:
+    return {name.strip(): getattr(record, name.strip()) for name in FILE_COLUMNS.split(",")}
 
 
 def file_record(row: Sequence[Any]) -> FileRecord:
@@ -226,24 +253,11 @@ def file_record(row: Sequence[Any]) -> FileRecord:
     )
 
 
-def trigger_values(trigger: TriggerRecord) -> tuple[Any, ...]:
-    """``trigger`` in TRIGGER_COLUMNS' order, as stored."""
-    return (
-        trigger.trigger_id,
-        trigger.call_id,
-        trigger.run_id,
-        trigger.name,
-        trigger.tenant,
-        dump(trigger.input),
-        trigger.created_at,
-        dump(trigger.context),
-        trigger.thread_id,
-        trigger.state,
-        trigger.owner,
-        float(trigger.claimed_until),
-        trigger.finished_at,
-        trigger.error,
-    )
+def trigger_params(trigger: TriggerRecord) -> dict[str, Any]:
+    found = {name.strip(): getattr(trigger, name.strip()) for name in TRIGGER_COLUMNS.split(",")}
+    found["input"], found["context"] = dump(trigger.input), dump(trigger.context)
+    found["claimed_until"] = float(trigger.claimed_until)
+    return found
 
 
 def trigger_record(row: Sequence[Any]) -> TriggerRecord:
@@ -265,170 +279,529 @@ def trigger_record(row: Sequence[Any]) -> TriggerRecord:
     )
 
 
+def claim_params(claim: Claim) -> dict[str, Any]:
+    return {"c_call_id": claim.call_id, "c_owner": claim.owner, "c_fence": int(claim.fence)}
+
+
+# -- how a dialect runs a transaction -----------------------------------------------------------
+
+
+class Rows(Protocol):
+    """What one statement of a transaction returned: ready once the transaction has committed
+    (SQLite's at once; PostgreSQL's pipelined ones when the round trip ends)."""
+
+    def all(self) -> list[tuple[Any, ...]]: ...
+
+    def one(self) -> tuple[Any, ...] | None: ...
+
+
+class Tx(Protocol):
+    """One transaction of a dialect: its statements in order, committed when the ``with`` block
+    ends without an error, rolled back otherwise."""
+
+    def run(self, sql: str, params: Mapping[str, Any] | None = None) -> Rows:
+        """A statement (written with ``:name`` parameters and ``{now}`` for the clock)."""
+        ...
+
+    def require(
+        self, sql: str, params: Mapping[str, Any], failure: Callable[[], StoreError]
+    ) -> Rows:
+        """A statement that must return a row (``RETURNING`` or a ``SELECT``); when it returns
+        none the transaction ends, nothing of it is written, and ``failure()`` is raised (made
+        after the rollback, so it may read the store)."""
+        ...
+
+    def append(self, event: Event, root_id: str) -> Rows:
+        """Append ``event`` (its call's root: whose deletion takes it too); one row, its seq."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """What a dialect found for a sweep: the calls (oldest first), each with the order its event
+    takes (PostgreSQL: its run's lock key); the store's clock when the sweep began waiting for
+    the store and when it had its locks; and what to do once it knows which it took."""
+
+    calls: list[tuple[CallRecord, int]]
+    began: float
+    granted: float
+    then: Callable[[set[str]], None] = lambda taken: None
+
+
+class _Duplicate(StoreError):
+    """A guard's failure that is not an error: the record is there already."""
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
 class SQLStore:
-    """The reads and rules both SQL stores share; a dialect subclasses it."""
+    """The store's rules, over a dialect's transactions and reads."""
 
     durable = True
     waits = True
     inline_first = False
     url: str
 
-    _mark: ClassVar[str]  # the parameter marker: "?" or "%s"
     _holds_nul: ClassVar[bool]  # whether its text may hold U+0000
-    _calls: ClassVar[str]  # the tables' names
-    _actions: ClassVar[str]
-    _data: ClassVar[str]
-    _files: ClassVar[str]
-    _triggers: ClassVar[str]
-    _grants: ClassVar[str]
+    _SHARE: ClassVar[str] = ""  # a guard's row lock, held to the commit, where reads take none
+    _SKIP_LOCKED: ClassVar[str] = ""  # a sweep's lock of the rows it takes, skipping others'
 
     def __init__(self) -> None:
         self._schemas = Schemas()
 
-    def _fetch(self, query: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """The rows of one read (a dialect runs it on its connection)."""
+    # -- what a dialect provides -----------------------------------------------------------------
+
+    def _transaction(self) -> AbstractContextManager[Tx]:
         raise NotImplementedError
+
+    def _fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """The rows of one read."""
+        raise NotImplementedError
+
+    def _duplicate(self, error: BaseException) -> bool:
+        """Whether ``error`` is a unique key's violation."""
+        raise NotImplementedError
+
+    def _candidates(
+        self,
+        tx: Tx,
+        *,
+        call_id: str | None,
+        names: Collection[str] | Mapping[str, str] | None,
+        dead: Collection[str],
+        limit: int,
+    ) -> Candidates:
+        """A sweep's candidates, locked for this transaction: every call it may claim (and maybe
+        more), oldest first."""
+        raise NotImplementedError
+
+    def _granted(self, tx: Tx, owner: str, until: Rows, event: Rows) -> None:
+        """``owner`` now holds a running call whose lease and event are these (SQLite's
+        bookkeeping of who holds what; nothing elsewhere)."""
+
+    def _pruned(self) -> None:
+        """A prune deleted rows (SQLite gives their pages back)."""
 
     # -- ids ------------------------------------------------------------------------------------
 
     def _holdable(self, identifier: str) -> bool:
         """Whether the database could hold ``identifier``: a lookup of one it could not finds
-        nothing, as MemoryStore's does, instead of raising the driver's error."""
+        nothing, as a store that holds it would, instead of raising the driver's error."""
         if "\x00" in identifier and not self._holds_nul:
             return False
         return encodable(identifier)
 
-    # -- filters --------------------------------------------------------------------------------
+    # -- a call's life ----------------------------------------------------------------------------
 
-    def _where(self, given: dict[str, Any]) -> tuple[list[str], list[Any]]:
-        """``column = marker`` for each filter given (not None); a list or tuple is ``IN``.
-        Only the filters given: "marker IS NULL OR column = marker" would keep SQLite from
-        using its indexes."""
-        clauses: list[str] = []
-        values: list[Any] = []
-        for column, value in given.items():
-            if value is None:
-                continue
-            if isinstance(value, list | tuple):
-                clauses.append(f"{column} IN ({','.join([self._mark] * len(value))})")
-                values += value
-            else:
-                clauses.append(f"{column} = {self._mark}")
-                values.append(value)
-        return clauses, values
+    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> Begun:
+        running = call.state == "running"
+        params = call_params(call) | {"lease_s": float(lease_s), "running": running}
+        try:
+            with self._transaction() as tx:
+                until = tx.run(
+                    f"INSERT INTO blade_calls ({CALL_COLUMNS}) VALUES ({_INSERT_CALL}) "
+                    "RETURNING lease_until",
+                    params,
+                )
+                seq = tx.append(event, call.call_id)
+                if running:
+                    self._granted(tx, call.owner, until, seq)
+        except StoreError:
+            raise
+        except Exception as error:
+            if self._duplicate(error):
+                raise DuplicateCall(call.call_id) from None
+            raise
+        return Begun(_first(until), replace(event, seq=_first(seq)))
 
-    # -- reads ----------------------------------------------------------------------------------
+    def suspend(
+        self, call: CallRecord, action: ActionRecord, event: Event, *, claim: Claim | None = None
+    ) -> Event:
+        try:
+            with self._transaction() as tx:
+                if claim is not None:
+                    tx.require(
+                        f"UPDATE blade_calls SET state = :state WHERE {HELD} RETURNING call_id",
+                        {"state": call.state} | claim_params(claim),
+                        lambda: LeaseLost(call.call_id, claim.owner),
+                    )
+                else:
+                    tx.run(
+                        f"INSERT INTO blade_calls ({CALL_COLUMNS}) VALUES ({_INSERT_CALL})",
+                        call_params(call) | {"lease_s": 0.0, "running": False},
+                    )
+                tx.run(
+                    f"INSERT INTO blade_actions ({ACTION_COLUMNS}) "
+                    f"VALUES ({_values(ACTION_COLUMNS)})",
+                    action_params(action, self._schemas),
+                )
+                seq = tx.append(event, call.call_id)
+        except StoreError:
+            raise
+        except Exception as error:
+            if self._duplicate(error):
+                raise StoreError(
+                    f"call {call.call_id!r} or action {action.action_id!r} is already recorded"
+                ) from None
+            raise
+        return replace(event, seq=_first(seq))
 
-    def call(self, call_id: str) -> CallRecord | None:
-        if not self._holdable(call_id):
-            return None
-        rows = self._fetch(
-            f"SELECT {CALL_COLUMNS} FROM {self._calls} WHERE call_id = {self._mark}", (call_id,)
-        )
-        return call_record(rows[0]) if rows else None
-
-    def calls(
-        self,
-        states: Iterable[CallState] | None = None,
-        *,
-        run_id: str | None = None,
-        tenant: str | None = None,
-    ) -> list[CallRecord]:
-        wanted = None if states is None else list(states)
-        if wanted == []:
-            return []
-        clauses, values = self._where({"state": wanted, "run_id": run_id, "tenant": tenant})
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._fetch(
-            f"SELECT {CALL_COLUMNS} FROM {self._calls}{where} ORDER BY started_at", values
-        )
-        return [call_record(row) for row in rows]
-
-    def action(self, action_id: str) -> ActionRecord | None:
-        if not self._holdable(action_id):
-            return None
-        rows = self._fetch(
-            f"SELECT {ACTION_COLUMNS} FROM {self._actions} WHERE action_id = {self._mark}",
-            (action_id,),
-        )
-        return action_record(rows[0], self._schemas) if rows else None
-
-    def actions(
-        self,
-        *,
-        state: ActionState | None = "pending",
-        run_id: str | None = None,
-        name: str | None = None,
-        call_id: str | None = None,
-        tenant: str | None = None,
-    ) -> list[ActionRecord]:
-        given = {"state": state, "run_id": run_id, "name": name, "tenant": tenant}
-        if call_id is not None:
-            rows = self._actions_of(call_id, *self._where(given))
-        else:
-            clauses, values = self._where(given)
-            where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-            rows = self._fetch(
-                f"SELECT {ACTION_COLUMNS} FROM {self._actions}{where} "
-                "ORDER BY suspended_at, action_id",
-                values,
+    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
+        owner = resolution.call_owner
+        expiry = " AND expires_at <= :deadline_now" if resolution.only_if_expired else ""
+        with self._transaction() as tx:
+            action = tx.require(
+                "UPDATE blade_actions SET state = :state, resume = :resume, "
+                "resolved_at = :resolved_at, reason = :reason "
+                f"WHERE action_id = :action_id AND state = 'pending'{expiry} "
+                f"RETURNING {ACTION_COLUMNS}",
+                {
+                    "state": resolution.state,
+                    "resume": dump(resolution.resume),
+                    "resolved_at": resolution.resolved_at,
+                    "reason": resolution.reason,
+                    "action_id": action_id,
+                    "deadline_now": clock(),  # an action's deadline is the runtime's clock
+                },
+                lambda: self._unresolvable(action_id),
             )
+            call = tx.run(
+                "UPDATE blade_calls SET state = :call_state, entry = :entry, result = :result, "
+                "owner = COALESCE(:call_owner, owner), input = COALESCE(:call_input, input), "
+                "kind = COALESCE(:call_kind, kind), "
+                "side_effect = COALESCE(:call_side_effect, side_effect), "
+                "lease_until = CASE WHEN :claims THEN {now} + :lease_s ELSE 0 END, "
+                "fence = fence + (CASE WHEN :claims THEN 1 ELSE 0 END), "
+                "settled_at = CASE WHEN :settles THEN {now} ELSE settled_at END "
+                "WHERE call_id = (SELECT call_id FROM blade_actions WHERE action_id = :action_id) "
+                "RETURNING input, context, fence, lease_until",
+                {
+                    "call_state": resolution.call_state,
+                    "entry": dump(resolution.call_entry),
+                    "result": dump(resolution.call_result),
+                    "call_owner": owner,
+                    "call_input": (
+                        None if resolution.call_input is None else dump(resolution.call_input)
+                    ),
+                    "call_kind": resolution.call_kind,
+                    "call_side_effect": resolution.call_side_effect,
+                    "claims": owner is not None,
+                    "lease_s": float(resolution.lease_s),
+                    "settles": resolution.call_state == "settled",
+                    "action_id": action_id,
+                },
+            )
+            seq = tx.append(event, event.call_id)
+            if owner is not None and resolution.call_state == "running":
+                self._granted(tx, owner, _Column(call, 3), seq)
+        resolved = action_record(_row(action), self._schemas)
+        committed = replace(event, seq=_first(seq))
+        row = call.one()
+        if row is None:  # only an action was recorded
+            return Resolved(resolved, {}, event=committed)
+        return Resolved(resolved, load(row[0]), load(row[1]), int(row[2]), committed)
+
+    def _unresolvable(self, action_id: str) -> StoreError:
+        """Why an action did not resolve: lost the race (how it went), or no such action."""
+        found = self.action(action_id)
+        if found is None:
+            return UnknownAction(action_id)
+        return ActionAlreadyResolved(found)
+
+    def settle(self, claim: Claim, result: JsonValue, event: Event) -> Event:
+        with self._transaction() as tx:
+            tx.require(
+                "UPDATE blade_calls SET state = 'settled', result = :result, "
+                f"settled_at = {{now}} WHERE {HELD} RETURNING call_id",
+                {"result": dump(result)} | claim_params(claim),
+                lambda: LeaseLost(claim.call_id, claim.owner),
+            )
+            seq = tx.append(event, claim.call_id)
+        return replace(event, seq=_first(seq))
+
+    def claim(
+        self,
+        owner: str,
+        lease_s: float,
+        *,
+        dead: Collection[str] = (),
+        names: Collection[str] | Mapping[str, str] | None = None,
+        call_id: str | None = None,
+        limit: int = 100,
+        waited_s: float = 0.0,
+    ) -> list[Claimed]:
+        if call_id is not None and not self._holdable(call_id):
+            return []
+        taken: list[tuple[CallRecord, int, Rows]] = []
+        with self._transaction() as tx:
+            found = self._candidates(tx, call_id=call_id, names=names, dead=dead, limit=limit)
+            lapsed = lapsed_before(found.began, found.granted, waited_s, lease_s)
+            for call, order in found.calls:
+                if len(taken) < limit and claimable(call, lapsed, dead, names):
+                    lease = tx.run(
+                        "UPDATE blade_calls SET state = 'running', owner = :owner, "
+                        "lease_until = {now} + :lease_s, fence = fence + 1 "
+                        "WHERE call_id = :call_id RETURNING lease_until",
+                        {"owner": owner, "lease_s": float(lease_s), "call_id": call.call_id},
+                    )
+                    taken.append((call, order, lease))
+            # Events last, in their runs' lock order: two sweeps over the same runs take those
+            # locks in one order (PostgreSQL), and every row lock is taken before them.
+            events: list[tuple[Event, Rows]] = []
+            for before, _, _ in sorted(taken, key=lambda t: (t[1], t[0].started_at)):
+                payload: JsonValue = {"was": before.state, "previous_owner": before.owner}
+                event = Event(
+                    before.run_id,
+                    before.call_id,
+                    "claimed",
+                    payload,
+                    now(),
+                    tenant=before.tenant,
+                    principal=before.principal,
+                )
+                events.append((event, tx.append(event, before.call_id)))
+            if taken:  # the first event appended has the smallest number
+                self._granted(tx, owner, taken[0][2], events[0][1])
+            found.then({call.call_id for call, _, _ in taken})
+        numbered = {event.call_id: replace(event, seq=_first(seq)) for event, seq in events}
+        return [
+            Claimed(
+                replace(
+                    before,
+                    state="running",
+                    owner=owner,
+                    lease_until=_first(lease),
+                    fence=before.fence + 1,
+                ),
+                before.state,
+                before.owner,
+                numbered[before.call_id],
+            )
+            for before, _, lease in taken
+        ]
+
+    def held(self, claim: Claim) -> bool:
+        if not (self._holdable(claim.call_id) and self._holdable(claim.owner)):
+            return False
+        return bool(
+            self._fetch(
+                f"SELECT 1 FROM blade_calls WHERE {HELD} AND lease_until >= {self._NOW}",
+                claim_params(claim),
+            )
+        )
+
+    def _fenced(self, tx: Tx, claim: Claim | None) -> None:
+        """A runner's write: its entry must still hold the call (the row locked to the commit
+        where reads take no lock, so no claim slips in between)."""
+        if claim is not None:
+            tx.require(
+                f"SELECT call_id FROM blade_calls WHERE {HELD}{self._SHARE}",
+                claim_params(claim),
+                lambda: LeaseLost(claim.call_id, claim.owner),
+            )
+
+    def write_data(
+        self, record: DataRecord, event: Event | None, *, claim: Claim | None = None
+    ) -> Event | None:
+        root = record.call_id if claim is None else claim.call_id
+        with self._transaction() as tx:
+            self._fenced(tx, claim)
+            # Same item id: the value and time change, the position (seq) stays.
+            tx.run(
+                "INSERT INTO blade_data (call_id, channel, item_id, value, updated_at, root_id) "
+                "VALUES (:call_id, :channel, :item_id, :value, :updated_at, :root_id) "
+                "ON CONFLICT (call_id, channel, item_id) DO UPDATE SET "
+                "value = excluded.value, updated_at = excluded.updated_at",
+                {
+                    "call_id": record.call_id,
+                    "channel": record.channel,
+                    "item_id": record.item_id,
+                    "value": dump(record.value),
+                    "updated_at": record.updated_at,
+                    "root_id": root,
+                },
+            )
+            seq = None if event is None else tx.append(event, root)
+        return None if event is None or seq is None else replace(event, seq=_first(seq))
+
+    def save_file(
+        self,
+        record: FileRecord,
+        content: bytes,
+        *,
+        claim: Claim | None = None,
+        keep: Callable[[], bool] | None = None,
+    ) -> None:
+        with self._transaction() as tx:
+            self._fenced(tx, claim)
+            tx.run(
+                f"INSERT INTO blade_files ({FILE_COLUMNS}, root_id, content) "
+                f"VALUES ({_values(FILE_COLUMNS)}, :root_id, :content)",
+                file_params(record)
+                | {
+                    "content": content,
+                    "root_id": record.call_id if claim is None else claim.call_id,
+                },
+            )
+            if keep is not None and not keep():  # rolled back: nothing of it is stored
+                raise SaveStopped(f"file {record.file_id} was not kept")
+
+    def delete_file(self, file_id: str) -> bool:
+        if not self._holdable(file_id):
+            return False
+        with self._transaction() as tx:
+            gone = tx.run(
+                "DELETE FROM blade_files WHERE file_id = :id RETURNING 1", {"id": file_id}
+            )
+        return bool(gone.all())
+
+    def add_trigger(
+        self, trigger: TriggerRecord, event: Event, *, claim: Claim | None = None
+    ) -> Event | None:
+        root = trigger.call_id if claim is None else claim.call_id
+        try:
+            with self._transaction() as tx:
+                self._fenced(tx, claim)
+                tx.require(
+                    f"INSERT INTO blade_triggers ({TRIGGER_COLUMNS}, root_id) "
+                    f"VALUES ({_values(TRIGGER_COLUMNS)}, :root_id) "
+                    "ON CONFLICT (trigger_id) DO NOTHING RETURNING trigger_id",
+                    trigger_params(trigger) | {"root_id": root},
+                    lambda: _Duplicate(trigger.trigger_id),
+                )
+                seq = tx.append(event, root)
+        except _Duplicate:
+            return None  # recorded already: a replayed entry asks again
+        return replace(event, seq=_first(seq))
+
+    # -- sweeps -----------------------------------------------------------------------------------
+
+    def expired(self, limit: int = 100) -> list[ActionRecord]:
+        # Deadlines are the runtime's clock (it computes expires_at), on every store.
+        rows = self._fetch(
+            f"SELECT {ACTION_COLUMNS} FROM blade_actions WHERE state = 'pending' "
+            "AND expires_at IS NOT NULL AND expires_at <= :at ORDER BY expires_at LIMIT :limit",
+            {"at": clock(), "limit": limit},
+        )
         return [action_record(row, self._schemas) for row in rows]
 
-    def _actions_of(
-        self, call_id: str, clauses: list[str], values: list[Any]
-    ) -> list[tuple[Any, ...]]:
-        """The rows of ``call_id``'s actions that pass ``clauses``, oldest first."""
-        clauses = [f"call_id = {self._mark}", *clauses]
-        return self._fetch(
-            f"SELECT {ACTION_COLUMNS} FROM {self._actions} WHERE {' AND '.join(clauses)} "
-            "ORDER BY suspended_at, action_id",
-            [call_id, *values],
-        )
-
-    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
-        clauses, values = self._where({"call_id": call_id, "channel": channel})
-        rows = self._fetch(
-            f"SELECT {DATA_COLUMNS} FROM {self._data} WHERE {' AND '.join(clauses)} "
-            "ORDER BY seq",
-            values,
-        )
-        return [data_record(row) for row in rows]
-
-    def file(self, file_id: str) -> FileRecord | None:
-        if not self._holdable(file_id):
-            return None
-        rows = self._fetch(
-            f"SELECT {FILE_COLUMNS} FROM {self._files} WHERE file_id = {self._mark}", (file_id,)
-        )
-        return file_record(rows[0]) if rows else None
-
-    def file_content(self, file_id: str) -> bytes | None:
-        if not self._holdable(file_id):
-            return None
-        rows = self._fetch(
-            f"SELECT content FROM {self._files} WHERE file_id = {self._mark}", (file_id,)
-        )
-        return bytes(rows[0][0]) if rows else None
-
-    def trigger(self, trigger_id: str) -> TriggerRecord | None:
-        if not self._holdable(trigger_id):
-            return None
-        rows = self._fetch(
-            f"SELECT {TRIGGER_COLUMNS} FROM {self._triggers} WHERE trigger_id = {self._mark}",
-            (trigger_id,),
-        )
-        return trigger_record(rows[0]) if rows else None
-
-    def triggers(
-        self, *, state: TriggerState | None = None, run_id: str | None = None
+    def claim_triggers(
+        self, owner: str, lease_s: float, *, limit: int = 100
     ) -> list[TriggerRecord]:
-        clauses, values = self._where({"state": state, "run_id": run_id})
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._fetch(
-            f"SELECT {TRIGGER_COLUMNS} FROM {self._triggers}{where} ORDER BY seq", values
-        )
-        return [trigger_record(row) for row in rows]
+        # Concurrent claims skip the rows another holds (PostgreSQL), or wait for the write
+        # lock and then see them taken (SQLite).
+        with self._transaction() as tx:
+            rows = tx.run(
+                "UPDATE blade_triggers SET state = 'claimed', owner = :owner, "
+                "claimed_until = {now} + :lease_s WHERE seq IN (SELECT seq FROM blade_triggers "
+                "WHERE state IN ('pending', 'claimed') AND (state = 'pending' OR "
+                f"claimed_until < {{now}}) ORDER BY seq LIMIT :limit{self._SKIP_LOCKED}) "
+                f"RETURNING seq, {TRIGGER_COLUMNS}",
+                {"owner": owner, "lease_s": float(lease_s), "limit": limit},
+            )
+        return [trigger_record(row[1:]) for row in sorted(rows.all())]
+
+    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
+        with self._transaction() as tx:
+            done = tx.run(
+                "UPDATE blade_triggers SET state = :state, finished_at = :at, error = :error "
+                "WHERE trigger_id = :trigger_id AND owner = :owner AND state = 'claimed' "
+                "RETURNING 1",
+                {
+                    "state": "delivered" if error is None else "failed",
+                    "at": now(),
+                    "error": error,
+                    "trigger_id": trigger_id,
+                    "owner": owner,
+                },
+            )
+        return bool(done.all())
+
+    def prune(
+        self,
+        *,
+        settled_before: float | None = None,
+        keep: int | None = None,
+        limit: int = 500,
+        dry_run: bool = False,
+    ) -> Pruned:
+        if settled_before is None and keep is None:
+            return Pruned()
+        with self._transaction() as tx:
+            ids = [row[0] for row in self._prunable(tx, settled_before, keep, limit)]
+            if not ids:
+                return Pruned()
+            marks = ", ".join(f":i{n}" for n in range(len(ids)))
+            params = {f"i{n}": identifier for n, identifier in enumerate(ids)}
+            counted = tx.run(
+                "SELECT "
+                f"(SELECT count(*) FROM blade_actions WHERE call_id IN ({marks})), "
+                f"(SELECT count(*) FROM blade_data WHERE root_id IN ({marks})), "
+                f"(SELECT count(*) FROM blade_events WHERE root_id IN ({marks})), "
+                f"(SELECT count(*) FROM blade_files WHERE root_id IN ({marks})), "
+                f"(SELECT count(*) FROM blade_triggers WHERE root_id IN ({marks})), "
+                f"(SELECT COALESCE(sum(length(input) + COALESCE(length(result), 0)), 0) "
+                f"FROM blade_calls WHERE call_id IN ({marks})) + "
+                f"(SELECT COALESCE(sum(length(payload)), 0) FROM blade_events "
+                f"WHERE root_id IN ({marks})) + "
+                f"(SELECT COALESCE(sum(size), 0) FROM blade_files WHERE root_id IN ({marks}))",
+                params,
+            )
+            if not dry_run:
+                tx.run(f"DELETE FROM blade_actions WHERE call_id IN ({marks})", params)
+                for table in ("blade_data", "blade_events", "blade_files", "blade_triggers"):
+                    tx.run(f"DELETE FROM {table} WHERE root_id IN ({marks})", params)
+                tx.run(f"DELETE FROM blade_calls WHERE call_id IN ({marks})", params)
+        row = _row(counted)
+        pruned = Pruned(len(ids), *(int(value or 0) for value in row))
+        if not dry_run:
+            self._pruned()
+        return pruned
+
+    def _prunable(
+        self, tx: Tx, settled_before: float | None, keep: int | None, limit: int
+    ) -> list[tuple[Any, ...]]:
+        """The oldest settled calls the policy lets go, at most ``limit``: settled before
+        ``settled_before``, or older than the newest ``keep`` (by settling time, then id)."""
+        chosen: list[str] = []
+        params: dict[str, Any] = {"limit": limit}
+        if settled_before is not None:
+            chosen.append("settled_at < :before")
+            params["before"] = settled_before
+        if keep is not None:
+            edge = tx.run(
+                "SELECT settled_at, call_id FROM blade_calls WHERE settled_at IS NOT NULL "
+                "ORDER BY settled_at DESC, call_id DESC LIMIT 1 OFFSET :keep",
+                {"keep": keep},
+            ).one()
+            if edge is not None:
+                chosen.append("(settled_at, call_id) <= (:edge_at, :edge_id)")
+                params |= {"edge_at": edge[0], "edge_id": edge[1]}
+        if not chosen:
+            return []
+        return tx.run(
+            "SELECT call_id FROM blade_calls WHERE settled_at IS NOT NULL AND state = 'settled' "
+            f"AND ({' OR '.join(chosen)}) ORDER BY settled_at, call_id LIMIT :limit",
+            params,
+        ).all()
+
+    # -- grants -----------------------------------------------------------------------------------
+
+    def add_grant(self, grant: GrantRecord) -> GrantRecord:
+        with self._transaction() as tx:
+            tx.run(
+                f"INSERT INTO blade_grants ({GRANT_COLUMNS}) VALUES ({_values(GRANT_COLUMNS)}) "
+                f"ON CONFLICT ({GRANT_KEY}) DO NOTHING",
+                grant_params(grant),
+            )
+            kept = tx.run(
+                f"SELECT {GRANT_COLUMNS} FROM blade_grants WHERE tenant = :tenant "
+                "AND principal = :principal AND tool = :tool AND spec_id = :spec_id "
+                "AND point = :point AND subject = :subject",
+                grant_params(grant),
+            )
+        return grant_record(_row(kept))
 
     def find_grant(
         self, tenant: str, principal: str, tool: str, subject: str, *, spec_id: str, point: str
@@ -443,9 +816,11 @@ class SQLStore:
         }
         if not all(self._holdable(text) for text in key.values()):
             return None
-        clauses, values = self._where(key)
         rows = self._fetch(
-            f"SELECT {GRANT_COLUMNS} FROM {self._grants} WHERE {' AND '.join(clauses)}", values
+            f"SELECT {GRANT_COLUMNS} FROM blade_grants WHERE tenant = :tenant "
+            "AND principal = :principal AND tool = :tool AND spec_id = :spec_id "
+            "AND point = :point AND subject = :subject",
+            key,
         )
         return grant_record(rows[0]) if rows else None
 
@@ -455,26 +830,169 @@ class SQLStore:
         tenant: str | None = None,
         principal: str | None = None,
         tool: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[GrantRecord]:
-        clauses, values = self._where({"tenant": tenant, "principal": principal, "tool": tool})
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        where = _Where({"tenant": tenant, "principal": principal, "tool": tool})
+        if after is not None:
+            where.after(self, "blade_grants", "grant_id", ("created_at", "grant_id"), after)
         rows = self._fetch(
-            f"SELECT {GRANT_COLUMNS} FROM {self._grants}{where} ORDER BY created_at, grant_id",
-            values,
+            f"SELECT {GRANT_COLUMNS} FROM blade_grants{where} "
+            f"ORDER BY created_at, grant_id{_limit(limit)}",
+            where.params | {"limit": limit},
         )
         return [grant_record(row) for row in rows]
 
-    def expired(self, limit: int = 100) -> list[ActionRecord]:
-        # Deadlines are the runtime's clock (it computes expires_at), on every store.
+    def revoke_grant(
+        self, grant_id: str, *, tenant: str | None = None, principal: str | None = None
+    ) -> GrantRecord | None:
+        if not self._holdable(grant_id):
+            return None
+        where = _Where({"grant_id": grant_id, "tenant": tenant, "principal": principal})
+        with self._transaction() as tx:
+            gone = tx.run(
+                f"DELETE FROM blade_grants{where} RETURNING {GRANT_COLUMNS}", where.params
+            )
+        row = gone.one()
+        return None if row is None else grant_record(row)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def call(self, call_id: str) -> CallRecord | None:
+        if not self._holdable(call_id):
+            return None
         rows = self._fetch(
-            f"SELECT {ACTION_COLUMNS} FROM {self._actions} WHERE state = 'pending' "
-            f"AND expires_at IS NOT NULL AND expires_at <= {self._mark} "
-            f"ORDER BY expires_at LIMIT {self._mark}",
-            (clock(), limit),
+            f"SELECT {CALL_COLUMNS} FROM blade_calls WHERE call_id = :id", {"id": call_id}
+        )
+        return call_record(rows[0]) if rows else None
+
+    def calls(
+        self,
+        states: Iterable[CallState] | None = None,
+        *,
+        run_id: str | None = None,
+        tenant: str | None = None,
+        principal: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[CallRecord]:
+        wanted = None if states is None else list(states)
+        if wanted == [] or (run_id is not None and not self._holdable(run_id)):
+            return []
+        where = _Where({"state": wanted, "run_id": run_id, "tenant": tenant}, principal)
+        if after is not None:
+            where.after(self, "blade_calls", "call_id", ("started_at", "call_id"), after)
+        rows = self._fetch(
+            f"SELECT {CALL_COLUMNS} FROM blade_calls{where} "
+            f"ORDER BY started_at, call_id{_limit(limit)}",
+            where.params | {"limit": limit},
+        )
+        return [call_record(row) for row in rows]
+
+    def action(self, action_id: str) -> ActionRecord | None:
+        if not self._holdable(action_id):
+            return None
+        rows = self._fetch(
+            f"SELECT {ACTION_COLUMNS} FROM blade_actions WHERE action_id = :id", {"id": action_id}
+        )
+        return action_record(rows[0], self._schemas) if rows else None
+
+    def actions(
+        self,
+        *,
+        state: ActionState | None = "pending",
+        run_id: str | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+        tenant: str | None = None,
+        principal: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[ActionRecord]:
+        given = {
+            "state": state,
+            "run_id": run_id,
+            "name": name,
+            "call_id": call_id,
+            "tenant": tenant,
+        }
+        if not all(self._holdable(value) for value in given.values() if value is not None):
+            return []
+        where = _Where(given, principal)
+        if after is not None:
+            where.after(self, "blade_actions", "action_id", ("suspended_at", "action_id"), after)
+        rows = self._fetch(
+            f"SELECT {ACTION_COLUMNS} FROM blade_actions{where} "
+            f"ORDER BY suspended_at, action_id{_limit(limit)}",
+            where.params | {"limit": limit},
         )
         return [action_record(row, self._schemas) for row in rows]
 
-    # -- migrations -----------------------------------------------------------------------------
+    def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
+        if not self._holdable(call_id):
+            return []
+        where = _Where({"call_id": call_id, "channel": channel})
+        rows = self._fetch(
+            f"SELECT {DATA_COLUMNS} FROM blade_data{where} ORDER BY seq", where.params
+        )
+        return [data_record(row) for row in rows]
+
+    def file(self, file_id: str) -> FileRecord | None:
+        if not self._holdable(file_id):
+            return None
+        rows = self._fetch(
+            f"SELECT {FILE_COLUMNS} FROM blade_files WHERE file_id = :id", {"id": file_id}
+        )
+        return file_record(rows[0]) if rows else None
+
+    def file_content(self, file_id: str) -> bytes | None:
+        if not self._holdable(file_id):
+            return None
+        rows = self._fetch("SELECT content FROM blade_files WHERE file_id = :id", {"id": file_id})
+        return bytes(rows[0][0]) if rows else None
+
+    def trigger(self, trigger_id: str) -> TriggerRecord | None:
+        if not self._holdable(trigger_id):
+            return None
+        rows = self._fetch(
+            f"SELECT {TRIGGER_COLUMNS} FROM blade_triggers WHERE trigger_id = :id",
+            {"id": trigger_id},
+        )
+        return trigger_record(rows[0]) if rows else None
+
+    def triggers(
+        self, *, state: TriggerState | None = None, run_id: str | None = None
+    ) -> list[TriggerRecord]:
+        where = _Where({"state": state, "run_id": run_id})
+        rows = self._fetch(
+            f"SELECT {TRIGGER_COLUMNS} FROM blade_triggers{where} ORDER BY seq", where.params
+        )
+        return [trigger_record(row) for row in rows]
+
+    def events(
+        self,
+        run_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        tenant: str | None = None,
+        principal: str | None = None,
+    ) -> list[Event]:
+        if not self._holdable(run_id):
+            return []
+        where = _Where({"run_id": run_id, "tenant": tenant}, principal)
+        rows = self._events(where, int(after), limit)
+        return [event_record(row) for row in rows]
+
+    def _events(self, where: _Where, after: int, limit: int | None) -> list[tuple[Any, ...]]:
+        """A run's events after ``after`` (a dialect may read them under its run's lock)."""
+        return self._fetch(
+            f"SELECT {EVENT_COLUMNS} FROM blade_events{where} AND seq > :after "
+            f"ORDER BY seq{_limit(limit)}",
+            where.params | {"after": after, "limit": limit},
+        )
+
+    # -- migrations -------------------------------------------------------------------------------
 
     def _migrate_from(
         self, version: int, migrations: Sequence[Sequence[str]], run: Callable[[str], object]
@@ -503,3 +1021,115 @@ class SQLStore:
             )
             + ")"
         )
+
+    _NOW: ClassVar[str]  # the store's clock in a statement, as epoch seconds
+
+
+# A new call's row: its lease runs from the store's clock at the commit when it is running.
+_INSERT_CALL = _values(CALL_COLUMNS).replace(
+    ":lease_until", "CASE WHEN :running THEN {now} + :lease_s ELSE :lease_until END"
+)
+
+
+class _Where:
+    """A listing's filters: ``column = :column`` for each one given (a list: ``IN``), and the
+    principal's records (made for it, or for nobody); only those given, so that indexes serve."""
+
+    def __init__(self, given: Mapping[str, Any], principal: str | None = None) -> None:
+        self.clauses: list[str] = []
+        self.params: dict[str, Any] = {}
+        for column, value in given.items():
+            if value is None:
+                continue
+            if isinstance(value, list | tuple):
+                marks = [f":{column}{n}" for n in range(len(value))]
+                self.clauses.append(f"{column} IN ({', '.join(marks)})")
+                self.params.update(zip((m[1:] for m in marks), value, strict=True))
+            else:
+                self.clauses.append(f"{column} = :{column}")
+                self.params[column] = value
+        if principal is not None:
+            self.clauses.append("principal IN ('', :principal)")
+            self.params["principal"] = principal
+
+    def after(
+        self, store: SQLStore, table: str, id_column: str, keys: tuple[str, str], cursor: str
+    ) -> None:
+        """Only records after the one ``cursor`` names, which must pass the same tenant and
+        principal filters (another principal's record is no place to start from)."""
+        visible = [c for c in self.clauses if c.startswith(("tenant ", "principal "))]
+        found = (
+            store._fetch(
+                f"SELECT {', '.join(keys)} FROM {table} WHERE {id_column} = :cursor"
+                + "".join(f" AND {c}" for c in visible),
+                {"cursor": cursor} | {k: v for k, v in self.params.items() if k in _VISIBILITY},
+            )
+            if store._holdable(cursor)
+            else []
+        )
+        if not found:
+            raise BadCursor(f"no page starts after {cursor!r} here; list from the first page")
+        self.clauses.append(f"({', '.join(keys)}) > (:after_0, :after_1)")
+        self.params |= {"after_0": found[0][0], "after_1": found[0][1]}
+
+    def __str__(self) -> str:
+        return f" WHERE {' AND '.join(self.clauses)}" if self.clauses else ""
+
+
+_VISIBILITY = ("tenant", "principal")
+
+
+def names_filter(names: Collection[str] | Mapping[str, str] | None) -> tuple[str, dict[str, Any]]:
+    """A sweep's ``AND ...`` for the registrations it can run: their names, or given as a
+    mapping, each name with its spec id (no clause for None; nothing at all for none)."""
+    if names is None:
+        return "", {}
+    if isinstance(names, Mapping):
+        pairs = [f"(name = :n{i} AND spec_id = :s{i})" for i in range(len(names))]
+        values = {f"n{i}": name for i, name in enumerate(names)}
+        values |= {f"s{i}": spec for i, spec in enumerate(names.values())}
+        return f" AND ({' OR '.join(pairs) or '1 = 0'})", values
+    listed = {f"n{i}": name for i, name in enumerate(names)}
+    if not listed:
+        return " AND 1 = 0", {}
+    return f" AND name IN ({', '.join(':' + key for key in listed)})", listed
+
+
+def _limit(limit: int | None) -> str:
+    return "" if limit is None else " LIMIT :limit"
+
+
+def _row(rows: Rows) -> tuple[Any, ...]:
+    row = rows.one()
+    assert row is not None  # a guarded statement returned its row
+    return row
+
+
+def _first(rows: Rows) -> Any:
+    return _row(rows)[0]
+
+
+class _Column:
+    """One column of another statement's row, read as that statement's rows are."""
+
+    def __init__(self, rows: Rows, index: int) -> None:
+        self._rows, self._index = rows, index
+
+    def all(self) -> list[tuple[Any, ...]]:
+        return [(row[self._index],) for row in self._rows.all()]
+
+    def one(self) -> tuple[Any, ...] | None:
+        row = self._rows.one()
+        return None if row is None else (row[self._index],)
+
+
+_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def pyformat(sql: str) -> str:
+    """``:name`` parameters as ``%(name)s`` (psycopg's named style); ``::type`` casts kept."""
+    return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+def rows_of(cursor_rows: Iterator[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return list(cursor_rows)

@@ -1,27 +1,27 @@
-"""``SQLiteStore``: the embedded durable store.
+"""``SQLiteStore``: the embedded durable store (a dialect of ``blade_runtime.stores.sql``).
 
 WAL journal with ``synchronous=NORMAL``: a commit survives the process being killed; pass
 ``synchronous="FULL"`` to survive power loss as well (a sync of the disk on every commit, many
-times dearer). Every method is one ``BEGIN IMMEDIATE`` transaction, so writers from other
-threads and processes queue on the file's lock (``busy_timeout``), and resolving an action is an
-``UPDATE ... WHERE state = 'pending'``: exactly one of many concurrent submits changes a row.
+times dearer). Every transition is one ``BEGIN IMMEDIATE`` transaction of the rules' statements,
+so writers from other threads and processes queue on the file's lock (``busy_timeout``), and the
+clock a lease is granted from is read with that lock held.
 
 The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS[n]`` (its statements, in one
-transaction) takes version n to n+1.
+transaction) takes version n to n+1. A new file vacuums incrementally: a prune gives the pages
+of what it deleted back; the WAL is cut back to 16 MB after each checkpoint that empties it.
 
 What a commit costs here is mostly the pages it writes (each a WAL frame, and a share of the
-checkpoint that syncs the WAL and copies it back), so the transitions of a call touch as few B-trees
-as they can: no index follows a call's state. Sweeps find the calls that may need a runtime without
-one. A resumable call is in a partial index that the running-suspended-running-settled path never
-enters. A running call is found through its owner: ``runtimes`` has a row per owner that may hold
-running calls, and each of them is either listed in its ``held`` or was granted to it by a
-transaction whose event comes after its ``since`` (every begin, claim and resume appends one), so
-a sweep reads the owner's calls from that short tail of the events table. A sweep looks at an
-owner only once its row's ``lease_until`` (no later than the lease of any call it holds) has
-passed or the owner is known dead, and then moves ``since`` up to the end of the events table, or
-drops the row when the owner holds nothing. Leases stay per call, as on every store. A call's
-actions are listed in its own row (``action_ids``, written with the state change of its
-suspension) instead of an index on the actions table.
+checkpoint that syncs the WAL and copies it back), so no index follows a call's state through its
+life: the listings' indexes have keys that never change (written once, at a row's insert). Sweeps
+find the calls that may need a runtime without one. A resumable call is in a partial index that
+the running-suspended-running-settled path never enters. A running call is found through its
+owner: ``blade_runtimes`` has a row per owner that may hold running calls, and each of them is
+either listed in its ``held`` or was granted to it by a transaction whose event comes after its
+``since`` (every begin, claim and resume appends one), so a sweep reads the owner's calls from
+that short tail of the events table. A sweep looks at an owner only once its row's
+``lease_until`` (no later than the lease of any call it holds) has passed or the owner is known
+dead, and then moves ``since`` up to the end of the events table, or drops the row when the owner
+holds nothing. Leases stay per call, as on every store.
 
 Checkpoints run in a thread of the store's own (``_Checkpointer``), not inside the commit that
 fills the WAL.
@@ -29,77 +29,48 @@ fills the WAL.
 Threads: each thread has its own connection (``close`` closes them all); ``nowait()`` switches the
 calling thread to a second one whose busy_timeout is 0, so that an operation that would wait for
 the write lock is ``StoreBusy`` at once and the runtime can hand it to a thread; ``renewer()``
-renews leases on a connection of its own. Leases are granted from the clock read once the write
-lock is held, and a sweep judges them by the clock read before it waited for that lock.
+renews leases on a connection of its own.
 
 Many processes may share one file (on one machine: SQLite's locks do not hold over network file
 systems). Whether the owner of a running call still runs is checked by its pid when it is on this
-host; otherwise its lease decides. Other processes' events are found by polling the events table.
+host; otherwise its lease decides. Other processes' events are found by polling the run's events
+(an indexed read of the rows after the last one seen).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import replace
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import JsonValue
-
+from blade_runtime.core.context import parent_ids
 from blade_runtime.core.store import (
-    DEFAULT_LEASE_S,
-    ActionAlreadyResolved,
-    ActionRecord,
     CallRecord,
-    Claimed,
-    DataRecord,
-    DuplicateCall,
     Event,
-    FileRecord,
-    GrantRecord,
-    LeaseLost,
-    Resolution,
-    Resolved,
-    SaveStopped,
     StoreBusy,
     StoreError,
     StoreUnavailable,
-    TriggerRecord,
-    UnknownAction,
     clock,
-    lapsed_before,
-    made_by,
-    now,
 )
 from blade_runtime.core.store import dump_json as _dump
 from blade_runtime.core.store import load_json as _load
 from blade_runtime.stores.sql import (
-    ACTION_COLUMNS,
     CALL_COLUMNS,
-    FILE_COLUMNS,
-    GRANT_COLUMNS,
-    GRANT_KEY,
-    TRIGGER_COLUMNS,
+    Candidates,
+    Rows,
     SQLStore,
-    action_record,
-    action_values,
+    Tx,
     call_record,
-    call_values,
-    file_values,
-    grant_key,
-    grant_record,
-    grant_values,
-    trigger_record,
-    trigger_values,
+    names_filter,
 )
 
 log = logging.getLogger("blade_runtime")
@@ -112,6 +83,9 @@ CHECKPOINT_EVERY = 100
 # start over after a checkpoint (a writer has always added frames meanwhile), so it grows to this
 # size (16 MB) and the backstop's checkpoint, with little left to copy, lets it start over.
 _BACKSTOP_PAGES = 4_000
+# After a checkpoint has copied the whole WAL back, the file is cut to this size: with several
+# writer processes the WAL can grow far past the backstop while readers hold its old frames.
+_WAL_LIMIT_BYTES = 16 * 1024 * 1024
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (  # 1: the first release
@@ -261,6 +235,51 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    (  # 6: one set of rules for every engine: tables named as PostgreSQL's, whose a record is
+        # (tenant and principal) on calls, actions and events, a call's root on what it wrote,
+        # its settling time for retention, and the indexes paged listings and prunes read
+        *(
+            f"ALTER TABLE {old} RENAME TO blade_{old}"
+            for old in (
+                "calls",
+                "actions",
+                "data",
+                "events",
+                "files",
+                "triggers",
+                "grants",
+                "runtimes",
+            )
+        ),
+        "ALTER TABLE blade_calls ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_calls ADD COLUMN settled_at REAL",
+        "ALTER TABLE blade_actions ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_events ADD COLUMN tenant TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_events ADD COLUMN principal TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_events ADD COLUMN root_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_data ADD COLUMN root_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_files ADD COLUMN root_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE blade_triggers ADD COLUMN root_id TEXT NOT NULL DEFAULT ''",
+        "@whose_and_roots",  # the new columns' data, in Python
+        "DROP INDEX calls_run",
+        # Listings: keys that never change, so a row's entries are written once, at its insert.
+        "CREATE INDEX blade_calls_run ON blade_calls (run_id, started_at, call_id)",
+        "CREATE INDEX blade_calls_tenant ON blade_calls (tenant, run_id, started_at, call_id)",
+        "CREATE INDEX blade_actions_call ON blade_actions (call_id)",
+        "CREATE INDEX blade_actions_tenant ON blade_actions (tenant, suspended_at, action_id)",
+        "CREATE INDEX blade_actions_waiting ON blade_actions (suspended_at, action_id) "
+        "WHERE state = 'pending'",
+        "CREATE INDEX blade_grants_owner ON blade_grants (tenant, principal, created_at, grant_id)",
+        # A subscriber reads its own run's events, whatever else was written since.
+        "CREATE INDEX blade_events_run ON blade_events (run_id, seq)",
+        # Retention: the settled calls oldest first, and everything of theirs.
+        "CREATE INDEX blade_calls_settled ON blade_calls (settled_at, call_id) "
+        "WHERE settled_at IS NOT NULL",
+        "CREATE INDEX blade_events_root ON blade_events (root_id)",
+        "CREATE INDEX blade_data_root ON blade_data (root_id)",
+        "CREATE INDEX blade_files_root ON blade_files (root_id)",
+        "CREATE INDEX blade_triggers_root ON blade_triggers (root_id)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -288,7 +307,54 @@ def _owners_and_action_ids(db: sqlite3.Connection) -> None:
     )
 
 
-_STEPS = {"@owners_and_action_ids": _owners_and_action_ids}
+def _whose_and_roots(db: sqlite3.Connection) -> None:
+    """Migration 6's data: each call's principal (from its stored context) and, for retention,
+    the settling time of those settled (the migration's: kept a whole retention period from
+    now); each action's and event's tenant and principal, and what a call wrote its root's id
+    (a child's events and ToolData are its outermost recorded call's). Set-wise: a store may
+    hold millions of rows."""
+    principal = (
+        "CASE WHEN json_valid(context) AND json_type(context, '$.principal.id') = 'text' "
+        "THEN json_extract(context, '$.principal.id') ELSE '' END"
+    )
+    db.execute(f"UPDATE blade_calls SET principal = {principal}")
+    db.execute("UPDATE blade_calls SET settled_at = ? WHERE state = 'settled'", (clock(),))
+    db.execute(
+        "UPDATE blade_actions SET principal = c.principal FROM blade_calls c "
+        "WHERE c.call_id = blade_actions.call_id"
+    )
+    db.execute("CREATE TEMP TABLE blade_roots (call_id TEXT PRIMARY KEY, root_id TEXT NOT NULL)")
+    for table in ("blade_events", "blade_data", "blade_files", "blade_triggers"):
+        children = [
+            (call_id, parents[0])
+            for (call_id,) in db.execute(
+                f"SELECT DISTINCT call_id FROM {table} WHERE call_id NOT IN "
+                "(SELECT call_id FROM blade_calls)"
+            )
+            if (parents := [p for p in parent_ids(call_id) if _recorded(db, p)])
+        ]
+        db.executemany("INSERT OR IGNORE INTO blade_roots VALUES (?, ?)", children)
+        db.execute(
+            f"UPDATE {table} SET root_id = COALESCE((SELECT r.root_id FROM blade_roots r "
+            f"WHERE r.call_id = {table}.call_id), call_id)"
+        )
+    db.execute(
+        "UPDATE blade_events SET tenant = c.tenant, principal = c.principal FROM blade_calls c "
+        "WHERE c.call_id = blade_events.root_id"
+    )
+    db.execute("DROP TABLE blade_roots")
+
+
+def _recorded(db: sqlite3.Connection, call_id: str) -> bool:
+    return (
+        db.execute("SELECT 1 FROM blade_calls WHERE call_id = ?", (call_id,)).fetchone() is not None
+    )
+
+
+_STEPS = {
+    "@owners_and_action_ids": _owners_and_action_ids,
+    "@whose_and_roots": _whose_and_roots,
+}
 
 _HOST = socket.gethostname()
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -356,11 +422,87 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     )
 
 
+class _Rows:
+    """A statement's rows, read at once (SQLite runs each statement as it is given)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+
+    def all(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
+    def one(self) -> tuple[Any, ...] | None:
+        return self._rows[0] if self._rows else None
+
+
+class _Refused(Exception):
+    """A guard found no row: the transaction is rolled back, then ``failure()`` is raised."""
+
+    def __init__(self, failure: Callable[[], StoreError]) -> None:
+        self.failure = failure
+
+
+@functools.lru_cache(maxsize=512)
+def _sql(text: str) -> str:
+    """A statement as SQLite takes it: the clock is the ``now`` parameter, read with the write
+    lock held."""
+    return text.replace("{now}", ":now")
+
+
+class _Tx:
+    """One ``BEGIN IMMEDIATE`` transaction on a connection: ``began`` is the clock before it
+    waited for the write lock, ``now`` the clock once it held it (what leases are granted
+    from)."""
+
+    __slots__ = ("_db", "began", "now")
+
+    def __init__(self, db: sqlite3.Connection, began: float) -> None:
+        self._db, self.began, self.now = db, began, clock()
+
+    def run(self, sql: str, params: Mapping[str, Any] | None = None) -> _Rows:
+        values = {"now": self.now} if params is None else {**params, "now": self.now}
+        return _Rows(self._db.execute(_sql(sql), values).fetchall())
+
+    def require(
+        self, sql: str, params: Mapping[str, Any], failure: Callable[[], StoreError]
+    ) -> _Rows:
+        rows = self.run(sql, params)
+        if not rows.all():
+            raise _Refused(failure)
+        return rows
+
+    def append(self, event: Event, root_id: str) -> _Rows:
+        return self.run(_APPEND, _event_params(event, root_id))
+
+
+_APPEND = (
+    "INSERT INTO blade_events (run_id, call_id, kind, payload, at, tenant, principal, root_id) "
+    "VALUES (:run_id, :call_id, :kind, :payload, :at, :tenant, :principal, :root_id) "
+    "RETURNING seq"
+)
+
+
+def _event_params(event: Event, root_id: str) -> dict[str, Any]:
+    return {
+        "run_id": event.run_id,
+        "call_id": event.call_id,
+        "kind": event.kind,
+        "payload": _dump(event.payload),
+        "at": event.at,
+        "tenant": event.tenant,
+        "principal": event.principal,
+        "root_id": root_id,
+    }
+
+
 class _Transaction:
-    """``with store._write() as db``: one BEGIN IMMEDIATE transaction, committed at the end or
-    rolled back (a class, not a generator: it is entered on every state change). A lock another
-    connection holds is ``StoreBusy`` within ``nowait()`` and ``StoreUnavailable`` past the
-    busy_timeout, whichever statement met it; either way the transaction is rolled back."""
+    """``with store._transaction() as tx``: one BEGIN IMMEDIATE transaction, committed at the
+    end or rolled back (a class, not a generator: it is entered on every state change). A lock
+    another connection holds is ``StoreBusy`` within ``nowait()`` and ``StoreUnavailable`` past
+    the busy_timeout, whichever statement met it; either way the transaction is rolled back. A
+    guard that found no row rolls it back and raises the guard's error."""
 
     __slots__ = ("_db", "_store")
 
@@ -368,14 +510,15 @@ class _Transaction:
         self._db = db
         self._store = store
 
-    def __enter__(self) -> sqlite3.Connection:
+    def __enter__(self) -> _Tx:
+        began = clock()
         _IN_SQLITE.__enter__()
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:  # locked (past busy_timeout), a disk gone
             _IN_SQLITE.__exit__()
             raise self._store._failed(error) from None
-        return self._db
+        return _Tx(self._db, began)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, _: object
@@ -394,6 +537,8 @@ class _Transaction:
                 self._store._committed()  # never raises: the change is committed
                 return
             _rollback(db)
+            if isinstance(error, _Refused):
+                raise error.failure() from None
             if isinstance(error, sqlite3.OperationalError):
                 raise self._store._failed(error) from None
         finally:
@@ -522,10 +667,8 @@ class SQLiteStore(SQLStore):
 
     # The class of its connections (a subclass may trace or time the statements it runs).
     connection_class: type[sqlite3.Connection] = sqlite3.Connection
-    _mark = "?"
     _holds_nul = True
-    _files, _triggers = "files", "triggers"
-    _calls, _actions, _data, _grants = "calls", "actions", "data", "grants"
+    _NOW = ":now"
     inline_first = True  # an uncontended commit costs less than a thread hop
 
     def __init__(
@@ -584,6 +727,7 @@ class SQLiteStore(SQLStore):
                 connection.execute(f"PRAGMA synchronous={self._synchronous}")
                 connection.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
                 connection.execute(f"PRAGMA wal_autocheckpoint={_BACKSTOP_PAGES}")
+                connection.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
             except sqlite3.OperationalError as error:  # locked, a disk gone
                 connection.close()
                 raise self._failed(error) from None
@@ -596,7 +740,7 @@ class SQLiteStore(SQLStore):
                 self._closed = False
         return connection
 
-    def _write(self) -> _Transaction:
+    def _transaction(self) -> _Transaction:
         return _Transaction(self, self._connection())
 
     def _failed(self, error: sqlite3.Error) -> StoreError:
@@ -605,11 +749,15 @@ class SQLiteStore(SQLStore):
             return StoreBusy(f"{self.url}: {error}")
         return StoreUnavailable(f"{self.url}: {error}")
 
-    def _fetch(self, query: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _duplicate(self, error: BaseException) -> bool:
+        return isinstance(error, sqlite3.IntegrityError)
+
+    def _fetch(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         db = self._connection()
+        values = {"now": clock()} if params is None else {**params, "now": clock()}
         with _IN_SQLITE:
             try:
-                return db.execute(query, values).fetchall()
+                return db.execute(_sql(sql), values).fetchall()
             except sqlite3.OperationalError as error:
                 raise self._failed(error) from None
 
@@ -653,19 +801,12 @@ class SQLiteStore(SQLStore):
         weakref.finalize(self, made.signal_stop)  # a store nobody closes ends its thread too
         return made
 
-    @contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
-        """One snapshot for several reads."""
+    def _pruned(self) -> None:
+        """Give the pages of deleted rows back to the file system (a store made since migration
+        6 vacuums incrementally; an older file keeps them for reuse: ``VACUUM`` it once)."""
         db = self._connection()
-        with _IN_SQLITE:
-            try:
-                db.execute("BEGIN")
-                try:
-                    yield db
-                finally:
-                    _rollback(db)
-            except sqlite3.OperationalError as error:
-                raise self._failed(error) from None
+        with _IN_SQLITE, contextlib.suppress(sqlite3.Error):
+            db.execute("PRAGMA incremental_vacuum").fetchall()
 
     def _refuse_unless_made(self) -> None:
         """Read, on a read-only connection, whether a runtime made this store: nothing is
@@ -681,7 +822,12 @@ class SQLiteStore(SQLStore):
             raise self._not_made()
 
     def _migrate(self) -> None:
-        with self._write() as db:
+        db = self._connection()
+        if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+            # Before the first table: only a new file can vacuum incrementally.
+            with _IN_SQLITE, contextlib.suppress(sqlite3.OperationalError):
+                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        with _Transaction(self, db):
             version = db.execute("PRAGMA user_version").fetchone()[0]
 
             def run(statement: str) -> None:
@@ -693,63 +839,50 @@ class SQLiteStore(SQLStore):
             self._migrate_from(version, MIGRATIONS, run)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
-    @staticmethod
-    def _append(db: sqlite3.Connection, event: Event) -> None:
-        cursor = db.execute(
-            "INSERT INTO events (run_id, call_id, kind, payload, at) VALUES (?, ?, ?, ?, ?)",
-            (event.run_id, event.call_id, event.kind, _dump(event.payload), event.at),
-        )
-        event.seq = int(cursor.lastrowid or 0)
+    # -- who holds what: liveness ----------------------------------------------------------------
 
-    @staticmethod
-    def _head(db: sqlite3.Connection) -> int:
-        # One writer at a time, numbering in its transaction: numbers follow commit order.
-        row = db.execute("SELECT MAX(seq) FROM events").fetchone()
-        return int(row[0] or 0)
-
-    def _grant(self, db: sqlite3.Connection, owner: str, lease_until: float, seq: int) -> None:
-        """``owner`` now holds a running call, granted by the transaction whose event is ``seq``:
-        its runtimes row exists (a new one starts just before that event), and its lease_until is
-        no later than this call's. Usually the row is there already and no page is written.
-        (Always a statement: another runtime's sweep may have rewritten or dropped the row on a
-        verdict that this owner died, and a call granted then must still be found.)"""
-        db.execute(
-            "INSERT INTO runtimes (owner, lease_until, since, held) VALUES (?, ?, ?, '') "
+    def _granted(self, tx: Tx, owner: str, until: Rows, event: Rows) -> None:
+        """``owner`` now holds a running call, granted by the transaction whose event is
+        ``event``: its runtimes row exists (a new one starts just before that event), and its
+        lease_until is no later than this call's. Usually the row is there already and no page
+        is written. (Always a statement: another runtime's sweep may have rewritten or dropped
+        the row on a verdict that this owner died, and a call granted then must still be
+        found.)"""
+        tx.run(
+            "INSERT INTO blade_runtimes (owner, lease_until, since, held) "
+            "VALUES (:owner, :until, :since, '') "
             "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until "
-            "WHERE excluded.lease_until < runtimes.lease_until",
-            (owner, lease_until, seq - 1),
+            "WHERE excluded.lease_until < blade_runtimes.lease_until",
+            {"owner": owner, "until": float(_one(until)), "since": int(_one(event)) - 1},
         )
 
     @staticmethod
-    def _running_of(
-        db: sqlite3.Connection, owner: str, since: int, held: str
-    ) -> list[tuple[Any, ...]]:
-        """The rows of the calls running under ``owner``: those its runtimes row lists, and
-        those of the events after its ``since`` that it still owns."""
+    def _running_of(tx: Tx, owner: str, since: int, held: str) -> list[CallRecord]:
+        """The calls running under ``owner``: those its runtimes row lists, and those of the
+        events after its ``since`` that it still owns."""
         listed = _load(f"[{held}]")
-        rows = db.execute(
-            f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id IN "
-            "(SELECT call_id FROM events WHERE seq > ?) AND owner = ? AND state = 'running'",
-            (since, owner),
-        ).fetchall()
+        rows = tx.run(
+            f"SELECT {CALL_COLUMNS} FROM blade_calls WHERE call_id IN "
+            "(SELECT call_id FROM blade_events WHERE seq > :since) AND owner = :owner "
+            "AND state = 'running'",
+            {"since": since, "owner": owner},
+        ).all()
         found = {row[0] for row in rows}
         for start in range(0, len(listed), 500):
             chunk = [call_id for call_id in listed[start : start + 500] if call_id not in found]
             if chunk:
-                rows += db.execute(
-                    f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id IN "
-                    f"({','.join('?' * len(chunk))}) AND owner = ? AND state = 'running'",
-                    (*chunk, owner),
-                ).fetchall()
-        return rows
+                marks = {f"i{n}": call_id for n, call_id in enumerate(chunk)}
+                rows += tx.run(
+                    f"SELECT {CALL_COLUMNS} FROM blade_calls WHERE call_id IN "
+                    f"({', '.join(':' + m for m in marks)}) AND owner = :owner "
+                    "AND state = 'running'",
+                    marks | {"owner": owner},
+                ).all()
+        return [call_record(row) for row in rows]
 
+    @staticmethod
     def _keep(
-        self,
-        db: sqlite3.Connection,
-        owner: str,
-        left: list[CallRecord],
-        head: int,
-        until: float | None = None,
+        tx: Tx, owner: str, left: list[CallRecord], head: int, until: float | None = None
     ) -> None:
         """Rewrite ``owner``'s runtimes row once its running calls were read (``left``: those it
         still holds): they are listed, the events up to ``head`` need no reading again, and
@@ -757,235 +890,86 @@ class SQLiteStore(SQLStore):
         and the row have that lease). A sweep drops the row of an owner that holds nothing (its
         next grant makes one)."""
         if not left and until is None:
-            db.execute("DELETE FROM runtimes WHERE owner = ?", (owner,))
+            tx.run("DELETE FROM blade_runtimes WHERE owner = :owner", {"owner": owner})
             return
         earliest = min(c.lease_until for c in left) if until is None else until
-        row = (earliest, head, _dump([c.call_id for c in left])[1:-1])
+        row = {"until": earliest, "since": head, "held": _dump([c.call_id for c in left])[1:-1]}
         # A row that stays as it was is not written (a sweep every second would rewrite it).
-        db.execute(
-            "UPDATE runtimes SET lease_until = ?, since = ?, held = ? "
-            "WHERE owner = ? AND (lease_until, since, held) IS NOT (?, ?, ?)",
-            (*row, owner, *row),
+        tx.run(
+            "UPDATE blade_runtimes SET lease_until = :until, since = :since, held = :held "
+            "WHERE owner = :owner AND (lease_until, since, held) IS NOT (:until, :since, :held)",
+            row | {"owner": owner},
         )
 
-    @staticmethod
-    def _put_call(
-        db: sqlite3.Connection, call: CallRecord, lease_until: float, action_ids: str | None = None
-    ) -> None:
-        db.execute(
-            f"INSERT INTO calls ({CALL_COLUMNS}, action_ids) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*call_values(call, lease_until), action_ids),
-        )
-
-    def _renew(self, db: sqlite3.Connection, owner: str, lease_s: float) -> set[str]:
-        """``renew`` in the transaction of ``db`` (the write lock taken: the clock read now)."""
-        row = db.execute("SELECT since, held FROM runtimes WHERE owner = ?", (owner,)).fetchone()
-        if row is None:  # it holds no running call (each grant makes the row)
-            return set()
-        until = clock() + lease_s
-        held = [call_record(r) for r in self._running_of(db, owner, row[0], row[1])]
-        ids = [c.call_id for c in held]
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            db.execute(
-                f"UPDATE calls SET lease_until = ? WHERE call_id IN "
-                f"({','.join('?' * len(chunk))})",
-                (until, *chunk),
-            )
-        self._keep(db, owner, held, self._head(db), until)
-        return set(ids)
-
-    # -- the Store interface -------------------------------------------------------------------
-
-    def begin(self, call: CallRecord, event: Event, *, lease_s: float = DEFAULT_LEASE_S) -> None:
-        with self._write() as db:
-            running = call.state == "running"
-            until = clock() + lease_s if running else call.lease_until  # the write lock held
-            try:
-                self._put_call(db, call, until)
-            except sqlite3.IntegrityError:
-                raise DuplicateCall(call.call_id) from None
-            self._append(db, event)
-            if running:
-                self._grant(db, call.owner, until, event.seq)
-        call.lease_until = until
-
-    def suspend(
-        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
-    ) -> None:
-        listed = _dump(action.action_id)
-        with self._write() as db:
-            if known:
-                changed = db.execute(
-                    "UPDATE calls SET state = ?, action_ids = COALESCE(action_ids || ',', '') || ? "
-                    "WHERE call_id = ? AND owner = ? AND state = 'running'",
-                    (call.state, listed, call.call_id, call.owner),
-                ).rowcount
-                if not changed:
-                    raise LeaseLost(call.call_id, call.owner)
-            else:
-                self._put_call(db, call, call.lease_until, listed)
-            db.execute(
-                f"INSERT INTO actions ({ACTION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                action_values(action, self._schemas),
-            )
-            self._append(db, event)
-
-    def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
-        with self._write() as db:
-            expiry = " AND expires_at <= ?" if resolution.only_if_expired else ""
-            row = db.execute(
-                "UPDATE actions SET state = ?, resume = ?, resolved_at = ?, reason = ? "
-                f"WHERE action_id = ? AND state = 'pending'{expiry} RETURNING {ACTION_COLUMNS}",
-                (
-                    resolution.state,
-                    _dump(resolution.resume),
-                    resolution.resolved_at,
-                    resolution.reason,
-                    action_id,
-                    *((clock(),) if expiry else ()),
-                ),
-            ).fetchone()
-            if row is None:  # lost the race, or no such action: say which, and how it went
-                found = db.execute(
-                    f"SELECT {ACTION_COLUMNS} FROM actions WHERE action_id = ?", (action_id,)
-                ).fetchone()
-                if found is None:
-                    raise UnknownAction(action_id)
-                raise ActionAlreadyResolved(action_record(found, self._schemas))
-            action = action_record(row, self._schemas)
-            owner = resolution.call_owner
-            until = clock() + resolution.lease_s if owner else 0.0  # the write lock held
-            call_input = db.execute(
-                "UPDATE calls SET state = ?, entry = ?, result = ?, owner = COALESCE(?, owner), "
-                "input = COALESCE(?, input), kind = COALESCE(?, kind), "
-                "side_effect = COALESCE(?, side_effect), lease_until = ?, fence = fence + ? "
-                "WHERE call_id = ? RETURNING input, context, fence",
-                (
-                    resolution.call_state,
-                    _dump(resolution.call_entry),
-                    _dump(resolution.call_result),
-                    owner,
-                    None if resolution.call_input is None else _dump(dict(resolution.call_input)),
-                    resolution.call_kind,
-                    resolution.call_side_effect,
-                    until,
-                    1 if owner else 0,
-                    action.call_id,
-                ),
-            ).fetchone()
-            self._append(db, event)
-            if owner and resolution.call_state == "running" and call_input is not None:
-                self._grant(db, owner, until, event.seq)
-            if call_input is None:
-                return Resolved(action, {})
-            return Resolved(action, _load(call_input[0]), _load(call_input[1]), int(call_input[2]))
-
-    def settle(self, call_id: str, result: JsonValue, event: Event, *, owner: str) -> None:
-        with self._write() as db:
-            changed = db.execute(
-                "UPDATE calls SET state = 'settled', result = ? WHERE call_id = ? AND owner = ? "
-                "AND state = 'running'",
-                (_dump(result), call_id, owner),
-            ).rowcount
-            if not changed:
-                raise LeaseLost(call_id, owner)
-            self._append(db, event)
-
-    def claim(
+    def _candidates(
         self,
-        owner: str,
-        lease_s: float,
+        tx: Tx,
         *,
-        dead: Collection[str] = (),
-        names: Collection[str] | Mapping[str, str] | None = None,
-        call_id: str | None = None,
-        limit: int = 100,
-        waited_s: float = 0.0,
-    ) -> list[Claimed]:
-        # Leases are judged by the clock before the wait for the write lock, and not at all
-        # after a long wait (see Store.claim): an owner whose renewal waits behind the same
-        # lock keeps its calls. BEGIN IMMEDIATE then holds the lock from the reads to the
-        # updates: sweeps of other processes wait for it and then find these calls owned, with
-        # fresh leases.
-        began = clock()
-        gone = set(dead)
-        wanted = None if names is None else set(names)
+        call_id: str | None,
+        names: Collection[str] | Mapping[str, str] | None,
+        dead: Collection[str],
+        limit: int,
+    ) -> Candidates:
+        # BEGIN IMMEDIATE holds the write lock from these reads to the updates: sweeps of other
+        # processes wait for it and then find these calls owned, with fresh leases. A running
+        # call is found through its owner's runtimes row, once that row has come due.
+        assert isinstance(tx, _Tx)
+        if call_id is not None:
+            rows = tx.run(
+                f"SELECT {CALL_COLUMNS} FROM blade_calls WHERE call_id = :id", {"id": call_id}
+            ).all()
+            return Candidates([(call_record(row), 0) for row in rows], tx.began, tx.now)
+        only, values = names_filter(names)
+        found = [
+            call_record(row)
+            for row in tx.run(
+                f"SELECT {CALL_COLUMNS} FROM blade_calls WHERE state = 'resumable'{only} "
+                "ORDER BY started_at LIMIT :limit",
+                values | {"limit": limit},
+            ).all()
+        ]
+        gone = {f"d{n}": owner for n, owner in enumerate(dead)}
+        due = tx.run(
+            "SELECT owner, since, held FROM blade_runtimes WHERE lease_until < :now"
+            + (f" OR owner IN ({', '.join(':' + d for d in gone)})" if gone else ""),
+            gone,
+        ).all()
+        examined = [(who, self._running_of(tx, who, since, held)) for who, since, held in due]
+        head = int(_one(tx.run("SELECT COALESCE(MAX(seq), 0) FROM blade_events"))) if due else 0
+        found += [call for _, running in examined for call in running]
+        found.sort(key=lambda call: call.started_at)
 
-        def claimable(call: CallRecord, lapsed: float) -> bool:
-            if names is not None and not made_by(call, names):
-                return False
-            if call.state == "resumable":
-                return True
-            return call.state == "running" and (call.lease_until < lapsed or call.owner in gone)
-
-        with self._write() as db:
-            granted = clock()
-            until = granted + lease_s
-            lapsed = lapsed_before(began, granted, waited_s, lease_s)
-            examined: list[tuple[str, list[CallRecord]]] = []
-            if call_id is not None:
-                row = db.execute(
-                    f"SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?", (call_id,)
-                ).fetchone()
-                candidates = [
-                    c for c in ([] if row is None else [call_record(row)]) if claimable(c, lapsed)
-                ]
-            else:
-                only, values = "", []
-                if isinstance(names, Mapping):
-                    pairs = " OR ".join(["(name = ? AND spec_id = ?)"] * len(names))
-                    only = f" AND ({pairs or 'FALSE'})"
-                    values = [value for pair in names.items() for value in pair]
-                elif wanted is not None:
-                    only, values = f" AND name IN ({','.join('?' * len(wanted))})", [*wanted]
-                candidates = [
-                    call_record(row)
-                    for row in db.execute(
-                        f"SELECT {CALL_COLUMNS} FROM calls WHERE state = 'resumable'{only} "
-                        "ORDER BY started_at LIMIT ?",
-                        (*values, limit),
-                    )
-                ]
-                marks = ",".join("?" * len(gone))
-                due = db.execute(
-                    "SELECT owner, since, held FROM runtimes WHERE lease_until < ?"
-                    + (f" OR owner IN ({marks})" if gone else ""),
-                    (lapsed, *gone),
-                ).fetchall()
-                for who, since, held in due:
-                    running = [call_record(row) for row in self._running_of(db, who, since, held)]
-                    examined.append((who, running))
-                    candidates += [c for c in running if claimable(c, lapsed)]
-                candidates.sort(key=lambda c: c.started_at)
-                del candidates[limit:]
-            head = self._head(db) if examined else 0
-            claimed, first = [], 0
-            for before in candidates:
-                db.execute(
-                    "UPDATE calls SET state = 'running', owner = ?, lease_until = ?, "
-                    "fence = fence + 1 WHERE call_id = ?",
-                    (owner, until, before.call_id),
-                )
-                after = replace(
-                    before, state="running", owner=owner, lease_until=until, fence=before.fence + 1
-                )
-                payload: JsonValue = {"was": before.state, "previous_owner": before.owner}
-                event = Event(before.run_id, before.call_id, "claimed", payload, now())
-                self._append(db, event)
-                first = first or event.seq
-                claimed.append(Claimed(after, before.state, before.owner))
-            taken = {c.call.call_id for c in claimed}
+        def then(taken: set[str]) -> None:
             for who, running in examined:
-                self._keep(db, who, [c for c in running if c.call_id not in taken], head)
-            if claimed:
-                self._grant(db, owner, until, first)
-            return claimed
+                self._keep(tx, who, [c for c in running if c.call_id not in taken], head)
+
+        return Candidates([(call, 0) for call in found], tx.began, tx.now, then)
 
     def renew(self, owner: str, lease_s: float) -> set[str]:
-        with self._write() as db:
-            return self._renew(db, owner, lease_s)
+        with self._transaction() as tx:
+            return self._renew(tx, owner, lease_s)
+
+    def _renew(self, tx: Tx, owner: str, lease_s: float) -> set[str]:
+        """``renew`` in the transaction ``tx`` (the write lock taken: the clock read then)."""
+        assert isinstance(tx, _Tx)
+        row = tx.run(
+            "SELECT since, held FROM blade_runtimes WHERE owner = :owner", {"owner": owner}
+        ).one()
+        if row is None:  # it holds no running call (each grant makes the row)
+            return set()
+        until = tx.now + lease_s
+        held = self._running_of(tx, owner, row[0], row[1])
+        ids = [c.call_id for c in held]
+        for start in range(0, len(ids), 500):
+            marks = {f"i{n}": call_id for n, call_id in enumerate(ids[start : start + 500])}
+            tx.run(
+                "UPDATE blade_calls SET lease_until = :until WHERE call_id IN "
+                f"({', '.join(':' + m for m in marks)})",
+                marks | {"until": until},
+            )
+        head = int(_one(tx.run("SELECT COALESCE(MAX(seq), 0) FROM blade_events")))
+        self._keep(tx, owner, held, head, until)
+        return set(ids)
 
     def owners(self) -> set[str]:
         """The owners whose runtimes row has not come due: each holds, or lately held, a
@@ -994,7 +978,7 @@ class SQLiteStore(SQLStore):
         due rows anyway) moves its row to the live lease."""
         return {
             row[0]
-            for row in self._fetch("SELECT owner FROM runtimes WHERE lease_until >= ?", (clock(),))
+            for row in self._fetch("SELECT owner FROM blade_runtimes WHERE lease_until >= :now")
         }
 
     def alive(self, owner: str) -> bool | None:
@@ -1019,158 +1003,18 @@ class SQLiteStore(SQLStore):
     def detach(self, owner: str) -> None:
         pass
 
-    def held(self, call_id: str, owner: str, fence: int) -> bool:
-        if not (self._holdable(call_id) and self._holdable(owner)):
-            return False
-        return bool(
-            self._fetch(
-                "SELECT 1 FROM calls WHERE call_id = ? AND owner = ? AND fence = ? "
-                "AND state = 'running' AND lease_until >= ?",
-                (call_id, owner, fence, clock()),
-            )
-        )
-
-    def add_grant(self, grant: GrantRecord) -> GrantRecord:
-        with self._write() as db:
-            db.execute(
-                f"INSERT INTO grants ({GRANT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?) "
-                f"ON CONFLICT ({GRANT_KEY}) DO NOTHING",
-                grant_values(grant),
-            )
-            row = db.execute(
-                f"SELECT {GRANT_COLUMNS} FROM grants WHERE tenant = ? AND principal = ? "
-                "AND tool = ? AND spec_id = ? AND point = ? AND subject = ?",
-                grant_key(grant),
-            ).fetchone()
-        return grant_record(row)
-
-    def revoke_grant(
-        self, grant_id: str, *, tenant: str | None = None, principal: str | None = None
-    ) -> GrantRecord | None:
-        if not self._holdable(grant_id):
-            return None
-        only = ("" if tenant is None else " AND tenant = ?") + (
-            "" if principal is None else " AND principal = ?"
-        )
-        values = [v for v in (tenant, principal) if v is not None]
-        with self._write() as db:
-            row = db.execute(
-                f"DELETE FROM grants WHERE grant_id = ?{only} RETURNING {GRANT_COLUMNS}",
-                (grant_id, *values),
-            ).fetchone()
-        return None if row is None else grant_record(row)
-
-    def write_data(self, record: DataRecord, event: Event | None) -> None:
-        with self._write() as db:
-            # Same item id: the value and time change, the position (seq, the rowid) stays.
-            db.execute(
-                "INSERT INTO data (call_id, channel, item_id, value, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (call_id, channel, item_id) DO UPDATE SET "
-                "value = excluded.value, updated_at = excluded.updated_at",
-                (
-                    record.call_id,
-                    record.channel,
-                    record.item_id,
-                    _dump(record.value),
-                    record.updated_at,
-                ),
-            )
-            if event is not None:
-                self._append(db, event)
-
-    # -- files and triggers ----------------------------------------------------------------
-
-    def save_file(
-        self, record: FileRecord, content: bytes, *, keep: Callable[[], bool] | None = None
-    ) -> None:
-        with self._write() as db:
-            db.execute(
-                f"INSERT INTO files ({FILE_COLUMNS}, content) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (*file_values(record), content),
-            )
-            if keep is not None and not keep():  # rolled back: nothing of it is stored
-                raise SaveStopped(f"file {record.file_id} was not kept")
-
-    def add_trigger(self, trigger: TriggerRecord, event: Event, *, owner: str | None) -> bool:
-        with self._write() as db:
-            if owner is not None:
-                held = db.execute(
-                    "SELECT 1 FROM calls WHERE call_id = ? AND owner = ? AND state = 'running' "
-                    "AND lease_until >= ?",
-                    (trigger.call_id, owner, clock()),
-                ).fetchone()
-                if held is None:
-                    raise LeaseLost(trigger.call_id, owner)
-            added = db.execute(
-                f"INSERT INTO triggers ({TRIGGER_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT (trigger_id) DO NOTHING",
-                trigger_values(trigger),
-            ).rowcount
-            if not added:
-                return False
-            self._append(db, event)
-            return True
-
-    def claim_triggers(
-        self, owner: str, lease_s: float, *, limit: int = 100
-    ) -> list[TriggerRecord]:
-        with self._write() as db:  # the write lock: concurrent claims wait, then see these taken
-            at = clock()
-            rows = db.execute(
-                "UPDATE triggers SET state = 'claimed', owner = ?, claimed_until = ? "
-                "WHERE seq IN (SELECT seq FROM triggers WHERE state IN ('pending', 'claimed') "
-                "AND (state = 'pending' OR claimed_until < ?) ORDER BY seq LIMIT ?) "
-                f"RETURNING seq, {TRIGGER_COLUMNS}",
-                (owner, at + lease_s, at, limit),
-            ).fetchall()
-        return [trigger_record(row[1:]) for row in sorted(rows)]
-
-    def finish_trigger(self, trigger_id: str, owner: str, *, error: str | None = None) -> bool:
-        with self._write() as db:
-            changed = db.execute(
-                "UPDATE triggers SET state = ?, finished_at = ?, error = ? "
-                "WHERE trigger_id = ? AND owner = ? AND state = 'claimed'",
-                ("delivered" if error is None else "failed", now(), error, trigger_id, owner),
-            ).rowcount
-        return bool(changed)
-
-    def _actions_of(
-        self, call_id: str, clauses: list[str], values: list[Any]
-    ) -> list[tuple[Any, ...]]:
-        # The call lists its actions (no index on the actions' call id): look them up by id.
-        filters = "".join(f" AND {clause}" for clause in clauses)
-        with self._reading() as db:
-            listed = db.execute(
-                "SELECT action_ids FROM calls WHERE call_id = ?", (call_id,)
-            ).fetchone()
-            ids: list[str] = [] if listed is None else _load(f"[{listed[0] or ''}]")
-            rows: list[tuple[Any, ...]] = []
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                rows += db.execute(
-                    f"SELECT {ACTION_COLUMNS} FROM actions WHERE action_id IN "
-                    f"({','.join('?' * len(chunk))}){filters}",
-                    (*chunk, *values),
-                ).fetchall()
-        rows.sort(key=lambda row: (row[8], row[0]))  # suspended_at, action_id
-        return rows
-
-    def events(self, run_id: str, after: int = 0) -> list[Event]:
-        # No index on run_id (it would cost every transaction): a range scan from ``after``,
-        # which is short when a subscriber catches up from the last event it saw.
-        rows = self._fetch(
-            "SELECT run_id, call_id, kind, payload, at, seq FROM events "
-            "WHERE seq > ? AND run_id = ? ORDER BY seq",
-            (after, run_id),
-        )
-        return [Event(r[0], r[1], r[2], _load(r[3]), r[4], r[5]) for r in rows]
+    # -- events --------------------------------------------------------------------------------
 
     def head(self, run_id: str | None = None) -> int:
-        rows = self._fetch("SELECT MAX(seq) FROM events", ())
+        # One writer at a time, numbering in its transaction: numbers follow commit order.
+        rows = self._fetch("SELECT MAX(seq) FROM blade_events")
         return int(rows[0][0] or 0)
 
-    async def changed(self, timeout_s: float) -> None:
-        # SQLite tells no other process of a commit: poll (the reader compares sequence numbers).
+    def mark(self) -> int:
+        return 0  # SQLite tells no other process of a commit: readers poll
+
+    async def changed(self, timeout_s: float, mark: int) -> None:
+        # The reader polls its run's events, an indexed read of the rows after its last.
         await asyncio.sleep(min(timeout_s, self.poll_s))
 
     def close(self) -> None:
@@ -1191,6 +1035,12 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
 
 
+def _one(rows: Rows) -> Any:
+    row = rows.one()
+    assert row is not None
+    return row[0]
+
+
 class SQLiteRenewer:
     """``SQLiteStore.renewer()``: renewals on a connection of its own, opened at the first one
     (by whichever thread calls it; one at a time), waiting for the write lock as long as the
@@ -1205,8 +1055,8 @@ class SQLiteRenewer:
         with self._lock:
             if self._db is None:
                 self._db = self._store._open(self._store._busy_timeout_ms, shared=False)
-            with _Transaction(self._store, self._db) as db:
-                return self._store._renew(db, owner, lease_s)
+            with _Transaction(self._store, self._db) as tx:
+                return self._store._renew(tx, owner, lease_s)
 
     def close(self) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ from blade_codegen.problems import SpecError
 from blade_codegen.resolve import resolve_specs
 from blade_runtime import Runtime
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
-from blade_runtime.core.store import Store, clock
+from blade_runtime.core.store import Claim, Store, clock
 from blade_runtime.stores.sqlite import SQLiteStore
 from blade_runtime.stores.urls import open_store
 
@@ -190,28 +190,28 @@ def test_held_checks_owner_claim_and_lease_in_the_store(store: Store) -> None:
 
     call = replace(a_call("h1", owner="w1", lease_s=30.0), fence=1)
     store.begin(call, ev(call, "started"), lease_s=30.0)
-    assert store.held("h1", "w1", 1)
-    assert not store.held("h1", "w2", 1)  # another owner
-    assert not store.held("h1", "w1", 2)  # another claim's token
-    assert not store.held("nope", "w1", 1)
+    assert store.held(Claim("h1", "w1", 1))
+    assert not store.held(Claim("h1", "w2", 1))  # another owner
+    assert not store.held(Claim("h1", "w1", 2))  # another claim's token
+    assert not store.held(Claim("nope", "w1", 1))
     [claimed] = store.claim("w2", 30.0, dead=["w1"], call_id="h1")
     assert claimed.call.fence == 2 and store.call("h1").fence == 2  # type: ignore[union-attr]
-    assert store.held("h1", "w2", 2) and not store.held("h1", "w1", 1)
+    assert store.held(Claim("h1", "w2", 2)) and not store.held(Claim("h1", "w1", 1))
     action = an_action(claimed.call)
     suspended = replace(claimed.call, state="suspended")
-    store.suspend(suspended, action, ev(suspended, "suspended"), known=True)
-    assert not store.held("h1", "w2", 2)  # not running: nothing holds it
+    store.suspend(suspended, action, ev(suspended, "suspended"), claim=claimed.call.claim)
+    assert not store.held(Claim("h1", "w2", 2))  # not running: nothing holds it
     won = store.resolve(
         action.action_id,
         submitted(call_state="running", call_owner="w3", lease_s=30.0),
         ev(suspended, "resumed"),
     )
-    assert won.call_fence == 3 and store.held("h1", "w3", 3)
+    assert won.call_fence == 3 and store.held(Claim("h1", "w3", 3))
     expiring = replace(a_call("h2", owner="w1"), fence=1)
     store.begin(expiring, ev(expiring, "started"), lease_s=0.0)
     while store.call("h2").lease_until >= clock():  # type: ignore[union-attr]
         pass
-    assert not store.held("h2", "w1", 1)  # its lease expired: a claim may take it any moment
+    assert not store.held(Claim("h2", "w1", 1))  # its lease expired: a claim may take it any moment
 
 
 def test_the_spec_field_reaches_spec_manifest_and_typed_ctx(

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -423,10 +424,14 @@ def test_a_trigger_of_a_call_this_runtime_no_longer_owns_is_not_recorded(store: 
     store.begin(call, Event("r", "c-lost", "started", None, now()))
     trigger = TriggerRecord("trg-1", "c-lost", "r", "notify_later", "", {"x": 1}, now())
     with pytest.raises(LeaseLost):
-        store.add_trigger(trigger, Event("r", "c-lost", "trigger", None, now()), owner="worker-b")
+        store.add_trigger(
+            trigger,
+            Event("r", "c-lost", "trigger", None, now()),
+            claim=replace(call.claim, owner="worker-b"),
+        )
     assert store.triggers() == []
-    assert [e.kind for e in store.events("r")] == (["started"] if store.durable else [])
-    store.add_trigger(trigger, Event("r", "c-lost", "trigger", None, now()), owner="worker-a")
+    assert [e.kind for e in store.events("r")] == ["started"]
+    store.add_trigger(trigger, Event("r", "c-lost", "trigger", None, now()), claim=call.claim)
     assert [t.trigger_id for t in store.claim_triggers("w", 30.0)] == ["trg-1"]
     assert store.claim_triggers("w2", 30.0) == []  # claimed: not claimable again
     assert not store.finish_trigger("trg-1", "w2")

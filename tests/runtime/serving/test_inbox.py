@@ -24,7 +24,7 @@ from http_support import ALICE, BOB, REFUND, TOKENS, Tools, authenticate, runtim
 
 from blade_runtime import ResumeEntry, Runtime
 from blade_runtime.core.permissions import ALLOW, Ask, PermissionRequest
-from blade_runtime.core.store import ActionRecord, CallRecord, Event
+from blade_runtime.core.store import ActionRecord, CallRecord, Claim, Event
 from blade_runtime.serving.http import create_app
 from blade_runtime.stores.sqlite import SQLiteStore
 
@@ -172,8 +172,8 @@ class Backdated(SQLiteStore):
     ago: dict[str, float]
 
     def suspend(
-        self, call: CallRecord, action: ActionRecord, event: Event, *, known: bool = False
-    ) -> None:
+        self, call: CallRecord, action: ActionRecord, event: Event, *, claim: Claim | None = None
+    ) -> Event:
         payload = action.payload
         order = payload.get("order_id") if isinstance(payload, dict) else None
         if isinstance(order, str) and order in self.ago:
@@ -181,7 +181,7 @@ class Backdated(SQLiteStore):
                 seconds=self.ago[order]
             )
             action = dataclasses.replace(action, suspended_at=earlier.isoformat())
-        super().suspend(call, action, event, known=known)
+        return super().suspend(call, action, event, claim=claim)
 
 
 @pytest.fixture(scope="module")

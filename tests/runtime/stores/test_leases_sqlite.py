@@ -1,6 +1,6 @@
-"""SQLiteStore's way of finding the calls that need a runtime (schema 3): no index follows a
-call's state, so sweeps find running calls through their owner's ``runtimes`` row (the calls it
-lists, and those granted to it after its ``since``), and a call lists its own actions.
+"""SQLiteStore's way of finding the calls that need a runtime (since schema 3): no index follows
+a call's state, so sweeps find running calls through their owner's ``blade_runtimes`` row (the
+calls it lists, and those granted to it after its ``since``).
 
 These are the cases the conformance suite does not reach: a call found through the list a
 renewal or an earlier sweep left, an owner whose row a sweep dropped and that grants again, and
@@ -23,14 +23,15 @@ from blade_runtime.stores.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
 def resumed(store: SQLiteStore, call: CallRecord, action: ActionRecord, owner: str) -> None:
     """``action`` submitted, and ``call`` running again under ``owner``."""
     resolution = Resolution("submitted", now(), {}, call_state="running", call_owner=owner)
-    store.resolve(action.action_id, resolution, ev(call, "resumed"))
+    resolved = store.resolve(action.action_id, resolution, ev(call, "resumed"))
+    call.state, call.owner, call.fence = "running", owner, resolved.call_fence
 
 
 def others_work(store: SQLiteStore, count: int = 20) -> None:
     """Events of another owner's short calls, so that the ones of interest are not the last."""
     for _ in range(count):
         call = begun(store, owner="busy")
-        store.settle(call.call_id, 1, ev(call, "result"), owner="busy")
+        store.settle(call.claim, 1, ev(call, "result"))
 
 
 def test_a_call_listed_by_a_renewal_is_found_when_its_owner_dies(tmp_path: Path) -> None:
@@ -184,7 +185,7 @@ def test_every_statement_runs_on_the_connection_class_a_subclass_names(tmp_path:
     store.begin(call, ev(call, "started"))
     assert store.call(call.call_id) is not None
     store.close()
-    assert "INSERT INTO calls" in seen and "BEGIN IMMEDIATE" in seen, seen
+    assert "INSERT INTO blade_calls" in seen and "BEGIN IMMEDIATE" in seen, seen
     assert any(statement.startswith("SELECT") for statement in seen), seen
 
 

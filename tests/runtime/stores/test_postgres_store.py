@@ -37,15 +37,17 @@ def test_postgres_a_rolled_back_event_is_never_numbered_nor_notified(postgres_ur
         head = store.head()
 
         async def scenario() -> float:
-            store.events("run-1")
-            await store.changed(0.01)
+            store.events("run-1")  # it listens from here on
+            await asyncio.sleep(0.3)
+            mark = store.mark()
             store.events("run-1")
             started = time.monotonic()
-            waiting = asyncio.ensure_future(store.changed(1.0))
+            waiting = asyncio.ensure_future(store.changed(1.0, mark))
             await asyncio.sleep(0.05)
             with psycopg.connect(postgres_url) as other:  # not autocommit: a transaction
                 other.execute(
-                    "SELECT blade_event('run-1', %s, 'ghost', '{}', 'now')", (call.call_id,)
+                    "SELECT blade_event('run-1', %s, 'ghost', '{}', 'now', '', '', %s)",
+                    (call.call_id, call.call_id),
                 )
                 other.rollback()
             await waiting
@@ -80,13 +82,10 @@ def test_postgres_a_reader_waits_for_an_event_numbered_but_not_committed(postgre
         seen = store.events("run-1")[-1].seq
         with psycopg.connect(postgres_url) as open_transaction:  # not autocommit
             early = open_transaction.execute(
-                "SELECT blade_event('run-1', %s, 'early', '{}', 'now')", (call.call_id,)
+                "SELECT blade_event('run-1', %s, 'early', '{}', 'now', '', '', %s)",
+                (call.call_id, call.call_id),
             ).fetchone()
-            writer, _ = started(
-                lambda: store.settle(
-                    call.call_id, {"ok": True}, ev(call, "settled"), owner=call.owner
-                )
-            )
+            writer, _ = started(lambda: store.settle(call.claim, {"ok": True}, ev(call, "settled")))
             writer.join(2)
             write_waited = writer.is_alive()
             assert not waits(lambda: store.events("run-2"))  # another run's reader
@@ -204,7 +203,9 @@ def test_postgres_a_store_starting_to_listen_hears_a_writer_that_saw_no_listener
     store = open_store(postgres_url)
     try:
         with psycopg.connect(postgres_url) as open_transaction:  # not autocommit
-            open_transaction.execute("SELECT blade_event('run-1', 'c-1', 'late', '{}', 'now')")
+            open_transaction.execute(
+                "SELECT blade_event('run-1', 'c-1', 'late', '{}', 'now', '', '', 'c-1')"
+            )
             store.head()  # the store starts listening now
             committed = threading.Timer(0.3, open_transaction.commit)
             committed.start()
@@ -231,8 +232,6 @@ def test_postgres_a_long_transaction_elsewhere_does_not_delay_a_new_listener_s_w
             store.head()  # the store starts listening, and waits that transaction out
 
             async def heard() -> float:
-                store.events("run-1")
-                await store.changed(0.01)  # the wake of the start of listening, if not seen
                 assert store.events("run-1") == []
                 committed = threading.Timer(0.3, lambda: begun(writer))
                 committed.start()
@@ -275,13 +274,11 @@ def test_postgres_survives_its_connections_being_cut(
 
         async def woken() -> float:
             store.events("run-1")
-            await store.changed(0.01)
             await asyncio.sleep(1.5)  # the LISTEN thread reconnects (listen_retry_s)
-            store.events("run-1")
-            await store.changed(0.01)
+            mark = store.mark()
             store.events("run-1")
             started = time.monotonic()
-            waiting = asyncio.ensure_future(store.changed(5.0))
+            waiting = asyncio.ensure_future(store.changed(5.0, mark))
             await asyncio.sleep(0.1)
             while True:
                 try:
@@ -345,7 +342,7 @@ def test_postgres_a_role_without_create_uses_a_migrated_database(postgres_url: s
         store = open_store(as_role)
         try:
             call = begun(store)
-            store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
+            store.settle(call.claim, 1, ev(call, "result"))
             assert kinds(store) == ["started", "result"]
             store.attach("w1")
             assert store.alive("w1") is True
@@ -539,7 +536,9 @@ async def seconds_until_events(store: Store, run_id: str, limit_s: float = 15) -
     """How long until ``store`` has events of ``run_id``, looking each time ``changed`` wakes
     (or its 5 s wait ends)."""
     begin = time.monotonic()
-    while not store.events(run_id):
+    while True:
+        mark = store.mark()
+        if store.events(run_id):
+            return time.monotonic() - begin
         assert time.monotonic() - begin < limit_s
-        await store.changed(5.0)
-    return time.monotonic() - begin
+        await store.changed(5.0, mark)

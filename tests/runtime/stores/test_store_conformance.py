@@ -1,8 +1,9 @@
 """One suite of every ``Store`` behaviour, run on MemoryStore, SQLiteStore and PostgresStore.
 
-The store methods are called directly with records (no Runtime). Where MemoryStore differs, by
-its documentation (it keeps no events, is not shared with other processes, does not record a
-call that never waited), the test asserts what it documents instead of skipping.
+The store methods are called directly with records (no Runtime). Each rule is written once
+(``stores/sql.py``) and tested once, here, on all three engines; where MemoryStore differs by
+its documentation (it is not shared with other processes, nothing outside it writes), the test
+asserts what it documents instead of skipping.
 PostgreSQL is a real server (``tests/postgres.py``): a missing one fails these tests. What only
 one engine does is tested beside it: test_sqlite_store.py, test_postgres_store.py.
 """
@@ -42,6 +43,7 @@ from strategies import RUNTIME_JSON, RUNTIME_TEXT
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
     CallRecord,
+    Claim,
     DataRecord,
     Event,
     LeaseLost,
@@ -129,12 +131,13 @@ def store(backend: Backend) -> Store:
 
 def test_a_call_suspends_resolves_is_claimed_and_settles(backend: Backend, store: Store) -> None:
     call = a_call(tenant="acme")
-    store.begin(call, ev(call, "started"))
+    call.lease_until = store.begin(call, ev(call, "started")).lease_until
     assert store.call(call.call_id) == call
 
     action = an_action(call)
+    held = call.claim
     call.state = "suspended"
-    store.suspend(call, action, ev(call, "suspended"), known=True)
+    store.suspend(call, action, ev(call, "suspended"), claim=held)
     assert store.call(call.call_id) == call
     assert store.action(action.action_id) == action
     assert store.actions() == [action]
@@ -156,32 +159,34 @@ def test_a_call_suspends_resolves_is_claimed_and_settles(backend: Backend, store
     assert before + 7.0 <= claimed.call.lease_until <= clock() + 7.0
     assert store.call(call.call_id) == claimed.call
 
-    store.settle(call.call_id, {"refunded": 10}, ev(call, "result"), owner="w2")
+    store.settle(claimed.call.claim, {"refunded": 10}, ev(call, "result"))
     stored = store.call(call.call_id)
     assert stored is not None and stored.state == "settled" and stored.result == {"refunded": 10}
+    assert stored.settled_at is not None and before <= stored.settled_at <= clock()
 
-    if backend.durable:
-        events = store.events("run-1")
-        assert [e.kind for e in events] == ["started", "suspended", "resumed", "claimed", "result"]
-        assert [e.seq for e in events] == sorted({e.seq for e in events})
-        assert events[3].payload == {"was": "resumable", "previous_owner": "w1"}
-        assert store.head() == events[-1].seq
-        assert store.events("run-1", after=events[1].seq) == events[2:]
-        assert store.events("another-run") == []
-    else:  # documented: MemoryStore keeps no events (live subscribers are the only consumers)
-        assert store.events("run-1") == [] and store.head() == 0
+    events = store.events("run-1")
+    assert [e.kind for e in events] == ["started", "suspended", "resumed", "claimed", "result"]
+    assert [e.seq for e in events] == sorted({e.seq for e in events})
+    assert events[3].payload == {"was": "resumable", "previous_owner": "w1"}
+    assert events[3] == claimed.event
+    assert {(e.tenant, e.principal) for e in events} == {("acme", "")}
+    assert store.head() == events[-1].seq
+    assert store.events("run-1", after=events[1].seq) == events[2:]
+    assert store.events("another-run") == []
 
 
-def test_event_seq_is_set_on_the_event_appended(backend: Backend, store: Store) -> None:
+def test_a_store_returns_each_event_numbered_and_never_changes_the_one_it_was_given(
+    store: Store,
+) -> None:
     call = a_call()
     started = ev(call, "started")
-    store.begin(call, started)
+    begun_ = store.begin(call, started)
     finished = ev(call, "result")
-    store.settle(call.call_id, 1, finished, owner="w1")
-    if backend.durable:
-        assert 0 < started.seq < finished.seq == store.head()
-    else:
-        assert started.seq == finished.seq == 0
+    settled = store.settle(call.claim, 1, finished)
+    assert started.seq == finished.seq == 0  # the caller's events, as they were
+    assert 0 < begun_.event.seq < settled.seq == store.head()
+    assert (begun_.event.kind, settled.kind) == ("started", "result")
+    assert store.events(call.run_id) == [begun_.event, settled]
 
 
 def test_a_client_call_is_recorded_with_its_action_when_it_suspends(store: Store) -> None:
@@ -213,7 +218,8 @@ def test_a_resolution_may_hand_the_call_to_a_runtime_under_a_lease(store: Store)
     assert stored is not None
     assert (stored.state, stored.owner, stored.entry) == ("running", "w9", {"e": 1})
     assert before + 4.0 <= stored.lease_until <= clock() + 4.0
-    store.settle(call.call_id, None, ev(call, "result"), owner="w9")
+    assert stored.fence == call.fence + 1  # a re-entry is a claim of its own
+    store.settle(stored.claim, None, ev(call, "result"))
 
 
 def test_data_items_update_in_place_and_keep_their_order(backend: Backend, store: Store) -> None:
@@ -224,8 +230,7 @@ def test_data_items_update_in_place_and_keep_their_order(backend: Backend, store
     assert [(d.item_id, d.value) for d in store.data(call.call_id, "rows")] == [("b", 3), ("a", 2)]
     assert [d.channel for d in store.data(call.call_id)] == ["rows", "rows", "other"]
     assert store.data("no-such-call") == []
-    if backend.durable:
-        assert kinds(store) == ["started", "data", "data", "data"]
+    assert kinds(store) == ["started", "data", "data", "data"]
 
 
 def test_an_identifier_with_a_nul_is_kept_or_refused_whole(backend: Backend, store: Store) -> None:
@@ -238,7 +243,7 @@ def test_an_identifier_with_a_nul_is_kept_or_refused_whole(backend: Backend, sto
             store.begin(call, ev(call, "started"))
         assert store.call(call.call_id.replace("\0", "")) is None and store.head() == 0
     else:
-        store.begin(call, ev(call, "started"))
+        call.lease_until = store.begin(call, ev(call, "started")).lease_until
         assert store.call(call.call_id) == call
         assert [c.call_id for c in store.calls(tenant="acme\0")] == [call.call_id]
 
@@ -267,7 +272,7 @@ def test_a_value_too_large_to_index_is_a_store_error_not_an_outage(
         assert not isinstance(refused.value, StoreUnavailable)
         assert "index" in str(refused.value)
     else:
-        store.begin(call, ev(call, "started"))
+        call.lease_until = store.begin(call, ev(call, "started")).lease_until
         assert store.call(call.call_id) == call
 
 
@@ -290,19 +295,21 @@ def test_only_the_owner_of_a_running_call_suspends_or_settles_it(
     call = begun(store, owner="w1")
     head = store.head()
     with pytest.raises(LeaseLost) as lost:
-        store.settle(call.call_id, 1, ev(call, "result"), owner="w2")
+        store.settle(Claim(call.call_id, "w2", call.fence), 1, ev(call, "result"))
     assert (lost.value.call_id, lost.value.owner) == (call.call_id, "w2")
+    with pytest.raises(LeaseLost):  # its owner, under another claim's fencing token
+        store.settle(Claim(call.call_id, "w1", call.fence + 1), 1, ev(call, "result"))
     intruder = a_call(call.call_id, owner="w2", state="suspended")
     action = an_action(intruder)
     with pytest.raises(LeaseLost):
-        store.suspend(intruder, action, ev(call, "suspended"), known=True)
+        store.suspend(intruder, action, ev(call, "suspended"), claim=intruder.claim)
     assert store.call(call.call_id) == call
     assert store.action(action.action_id) is None
     assert store.head() == head
 
-    store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
+    store.settle(call.claim, 1, ev(call, "result"))
     with pytest.raises(LeaseLost):  # settled: not even its owner settles it again
-        store.settle(call.call_id, 2, ev(call, "result"), owner="w1")
+        store.settle(call.claim, 2, ev(call, "result"))
     stored = store.call(call.call_id)
     assert stored is not None and stored.result == 1
 
@@ -312,19 +319,16 @@ def test_a_call_that_lost_its_lease_is_not_settled_by_its_old_owner(store: Store
     [claimed] = store.claim("w2", 30.0)
     assert claimed.previous_owner == "w1"
     with pytest.raises(LeaseLost):
-        store.settle(call.call_id, "late", ev(call, "result"), owner="w1")
-    store.settle(call.call_id, "mine", ev(call, "result"), owner="w2")
+        store.settle(call.claim, "late", ev(call, "result"))
+    store.settle(claimed.call.claim, "mine", ev(call, "result"))
     stored = store.call(call.call_id)
     assert stored is not None and stored.result == "mine"
 
 
-def test_settling_a_call_never_recorded(backend: Backend, store: Store) -> None:
+def test_settling_a_call_never_recorded(store: Store) -> None:
     call = a_call()
-    if backend.durable:
-        with pytest.raises(LeaseLost):
-            store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
-    else:  # documented: calls that never waited are not recorded, so there is nothing to settle
-        store.settle(call.call_id, 1, ev(call, "result"), owner="w1")
+    with pytest.raises(LeaseLost):
+        store.settle(call.claim, 1, ev(call, "result"))
     assert store.call(call.call_id) is None
 
 
@@ -369,8 +373,7 @@ def test_concurrent_resolutions_from_threads_have_one_winner_each(backend: Backe
     for _, action in pairs:
         stored = stores[0].action(action.action_id)
         assert stored is not None and stored.resume == {"by": winners[action.action_id][0]}
-    if backend.durable:
-        assert kinds(stores[0]).count("r") == 20
+    assert kinds(stores[0]).count("r") == 20
 
 
 def _processes(target: Callable[..., None], args: list[tuple[Any, ...]], timeout: float) -> Any:
@@ -449,7 +452,7 @@ def test_claims_take_only_calls_another_runtime_cannot_finish(backend: Backend) 
     live = begun(store, owner="w3", lease_s=60.0)
     waiting, _ = suspended(store, owner="w4", lease_s=-1.0)
     done = begun(store, owner="w5", lease_s=-1.0)
-    store.settle(done.call_id, 0, ev(done, "result"), owner="w5")
+    store.settle(done.claim, 0, ev(done, "result"))
 
     claims = store.claim("me", 30.0)
     assert {c.call.call_id: (c.was, c.previous_owner) for c in claims} == {
@@ -466,9 +469,8 @@ def test_claims_take_only_calls_another_runtime_cannot_finish(backend: Backend) 
     for call_id, state in ((live.call_id, "running"), (waiting.call_id, "suspended")):
         stored = store.call(call_id)
         assert stored is not None and stored.state == state and stored.owner != "me"
-    if backend.durable:
-        claimed = [e for e in store.events("run-1") if e.kind == "claimed"]
-        assert {e.call_id for e in claimed} == {ready.call_id, lapsed.call_id, of_the_dead.call_id}
+    claimed = [e for e in store.events("run-1") if e.kind == "claimed"]
+    assert {e.call_id for e in claimed} == {ready.call_id, lapsed.call_id, of_the_dead.call_id}
 
 
 def test_a_sweep_judges_leases_as_they_were_when_it_began_waiting(store: Store) -> None:
@@ -591,7 +593,7 @@ def test_owners_are_those_of_running_calls_with_live_leases(store: Store) -> Non
     begun(store, owner="live", lease_s=60.0)
     begun(store, owner="lapsed", lease_s=-1.0)
     suspended(store, owner="parked", lease_s=60.0)
-    if isinstance(store, SQLiteStore):
+    if isinstance(store, SQLiteStore):  # the memory store too: SQLite in memory
         # SQLite names the owners whose runtimes row is not due: one that lately held a running
         # call is among them (each owner named is only checked for liveness).
         assert store.owners() == {"live", "parked"}
@@ -631,7 +633,7 @@ def test_concurrent_cycles_and_sweeps_finish_every_call_once(backend: Backend) -
                 call, action = suspended(store, owner=f"w{worker}")
                 store.resolve(action.action_id, submitted(), ev(call, "resumed"))
                 for claimed in store.claim(f"w{worker}", 30.0, call_id=call.call_id):
-                    store.settle(call.call_id, worker, ev(call, "result"), owner=f"w{worker}")
+                    store.settle(claimed.call.claim, worker, ev(call, "result"))
                     settled.append(claimed.call.call_id)
         except BaseException as error:  # reported below
             errors.append(error)
@@ -642,7 +644,7 @@ def test_concurrent_cycles_and_sweeps_finish_every_call_once(backend: Backend) -
             for _ in range(60):
                 for claimed in store.claim(f"s{worker}", 30.0, limit=2):
                     call = claimed.call
-                    store.settle(call.call_id, -1, ev(call, "result"), owner=f"s{worker}")
+                    store.settle(call.claim, -1, ev(call, "result"))
                     settled.append(call.call_id)
         except BaseException as error:
             errors.append(error)
@@ -656,7 +658,7 @@ def test_concurrent_cycles_and_sweeps_finish_every_call_once(backend: Backend) -
     assert errors == []
     for claimed in stores[0].claim("last", 30.0):  # what the sweeps had not come to
         call = claimed.call
-        stores[0].settle(call.call_id, 0, ev(call, "result"), owner="last")
+        stores[0].settle(call.claim, 0, ev(call, "result"))
         settled.append(call.call_id)
     assert len(settled) == len(set(settled)) == 30
     assert stores[0].calls(["running", "resumable", "suspended"]) == []
@@ -677,7 +679,7 @@ def test_readers_see_events_in_commit_order(durable: Backend) -> None:
     def write(store: Store) -> None:
         for _ in range(40):
             call = begun(store)
-            store.settle(call.call_id, None, ev(call, "result"), owner="w1")
+            store.settle(call.claim, None, ev(call, "result"))
 
     def read() -> None:
         known: set[int] = set()
@@ -714,7 +716,7 @@ def test_a_failed_transaction_leaves_no_event(durable: Backend) -> None:
     head = store.head()
     for attempt in (
         lambda: store.begin(call, ev(call, "started")),
-        lambda: store.settle(call.call_id, 1, ev(call, "result"), owner="w2"),
+        lambda: store.settle(Claim(call.call_id, "w2", call.fence), 1, ev(call, "result")),
         lambda: store.resolve("nope", submitted(), ev(call, "resumed")),
     ):
         with pytest.raises(StoreError):
@@ -729,17 +731,19 @@ def test_changed_waits_for_a_commit_of_another_connection(backend: Backend) -> N
 
     async def scenario() -> tuple[float, float]:
         reader.events("run-1")
-        await reader.changed(0.01)  # whatever was pending is taken
+        await asyncio.sleep(0.3)  # a store that listens has begun to
+        mark = reader.mark()
         reader.events("run-1")
         started = time.monotonic()
-        waiting = asyncio.ensure_future(reader.changed(wait_s))
+        waiting = asyncio.ensure_future(reader.changed(wait_s, mark))
         await asyncio.sleep(0.2)
         begun(writer)
         await waiting
         woke = time.monotonic() - started
+        mark = reader.mark()
         reader.events("run-1")
         started = time.monotonic()
-        await reader.changed(0.5)  # nothing committed: the timeout
+        await reader.changed(0.5, mark)  # nothing committed: the timeout
         return woke, time.monotonic() - started
 
     woke, idle = asyncio.run(scenario())
@@ -750,8 +754,7 @@ def test_changed_waits_for_a_commit_of_another_connection(backend: Backend) -> N
         assert woke < 0.5 and idle < 0.2
     else:  # documented: nothing outside the process writes, so it waits out the timeout
         assert woke >= 0.95 and idle >= 0.45
-    if backend.durable:
-        assert kinds(reader) == ["started"]
+    assert kinds(reader) == ["started"]
 
 
 # -- liveness --------------------------------------------------------------------------------------
@@ -792,17 +795,17 @@ def test_json_values_round_trip(backend: Backend, payload: Any, key: str) -> Non
     store = backend.shared()
     call = a_call(input={key: payload}, run_id=uid("run"))
     call.entry, call.context = payload, {"k": payload}
-    store.begin(call, ev(call, "started", {"p": payload}))
+    call.lease_until = store.begin(call, ev(call, "started", {"p": payload})).lease_until
     action = an_action(call)
     action.payload = payload
+    held = call.claim
     call.state = "suspended"
-    store.suspend(call, action, ev(call, "suspended"), known=True)
+    store.suspend(call, action, ev(call, "suspended"), claim=held)
     assert store.call(call.call_id) == call
     assert store.action(action.action_id) == action
     resolved = store.resolve(action.action_id, submitted(resume=payload), ev(call, "resumed"))
     assert resolved.action.resume == payload and resolved.call_input == {key: payload}
-    if backend.durable:
-        assert store.events(call.run_id)[0].payload == {"p": payload}
+    assert store.events(call.run_id)[0].payload == {"p": payload}
 
 
 _anything: st.SearchStrategy[Any] = st.recursive(
@@ -883,7 +886,6 @@ def test_a_lone_surrogate_round_trips_through_every_store(store: Store) -> None:
         lease_until=clock() + 5,
     )
     store.begin(call, Event("r", "c-sur", "started", {"note": "\udfff"}, now()))
-    if store.durable:
-        stored = store.call("c-sur")
-        assert stored is not None and stored.input == {"q": "a\ud800b"}
-        assert [e.payload for e in store.events("r")] == [{"note": "\udfff"}]
+    stored = store.call("c-sur")
+    assert stored is not None and stored.input == {"q": "a\ud800b"}
+    assert [e.payload for e in store.events("r")] == [{"note": "\udfff"}]
