@@ -37,6 +37,9 @@ from blade_runtime.stores.urls import open_store
 SIDE_EFFECTS = {"charge": "non_idempotent", "sync": "idempotent", "fetch": "pure"}
 EXPIRING = "remind"  # idempotent, its approval declared with expiresAfterMs
 FENCED = "post"  # idempotent, with lease fencing: its write is recorded with its fencing token
+# idempotent: after its sleep it writes ToolData, saves a file and triggers, each saying who ran
+# it (the store keeps none of them from an entry that lost its claim)
+AUDIT = "audit"
 EXPIRES_AFTER_MS = 500
 PACKAGE = "blade_workers"
 WAIT_S = 60.0  # the longest a worker waits for its start or stop file
@@ -90,6 +93,18 @@ SPECS: dict[str, dict[str, Any]] = (
     {name: _spec(name, side) for name, side in SIDE_EFFECTS.items()}
     | {EXPIRING: _spec(EXPIRING, "idempotent", EXPIRES_AFTER_MS)}
     | {FENCED: {**_spec(FENCED, "idempotent"), "lease": True}}
+    | {
+        AUDIT: {
+            **_spec(AUDIT, "idempotent"),
+            "dataSchemas": {
+                "log": {
+                    "type": "object",
+                    "properties": {"who": {"type": "string"}, "pid": {"type": "integer"}},
+                    "required": ["who", "pid"],
+                }
+            },
+        }
+    }
     | {
         "ask": {
             "id": "work.ask.v1",
@@ -148,7 +163,7 @@ class Tools:
         expires_after_ms: int | None = None,
         client_timeout_ms: int | None = None,
     ) -> None:
-        for name in [*SIDE_EFFECTS, EXPIRING, FENCED]:
+        for name in [*SIDE_EFFECTS, EXPIRING, FENCED, AUDIT]:
             spec = self.modules[name].SPEC
             if expires_after_ms is not None:
                 points = {
@@ -178,6 +193,11 @@ class Tools:
                 continue
         if arguments.get("sleep_ms"):
             await asyncio.sleep(arguments["sleep_ms"] / 1000)
+        if name == AUDIT:  # what it reports: refused by the store once another worker holds it
+            who = {"who": self.note, "pid": os.getpid()}
+            await ctx.data.write("log", module.AuditLogData(**who), id="log")
+            await ctx.files.save("audit.txt", json.dumps(who), "application/json")
+            await ctx.trigger(who)
         if name == FENCED:  # the write to another system, fenced: only while the claim holds
             await ctx.lease.assert_held()
             token = ctx.lease.fencing_token

@@ -738,6 +738,44 @@ def test_the_memory_store_keeps_settled_calls_data_for_a_bounded_while(deploy: A
     assert store.data("c4", "progress")[0].value == {"step": "build", "status": "done"}
 
 
+def test_a_call_that_writes_tooldata_is_recorded_and_its_principal_sees_it(deploy: Any) -> None:
+    """Issue 38: the memory store records a call by the rule every store follows (one that
+    writes ToolData is recorded), so its principal reads the call, its data and its events, and
+    another principal of the tenant reads none of them."""
+    from blade_runtime import CallContext, Principal
+
+    async def impl(ctx: Any) -> Any:
+        await ctx.data.write(
+            "progress", deploy.DeployServiceProgressData(step="build", status="done")
+        )
+        return deployed(deploy)
+
+    alice, bob = Principal("alice", "acme"), Principal("bob", "acme")
+    runtime = Runtime()
+    runtime.register(deploy.SPEC, impl)
+
+    async def scenario() -> tuple[Any, ...]:
+        done = await runtime.call(
+            "deploy_service", GOOD, call_id="c-data", run_id="r-data", context=CallContext(alice)
+        )
+        assert isinstance(done, ToolSuccess)
+        records = runtime.records
+        return (
+            await records.call("c-data", principal=alice),
+            await records.data("c-data", principal=alice),
+            await records.events("r-data", principal=alice),
+            await records.call("c-data", principal=bob),
+            await records.data("c-data", principal=bob),
+            await records.events("r-data", principal=bob),
+        )
+
+    call, data, events, bobs_call, bobs_data, bobs_events = run(scenario())
+    assert call is not None and call.state == "settled" and call.principal == "alice"
+    assert [d.value for d in data] == [{"step": "build", "status": "done"}]
+    assert [e.kind for e in events] == ["started", "data", "result"]
+    assert (bobs_call, bobs_data, bobs_events) == (None, [], [])
+
+
 def test_arguments_as_json_text_are_parsed_strictly(deploy: Any) -> None:
     async def impl(ctx: Any) -> Any:
         return deployed(deploy)

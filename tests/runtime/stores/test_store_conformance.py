@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,13 @@ from blade_runtime.core.store import (
     Claim,
     DataRecord,
     Event,
+    FileRecord,
     LeaseLost,
     Resolution,
     Store,
     StoreError,
     StoreUnavailable,
+    TriggerRecord,
     UnknownAction,
     clock,
     dump_json,
@@ -330,6 +332,67 @@ def test_settling_a_call_never_recorded(store: Store) -> None:
     with pytest.raises(LeaseLost):
         store.settle(call.claim, 1, ev(call, "result"))
     assert store.call(call.call_id) is None
+
+
+def test_after_a_take_over_every_write_of_the_stale_entry_is_refused(store: Store) -> None:
+    """Issue 38: what a runner writes carries its claim. Once another worker claimed the call,
+    the stale entry's ToolData, file, trigger, suspension and result are each refused with
+    LeaseLost and leave nothing (no row, no event); the new owner's are kept. A child's write
+    carries its parent entry's claim."""
+    call = begun(store, owner="a", lease_s=-1.0)
+    stale = call.claim
+    [taken] = store.claim("b", 30.0)
+    fresh = taken.call.claim
+    assert (stale.fence, fresh.fence) == (call.fence, call.fence + 1)
+    head = store.head()
+
+    def item(who: str, call_id: str = call.call_id) -> DataRecord:
+        return DataRecord(call_id, "log", "log", {"who": who}, now())
+
+    def a_file(who: str) -> FileRecord:
+        return FileRecord(uid("file"), "", f"{who}.txt", "text/plain", 1, "0" * 64, now(),
+                          call.call_id, call.run_id)  # fmt: skip
+
+    def a_trigger(who: str) -> TriggerRecord:
+        return TriggerRecord(uid("trg"), call.call_id, call.run_id, "refund", "", {"who": who},
+                             now())  # fmt: skip
+
+    child = f"{call.call_id}/child-1"
+    for write in (
+        lambda: store.write_data(item("a"), ev(call, "data"), claim=stale),
+        lambda: store.write_data(item("a", child), ev(call, "data"), claim=stale),
+        lambda: store.save_file(a_file("a"), b"a", claim=stale),
+        lambda: store.add_trigger(a_trigger("a"), ev(call, "trigger"), claim=stale),
+        lambda: store.suspend(
+            replace(call, state="suspended"), an_action(call), ev(call, "suspended"), claim=stale
+        ),
+        lambda: store.settle(stale, "a's", ev(call, "result")),
+    ):
+        with pytest.raises(LeaseLost):
+            write()
+    assert store.head() == head  # no event of theirs either
+    assert store.data(call.call_id) == [] and store.data(child) == []
+    assert store.triggers() == [] and store.actions(state=None) == []
+
+    kept = store.write_data(item("b"), ev(call, "data"), claim=fresh)
+    assert kept is not None and kept.seq > head
+    assert store.write_data(item("b", child), None, claim=fresh) is None
+    mine = a_file("b")
+    store.save_file(mine, b"b", claim=fresh)
+    assert store.add_trigger(a_trigger("b"), ev(call, "trigger"), claim=fresh) is not None
+    store.settle(fresh, "b's", ev(call, "result"))
+    assert [d.value for d in store.data(call.call_id)] == [{"who": "b"}]
+    assert [d.value for d in store.data(child)] == [{"who": "b"}]
+    assert store.file_content(mine.file_id) == b"b"
+    assert [t.input for t in store.triggers()] == [{"who": "b"}]
+    stored = store.call(call.call_id)
+    assert stored is not None and stored.result == "b's"
+    assert [e.kind for e in store.events(call.run_id)][-4:] == [
+        "claimed",
+        "data",
+        "trigger",
+        "result",
+    ]
 
 
 # -- resolving exactly once ---------------------------------------------------------------------

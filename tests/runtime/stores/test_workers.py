@@ -36,6 +36,7 @@ from blade_runtime.core.store import Store, StoreError
 from blade_runtime.runtime import Runtime
 from blade_runtime.serving import cli
 from blade_runtime.stores.memory import MemoryStore
+from blade_runtime.stores.sql import SQLStore
 from blade_runtime.stores.urls import open_store
 
 DURABLE = ("sqlite", "postgres")
@@ -922,6 +923,70 @@ def test_a_stalled_owner_s_fenced_write_never_lands_after_the_take_over(
         "status": "success",
         "content": {"n": 1, "entry": "initial", "note": "survivor"},
     }
+    cluster.stop.touch()
+    cluster.results(survivor)
+    store.close()
+
+
+def test_a_stalled_owner_reports_nothing_the_store_keeps_after_the_take_over(
+    cluster: Cluster,
+) -> None:
+    """Issue 38: worker A runs an idempotent tool and is frozen (SIGSTOP) before it reports;
+    worker B's recovery replays the call, writes its ToolData item, saves its file, triggers
+    and settles. A, resumed, writes the same item, saves a file and triggers: the store refuses
+    each (A's entry ends as LEASE_LOST, or its heartbeat saw the take-over first), so what the
+    store holds is B's alone, and no event of A's write is in the run."""
+    survivor = cluster.spawn(
+        lease_s=0.6, host="host-b", loop=0.1, note="survivor", stop=str(cluster.stop)
+    )
+    wait_until(lambda: cluster.ready_count() == 1, 30, "the surviving worker", cluster)
+    stalled = cluster.spawn(
+        lease_s=0.6,
+        host="host-a",
+        note="stalled",
+        calls=[["au", "audit", {"n": 1, "sleep_ms": 1600}]],
+    )
+    wait_until(lambda: len(cluster.entries()) == 1, 30, "the call running", cluster)
+    os.kill(stalled.pid, signal.SIGSTOP)  # mid-sleep, before it reports anything
+    store = open_store(cluster.url)
+    try:
+        wait_until(lambda: settled(store, ["au"]), 15, "the take-over", cluster)
+    finally:
+        os.kill(stalled.pid, signal.SIGCONT)
+    [late] = cluster.results(stalled)
+    assert late["code"] == "LEASE_LOST" or late == {
+        "call_id": "au",
+        "status": "success",
+        "code": None,
+    }
+    ran = [pid for call_id, _, _, pid in cluster.entries() if call_id == "au"]
+    assert ran == [stalled.pid, survivor.pid]  # both entered: only one is recorded
+    [item] = store.data("au", "log")
+    assert item.value == {"who": "survivor", "pid": survivor.pid}
+    # The store lists no files by call: read the table the way an operator would.
+    assert isinstance(store, SQLStore)
+    saved = store._fetch("SELECT content FROM blade_files WHERE call_id = :c", {"c": "au"})
+    assert [json.loads(bytes(row[0])) for row in saved] == [
+        {"who": "survivor", "pid": survivor.pid}
+    ]
+    record = store.call("au")
+    assert record is not None and record.fence == 2
+    assert record.result == {
+        "status": "success",
+        "content": {"n": 1, "entry": "initial", "note": "survivor"},
+    }
+    [trigger] = store.triggers(run_id="default")
+    assert trigger.input == {"who": "survivor", "pid": survivor.pid}
+    kinds = [e.kind for e in store.events("default") if e.call_id == "au"]
+    assert kinds == ["started", "claimed", "data", "trigger", "result"]
+    assert [e.payload for e in store.events("default") if e.kind == "data"] == [
+        {
+            "channel": "log",
+            "id": "log",
+            "value": {"who": "survivor", "pid": survivor.pid},
+            "transient": False,
+        }
+    ]
     cluster.stop.touch()
     cluster.results(survivor)
     store.close()
