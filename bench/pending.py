@@ -303,7 +303,7 @@ async def one_second_call_s(module: Any, store: Store | None, lease_s: float, ca
 
 # -- the floor: the store's statements without the runtime, and the runtime without a store ----
 
-Statement = tuple[str, tuple[Any, ...]]
+Statement = tuple[str, Any]  # the SQL, and its parameters (a mapping: the store names them)
 
 
 class _Recording(sqlite3.Connection):
@@ -314,7 +314,8 @@ class _Recording(sqlite3.Connection):
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         if _Recording.recorded is not None:
-            _Recording.recorded.append((sql, tuple(parameters)))
+            kept = dict(parameters) if isinstance(parameters, dict) else tuple(parameters)
+            _Recording.recorded.append((sql, kept))
         return super().execute(sql, parameters)
 
 
@@ -360,10 +361,12 @@ def replayed_cycle_s(path: Path, recorded: tuple[list[Statement], str, str], cou
             action_id, f"{action_id}r{i:07d}"
         )
 
-    cycles = [
-        [(sql, tuple(renamed(v, i) for v in values)) for sql, values in statements]
-        for i in range(count)
-    ]
+    def values_of(values: Any, i: int) -> Any:
+        if isinstance(values, dict):
+            return {key: renamed(value, i) for key, value in values.items()}
+        return tuple(renamed(value, i) for value in values)
+
+    cycles = [[(sql, values_of(values, i)) for sql, values in statements] for i in range(count)]
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA synchronous=NORMAL")
     with checkpoints(db, path, threaded=True) as committed:

@@ -267,6 +267,14 @@ class Event:
     tenant: str = ""
     principal: str = ""
 
+    def numbered(self, seq: int) -> Event:
+        """This event as committed, numbered ``seq`` (``dataclasses.replace`` costs 7 times
+        as much, on every commit)."""
+        return Event(
+            self.run_id, self.call_id, self.kind, self.payload, self.at, seq, self.tenant,
+            self.principal,
+        )  # fmt: skip
+
 
 @dataclass(slots=True)
 class FileRecord:

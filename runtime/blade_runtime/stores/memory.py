@@ -76,6 +76,9 @@ class MemoryStore(SQLiteStore):
             while self.prune(keep=keep).calls:
                 pass
 
+    def _committed(self) -> None:
+        pass  # no file, no checkpoint
+
     def _pruned(self) -> None:
         pass  # memory is given back as rows go
 

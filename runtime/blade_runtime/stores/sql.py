@@ -413,7 +413,7 @@ class SQLStore:
             if self._duplicate(error):
                 raise DuplicateCall(call.call_id) from None
             raise
-        return Begun(_first(until), replace(event, seq=_first(seq)))
+        return Begun(_first(until), event.numbered(_first(seq)))
 
     def suspend(
         self, call: CallRecord, action: ActionRecord, event: Event, *, claim: Claim | None = None
@@ -445,7 +445,7 @@ class SQLStore:
                     f"call {call.call_id!r} or action {action.action_id!r} is already recorded"
                 ) from None
             raise
-        return replace(event, seq=_first(seq))
+        return event.numbered(_first(seq))
 
     def resolve(self, action_id: str, resolution: Resolution, event: Event) -> Resolved:
         owner = resolution.call_owner
@@ -496,7 +496,7 @@ class SQLStore:
             if owner is not None and resolution.call_state == "running":
                 self._granted(tx, owner, _Column(call, 3), seq)
         resolved = action_record(_row(action), self._schemas)
-        committed = replace(event, seq=_first(seq))
+        committed = event.numbered(_first(seq))
         row = call.one()
         if row is None:  # only an action was recorded
             return Resolved(resolved, {}, event=committed)
@@ -518,7 +518,7 @@ class SQLStore:
                 lambda: LeaseLost(claim.call_id, claim.owner),
             )
             seq = tx.append(event, claim.call_id)
-        return replace(event, seq=_first(seq))
+        return event.numbered(_first(seq))
 
     def claim(
         self,
@@ -564,7 +564,7 @@ class SQLStore:
             if taken:  # the first event appended has the smallest number
                 self._granted(tx, owner, taken[0][2], events[0][1])
             found.then({call.call_id for call, _, _ in taken})
-        numbered = {event.call_id: replace(event, seq=_first(seq)) for event, seq in events}
+        numbered = {event.call_id: event.numbered(_first(seq)) for event, seq in events}
         return [
             Claimed(
                 replace(
@@ -623,7 +623,7 @@ class SQLStore:
                 },
             )
             seq = None if event is None else tx.append(event, root)
-        return None if event is None or seq is None else replace(event, seq=_first(seq))
+        return None if event is None or seq is None else event.numbered(_first(seq))
 
     def save_file(
         self,
@@ -673,7 +673,7 @@ class SQLStore:
                 seq = tx.append(event, root)
         except _Duplicate:
             return None  # recorded already: a replayed entry asks again
-        return replace(event, seq=_first(seq))
+        return event.numbered(_first(seq))
 
     # -- sweeps -----------------------------------------------------------------------------------
 

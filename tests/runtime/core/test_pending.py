@@ -24,7 +24,8 @@ from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolRe
 from blade_runtime.core.store import Event, StoreError
 from blade_runtime.runtime import Runtime
 from blade_runtime.stores.memory import MemoryStore
-from blade_runtime.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from blade_runtime.stores.sqlite import SQLiteStore
+from blade_runtime.stores.sqlite_schema import SCHEMA_VERSION
 
 REFUND = {
     "payment_id": "pay_1",

@@ -17,7 +17,8 @@ from pathlib import Path
 from records import a_call, an_action, begun, ev, suspend_on
 
 from blade_runtime.core.store import ActionRecord, CallRecord, Resolution, clock, now
-from blade_runtime.stores.sqlite import MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+from blade_runtime.stores.sqlite import SQLiteStore
+from blade_runtime.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 
 def resumed(store: SQLiteStore, call: CallRecord, action: ActionRecord, owner: str) -> None:

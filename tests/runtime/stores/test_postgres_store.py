@@ -116,7 +116,7 @@ def test_postgres_notifies_only_while_a_store_listens(postgres_url: str) -> None
     (killed, not closed) is dropped when the next store begins to listen."""
     import psycopg
 
-    from blade_runtime.stores.postgres import _LISTENER_CLASS
+    from blade_runtime.stores.postgres_schema import LISTENER_CLASS
 
     def notified(action: Callable[[], object]) -> int:
         with psycopg.connect(postgres_url, autocommit=True) as raw:
@@ -139,7 +139,7 @@ def test_postgres_notifies_only_while_a_store_listens(postgres_url: str) -> None
                 "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks WHERE locktype = "
                 "'advisory' AND classid = %s AND objsubid = 2 AND database = "
                 "(SELECT oid FROM pg_database WHERE datname = current_database())",
-                (_LISTENER_CLASS,),
+                (LISTENER_CLASS,),
             ).fetchall()
             assert killed == [(True,)]
             listener._stop.set()  # type: ignore[attr-defined]  # it must not listen again
@@ -165,7 +165,7 @@ def test_postgres_a_database_of_the_first_release_is_migrated_with_its_events(
     listens (the new listeners table is granted to the roles that may append events)."""
     import psycopg
 
-    from blade_runtime.stores.postgres import MIGRATIONS, SCHEMA_VERSION
+    from blade_runtime.stores.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 
     with psycopg.connect(postgres_url, autocommit=True) as db, db.transaction():
         db.execute("CREATE TABLE blade_schema_version (version integer NOT NULL)")
@@ -302,7 +302,7 @@ def test_postgres_survives_its_connections_being_cut(
 def test_postgres_processes_opening_a_new_database_migrate_it_once(postgres_url: str) -> None:
     import psycopg
 
-    from blade_runtime.stores.postgres import SCHEMA_VERSION
+    from blade_runtime.stores.postgres_schema import SCHEMA_VERSION
 
     opened: list[Store] = []
     errors: list[BaseException] = []
