@@ -47,6 +47,7 @@ from blade_runtime.core.results import (
     ToolSkipped,
     ToolSuccess,
 )
+from blade_runtime.core.retention import Retention
 from blade_runtime.core.spec import (
     BackendToolSpec,
     CapabilitySpec,
@@ -60,7 +61,7 @@ from blade_runtime.core.spec import (
     ToolSpec,
     load_schemas,
 )
-from blade_runtime.core.store import Store, StoreError, StoreUnavailable
+from blade_runtime.core.store import Pruned, Store, StoreError, StoreUnavailable
 from blade_runtime.core.triggers import Trigger, TriggerRejected
 from blade_runtime.runtime import (
     FallbackCall,
@@ -131,9 +132,11 @@ __all__ = [
     "PendingAction",
     "PermissionRequest",
     "Principal",
+    "Pruned",
     "Registration",
     "RegistrationError",
     "ResumeEntry",
+    "Retention",
     "Runtime",
     "SQLiteStore",
     "SavedFile",

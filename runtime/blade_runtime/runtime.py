@@ -62,9 +62,17 @@ from blade_runtime.core.registry import (
     RegistrationError,
 )
 from blade_runtime.core.results import ErrorCode, ToolError
+from blade_runtime.core.retention import Retention, sweep
 from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec
 from blade_runtime.core.storage import StoreAccess
-from blade_runtime.core.store import DEFAULT_LEASE_S, ActionRecord, GrantRecord, Store
+from blade_runtime.core.store import (
+    DEFAULT_LEASE_S,
+    ActionRecord,
+    GrantRecord,
+    Pruned,
+    Store,
+    clock,
+)
 from blade_runtime.core.tools import Tools, takes_children
 from blade_runtime.core.triggers import TriggerHandler, Triggers
 
@@ -112,6 +120,7 @@ class Runtime:
         files: FileBackend | None = None,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         on_trigger: TriggerHandler | None = None,
+        retention: Retention | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
@@ -126,7 +135,9 @@ class Runtime:
         the store; ``FolderFiles(path)`` for a folder), each at most ``max_file_bytes``.
         ``on_trigger``: called with each ``ctx.trigger`` of any worker sharing the store, once
         across them (see ``blade_runtime.core.triggers``; ``run_triggers`` polls for other
-        processes' triggers)."""
+        processes' triggers). ``retention``: how long settled history is kept (see
+        ``blade_runtime.core.retention``): ``run_recovery`` deletes the rest as it sweeps, and
+        ``prune()`` on demand; without one, nothing is ever deleted."""
         if store is None:  # imported here: a generated package imports no database driver
             from blade_runtime.stores.memory import MemoryStore
 
@@ -178,6 +189,7 @@ class Runtime:
             owner=self.owner,
             lease_s=lease_s,
         )
+        self.retention = retention
         self.recovery = Recovery(
             io=self.io,
             runner=self.calls,
@@ -206,6 +218,7 @@ class Runtime:
         self.recover = self.recovery.recover
         self.grants = self.records.grants
         self.revoke_grant = self.records.revoke_grant
+        self.recovery.retention = retention
         self.run_recovery = self.recovery.run_recovery
         self.deliver_triggers = self.triggers.deliver
         self.run_triggers = self.triggers.run
@@ -430,6 +443,25 @@ class Runtime:
                 f"call {call_id}: the projection of {record.name!r} failed: "
                 f"{type(error).__name__}"
             ) from error
+
+    async def prune(self, retention: Retention | None = None, *, dry_run: bool = False) -> Pruned:
+        """Delete the settled history ``retention`` (default: the runtime's) lets go, with
+        everything of each call (actions, ToolData, events, files, triggers), in batches off the
+        event loop; never a running, resumable or waiting call. ``dry_run``: count only."""
+        policy = retention or self.retention
+        if policy is None:
+            raise ValueError("prune() needs a Retention: pass one, or Runtime(retention=...)")
+        if dry_run:
+            before = None if policy.older_than_s is None else clock() - policy.older_than_s
+            counted: Pruned = await self.io.thread(
+                self.store.prune,
+                settled_before=before,
+                keep=policy.keep,
+                limit=2**31 - 1,
+                dry_run=True,
+            )
+            return counted
+        return await sweep(self.io, policy)
 
     def subscribe(self, run_id: str, *, after: int | None = None) -> Subscription:
         """The run's tool events from now on (or after the sequence number ``after``, on a

@@ -8,8 +8,10 @@ application itself, in its own process, which sees every tenant.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from blade_runtime.core.caller import Principal, may_act_on
 from blade_runtime.core.context import parent_ids
@@ -17,6 +19,7 @@ from blade_runtime.core.files import FileAccess, FileBody
 from blade_runtime.core.store import (
     ActionRecord,
     ActionState,
+    BadCursor,
     CallRecord,
     CallState,
     DataRecord,
@@ -30,9 +33,59 @@ StoreIO = Callable[..., Awaitable[Any]]
 """Runs one store method (``io(store.call, call_id)``): off the event loop where the store
 does I/O, inline where it does not (the runtime's ``StoreAccess``)."""
 
+PAGE_SIZE = 100
+"""A listing's page when the caller names no ``limit``."""
+MAX_PAGE_SIZE = 1000
+"""The largest page a listing gives, whatever ``limit`` asks."""
+
 
 async def inline(method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return method(*args, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing, and the cursor of the page after it (None: this is the last).
+    A cursor is opaque: it names the last record of this page, which the next page's query
+    must find among the records its principal may see, so another principal's cursor opens
+    nothing (``BadCursor``)."""
+
+    items: list[T]
+    next: str | None = None
+
+
+def cursor_of(identifier: str) -> str:
+    """The cursor of a page that ends with the record ``identifier``."""
+    return (
+        base64.urlsafe_b64encode(identifier.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+    )
+
+
+def after_of(cursor: str | None) -> str | None:
+    """The record a cursor names (None: the first page); ``BadCursor`` for text no page made."""
+    if cursor is None:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        named = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True)
+        if named:
+            return named.decode("utf-8")
+    except (ValueError, UnicodeError):
+        pass
+    raise BadCursor("not a cursor this listing made; list from the first page")
+
+
+def page_size(limit: int | None) -> int:
+    """How many records a page holds: ``limit`` (at least 1), at most ``MAX_PAGE_SIZE``."""
+    return PAGE_SIZE if limit is None else max(1, min(int(limit), MAX_PAGE_SIZE))
+
+
+def paged(found: list[T], size: int, key: Callable[[T], str]) -> Page[T]:
+    """``found`` (read with one record more than ``size``) as a page and its next cursor."""
+    if len(found) <= size:
+        return Page(found)
+    items = found[:size]
+    return Page(items, cursor_of(key(items[-1])))
 
 
 def visible(principal: Principal | None, tenant: str, context: Any = None) -> bool:
@@ -167,6 +220,82 @@ class Records:
         )
         return found
 
+    async def actions_page(
+        self,
+        *,
+        state: ActionState | None = "pending",
+        run_id: str | None = None,
+        name: str | None = None,
+        principal: Principal | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[ActionRecord]:
+        """A page of the actions ``actions`` lists, oldest first: one query (two with a
+        cursor), whatever the volume; read off the event loop."""
+        size = page_size(limit)
+        found: list[ActionRecord] = await self._io_thread(
+            self.store.actions,
+            state=state,
+            run_id=run_id,
+            name=name,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
+            limit=size + 1,
+            after=after_of(cursor),
+        )
+        return paged(found, size, lambda action: action.action_id)
+
+    async def calls_page(
+        self,
+        states: Iterable[CallState] | None = None,
+        *,
+        run_id: str | None = None,
+        principal: Principal | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[CallRecord]:
+        """A page of the calls ``calls`` lists, oldest first (one or two queries)."""
+        size = page_size(limit)
+        found: list[CallRecord] = await self._io_thread(
+            self.store.calls,
+            states,
+            run_id=run_id,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
+            limit=size + 1,
+            after=after_of(cursor),
+        )
+        return paged(found, size, lambda call: call.call_id)
+
+    async def grants_page(
+        self,
+        *,
+        principal: Principal | None = None,
+        tool: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[GrantRecord]:
+        """A page of the principal's grants (an operator's: all), oldest first."""
+        size = page_size(limit)
+        found: list[GrantRecord] = await self._io_thread(
+            self.store.grants,
+            tenant=tenant_of(principal),
+            principal=owner_of(principal),
+            tool=tool,
+            limit=size + 1,
+            after=after_of(cursor),
+        )
+        return paged(found, size, lambda grant: grant.grant_id)
+
+    async def _io_thread(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A read of many rows: in a thread where the store does I/O."""
+        thread = getattr(self.io, "thread", None)
+        if thread is None:
+            found: T = await self.io(method, *args, **kwargs)
+            return found
+        read: T = await thread(method, *args, **kwargs)
+        return read
+
     async def data(
         self, call_id: str, channel: str | None = None, *, principal: Principal | None = None
     ) -> list[DataRecord]:
@@ -198,14 +327,20 @@ class Records:
         return last
 
     async def events(
-        self, run_id: str, after: int = 0, *, principal: Principal | None = None
+        self,
+        run_id: str,
+        after: int = 0,
+        *,
+        principal: Principal | None = None,
+        limit: int | None = None,
     ) -> list[Event]:
         """The run's committed events after ``after`` that belong to the principal's calls
-        (narrowed in the store's query)."""
-        found: list[Event] = await self.io(
+        (narrowed in the store's query), at most ``limit`` of them; off the event loop."""
+        found: list[Event] = await self._io_thread(
             self.store.events,
             run_id,
             after,
+            limit=limit,
             tenant=tenant_of(principal),
             principal=owner_of(principal),
         )

@@ -17,6 +17,7 @@ advisory lock was released. Nothing trusts a pid from another host.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 import weakref
@@ -32,6 +33,7 @@ from blade_runtime.core.pending import PendingActions
 from blade_runtime.core.permissions import ADMISSION, DEFAULT_DENIAL
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
+from blade_runtime.core.retention import Retention, sweep
 from blade_runtime.core.spec import JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import Claimed
@@ -66,6 +68,7 @@ class Recovery:
         self.owner = owner
         self.lease_s = lease_s
         self.closed = False
+        self.retention: Retention | None = None  # swept by run_recovery
         _LIVE[owner] = self
 
     async def end(self) -> None:
@@ -88,9 +91,11 @@ class Recovery:
     async def run_recovery(self, interval_s: float = 1.0) -> None:
         """Sweep every ``interval_s`` until cancelled (run it as a task beside the app): orphaned
         calls, operator-submitted actions and expired actions are taken up by some live worker
-        within the interval, without a restart. A sweep that fails (the store is down) is
+        within the interval, without a restart; with a ``retention``, settled history past it
+        is deleted every ``retention.every_s``. A sweep that fails (the store is down) is
         logged and tried again next time."""
         running: set[asyncio.Task[Any]] = set()
+        pruned_at = -math.inf
         while not self.closed:
             try:
                 await self._expire_due()
@@ -100,6 +105,15 @@ class Recovery:
                     task.add_done_callback(running.discard)
             except Exception as error:
                 log.error("recovery sweep failed: %s", error)
+            retention = self.retention
+            if retention is not None and time.monotonic() - pruned_at >= retention.every_s:
+                pruned_at = time.monotonic()
+                try:
+                    pruned = await sweep(self.io, retention)
+                    if pruned.calls:
+                        log.info("retention: pruned %s", pruned)
+                except Exception as error:
+                    log.error("retention sweep failed: %s", error)
             await asyncio.sleep(interval_s)
 
     async def _claim_batch(self, limit: int = 100) -> list[Claimed]:

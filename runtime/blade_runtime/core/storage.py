@@ -48,6 +48,18 @@ class StoreAccess:
             self._threads(), functools.partial(method, *args, **kwargs)
         )
 
+    async def thread(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """One store operation that may read many rows (a listing's page, a prune): never on
+        the event loop where the store does I/O, even where a write would be tried there
+        first (SQLite's reads do not wait for a lock, so ``nowait()`` would not hand a long one
+        to a thread)."""
+        if not self.waits:
+            return method(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._threads(), functools.partial(method, *args, **kwargs)
+        )
+
     def _threads(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(THREADS, thread_name_prefix="blade-store")

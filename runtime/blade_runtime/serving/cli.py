@@ -1,12 +1,15 @@
 """``blade-runtime``: operators' access to pending actions and standing grants in a store.
 
-    blade-runtime pending list --store URL [--run RUN] [--tool NAME] [--json]
+    blade-runtime pending list --store URL [--run RUN] [--tool NAME] [--tenant T] [--json]
+                               [--limit N] [--after CURSOR]
     blade-runtime pending show ACTION_ID --store URL
     blade-runtime pending submit ACTION_ID [JSON | -] --store URL
     blade-runtime pending cancel ACTION_ID --store URL [--reason TEXT]
     blade-runtime pending list|show|submit|cancel ... --temporal HOST:PORT [--namespace NS]
     blade-runtime grants list --store URL [--tenant T] [--principal ID] [--tool NAME] [--json]
+                              [--limit N] [--after CURSOR]
     blade-runtime grants revoke GRANT_ID --store URL
+    blade-runtime prune --store URL [--older-than 30d] [--keep N] [--dry-run]
     blade-runtime serve MODULE:RUNTIME --store URL [--host 127.0.0.1] [--port 8000]
                         [--auth MODULE:FUNCTION | --allow-anonymous]
     blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
@@ -29,14 +32,20 @@ permission request with ``{"decision": "approve", "always": true}`` also makes a
 (its principal, tool and subject are not asked again), which ``grants list`` shows and
 ``grants revoke`` removes.
 
+Lists are pages, oldest first: at most --limit (default 100, at most 1,000); when there are
+more, the line to run for the next page goes to stderr (``--after CURSOR``). ``prune`` deletes
+settled calls (with their actions, ToolData, events, files and triggers) settled longer ago
+than --older-than, or beyond the newest --keep; never a call that is running or waiting. It
+prints what it removed (``--dry-run``: what it would remove).
+
 With ``--temporal`` (``blade-runtime[temporal]``) the pending actions are those the call
 workflows of ``blade_runtime.temporal`` hold: a submission is an update the workflow validates
 before anything is recorded, and a worker resumes the call at once.
 
 Exit codes: 0 done; 1 refused (invalid submission, unknown or already resolved action, unknown
-grant); 2 usage (a list's filter that is not UTF-8 text, too); 3 the store cannot be opened (or
-the Temporal server reached); 4 serve or mcp --http cannot listen on the address (the port is
-in use, say).
+grant); 2 usage (a list's filter that is not UTF-8 text, a cursor no page made, too); 3 the
+store cannot be opened (or the Temporal server reached); 4 serve or mcp --http cannot listen on
+the address (the port is in use, say).
 """
 
 from __future__ import annotations
@@ -44,16 +53,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
 
 from blade_runtime import __version__
 from blade_runtime.core import actions, grants
 from blade_runtime.core.jsonvalue import NotJson, checked
+from blade_runtime.core.records import MAX_PAGE_SIZE, PAGE_SIZE, Page, after_of, paged
+from blade_runtime.core.retention import duration_s, prune_all
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
     ActionRecord,
+    BadCursor,
     GrantRecord,
     Store,
     StoreError,
@@ -83,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     listing = verbs.add_parser("list", help="pending actions, oldest first")
     listing.add_argument("--run", help="only this run id")
     listing.add_argument("--tool", help="registration name")
+    listing.add_argument("--tenant", help="only this tenant's")
     listing.add_argument("--json", action="store_true", help="one JSON document")
+    _paging(listing)
     show = verbs.add_parser("show", help="one action, as JSON")
     show.add_argument("action_id")
     submit = verbs.add_parser("submit", help="resolve an action with a JSON payload")
@@ -105,9 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     grant_list.add_argument("--principal", metavar="ID", help="only this principal's")
     grant_list.add_argument("--tool", help="registration name")
     grant_list.add_argument("--json", action="store_true", help="one JSON document")
+    _paging(grant_list)
     revoke = grant_verbs.add_parser("revoke", help="remove a grant: its requests are asked again")
     revoke.add_argument("grant_id")
-    for sub in (grant_list, revoke):
+    prune = commands.add_parser(
+        "prune",
+        help="delete settled history past a retention policy",
+        description="Delete settled calls, with everything of theirs, settled longer ago than "
+        "--older-than or beyond the newest --keep; never running or waiting work.",
+    )
+    prune.add_argument("--older-than", metavar="AGE", help="30d, 12h, 90m, 45s or 2w")
+    prune.add_argument("--keep", type=_count, metavar="N", help="keep the newest N settled calls")
+    prune.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    for sub in (grant_list, revoke, prune):
         sub.add_argument(
             "--store",
             required=True,
@@ -175,16 +199,28 @@ def main(argv: list[str] | None = None) -> int:
         from blade_runtime.serving.temporal_cli import run_pending
 
         return run_pending(args)
+    older_than_s = None
+    if args.group == "prune":
+        if args.older_than is None and args.keep is None:
+            print("error: prune: give --older-than AGE, --keep N, or both", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            older_than_s = None if args.older_than is None else duration_s(args.older_than)
+        except ValueError as error:
+            print(f"error: --older-than: {error}", file=sys.stderr)
+            return EXIT_USAGE
     store = _open(args.store)
     if store is None:
         return EXIT_STORE
     try:
+        if args.group == "prune":
+            return _prune(store, older_than_s, args.keep, args.dry_run)
         if args.group == "grants":
             if args.verb == "list":
-                return _grants(store, args.tenant, args.principal, args.tool, args.json)
+                return _grants(store, args)
             return _revoke(store, args.grant_id)
         if args.verb == "list":
-            return _list(store, args.run, args.tool, args.json)
+            return _list(store, args)
         if args.verb == "show":
             return _show(store, args.action_id)
         if args.verb == "submit":
@@ -213,6 +249,17 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(**kwargs)
 
 
+def _paging(listing: argparse.ArgumentParser) -> None:
+    listing.add_argument("--limit", type=_count, default=PAGE_SIZE, help="records on the page")
+    listing.add_argument("--after", metavar="CURSOR", help="the next page (stderr names it)")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0, 1, 2, ...)")
+    return int(text)
+
+
 def _port(text: str) -> int:
     from blade_runtime.serving.serve import port_number
 
@@ -230,7 +277,7 @@ def _plain(doc: str | None) -> str:
 def _unencodable_filter(args: argparse.Namespace) -> str | None:
     """What is wrong with a list's filter that has no UTF-8 form (a byte the locale could not
     decode reaches Python as a lone surrogate, which no store can look up), or None."""
-    if args.verb != "list":
+    if getattr(args, "verb", None) != "list":
         return None
     for option in ("run", "tool", "tenant", "principal"):
         value = getattr(args, option, None)
@@ -277,25 +324,40 @@ def _view(action: ActionRecord) -> dict[str, Any]:
 
 
 def _listing(
-    found: Sequence[T],
-    as_json: bool,
+    page: Page[T],
+    args: argparse.Namespace,
     json_of: Callable[[T], Any],
     line_of: Callable[[T], str],
     none: str,
 ) -> int:
     """A list command's output: JSON, or a line each (``none`` when there are none, said where a
-    person reads it; a script reading stdout finds it empty)."""
-    if as_json:
-        print(json.dumps([json_of(item) for item in found], indent=2, ensure_ascii=False))
-        return 0
-    if not found:
-        print(none, file=sys.stderr)
-    for item in found:
-        print(line_of(item))
+    person reads it; a script reading stdout finds it empty); when there is a next page, the
+    command line for it on stderr."""
+    if args.json:
+        print(json.dumps([json_of(item) for item in page.items], indent=2, ensure_ascii=False))
+    else:
+        if not page.items and args.after is None:
+            print(none, file=sys.stderr)
+        for item in page.items:
+            print(line_of(item))
+    if page.next is not None:
+        print(f"more: add --after {page.next} for the next page", file=sys.stderr)
     return 0
 
 
-def _list(store: Store, run: str | None, tool: str | None, as_json: bool) -> int:
+def _page(
+    read: Callable[..., list[T]], args: argparse.Namespace, key: Callable[[T], str]
+) -> Page[T] | None:
+    """One page of a store listing (None after one line on stderr: a cursor no page made)."""
+    try:
+        size = max(1, min(args.limit, MAX_PAGE_SIZE))
+        return paged(read(limit=size + 1, after=after_of(args.after)), size, key)
+    except BadCursor as error:
+        print(f"error: --after: {error}", file=sys.stderr)
+        return None
+
+
+def _list(store: Store, args: argparse.Namespace) -> int:
     def line(action: ActionRecord) -> str:
         name = action.name if action.point is None else f"{action.name}.{action.point}"
         return (
@@ -303,8 +365,13 @@ def _list(store: Store, run: str | None, tool: str | None, as_json: bool) -> int
             f"since {action.suspended_at}"
         )
 
-    found = store.actions(run_id=run, name=tool)
-    return _listing(found, as_json, _view, line, "no pending actions")
+    def read(**page: Any) -> list[ActionRecord]:
+        return store.actions(run_id=args.run, name=args.tool, tenant=args.tenant, **page)
+
+    found = _page(read, args, lambda action: action.action_id)
+    if found is None:
+        return EXIT_USAGE
+    return _listing(found, args, _view, line, "no pending actions")
 
 
 def _show(store: Store, action_id: str) -> int:
@@ -359,17 +426,31 @@ def _submit(store: Store, action_id: str, text: str) -> int:
     return refused
 
 
-def _grants(
-    store: Store, tenant: str | None, principal: str | None, tool: str | None, as_json: bool
-) -> int:
+def _grants(store: Store, args: argparse.Namespace) -> int:
     def line(grant: GrantRecord) -> str:
         return (
             f"{grant.grant_id}  {grant.principal}@{grant.tenant}  {grant.tool} "
             f"({grant.spec_id}) {grant.point}  subject={grant.subject!r}  since {grant.created_at}"
         )
 
-    found = store.grants(tenant=tenant, principal=principal, tool=tool)
-    return _listing(found, as_json, asdict, line, "no standing grants")
+    def read(**page: Any) -> list[GrantRecord]:
+        return store.grants(tenant=args.tenant, principal=args.principal, tool=args.tool, **page)
+
+    found = _page(read, args, lambda grant: grant.grant_id)
+    if found is None:
+        return EXIT_USAGE
+    return _listing(found, args, asdict, line, "no standing grants")
+
+
+def _prune(store: Store, older_than_s: float | None, keep: int | None, dry_run: bool) -> int:
+    pruned = prune_all(store, older_than_s, keep, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    print(
+        f"{verb} {pruned.calls} settled calls, {pruned.actions} actions, {pruned.data} ToolData "
+        f"items, {pruned.events} events, {pruned.files} files, {pruned.triggers} triggers "
+        f"({pruned.bytes} bytes of payloads and files)"
+    )
+    return 0
 
 
 def _revoke(store: Store, grant_id: str) -> int:

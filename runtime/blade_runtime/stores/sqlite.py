@@ -455,6 +455,10 @@ class SQLiteStore(SQLStore):
                 factory=self.connection_class,
             )
             try:
+                # A new file vacuums incrementally (a prune gives its pages back): set before
+                # its first table and before WAL (on a file that has pages it would take a lock).
+                if connection.execute("PRAGMA page_count").fetchone()[0] == 0:
+                    connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={self._synchronous}")
                 connection.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
@@ -538,7 +542,8 @@ class SQLiteStore(SQLStore):
         6 vacuums incrementally; an older file keeps them for reuse: ``VACUUM`` it once)."""
         db = self._connection()
         with _IN_SQLITE, contextlib.suppress(sqlite3.Error):
-            db.execute("PRAGMA incremental_vacuum").fetchall()
+            # executescript steps it to the end: execute() frees one page per statement
+            db.executescript("PRAGMA incremental_vacuum;")
 
     def _refuse_unless_made(self) -> None:
         """Read, on a read-only connection, whether a runtime made this store: nothing is
@@ -555,10 +560,6 @@ class SQLiteStore(SQLStore):
 
     def _migrate(self) -> None:
         db = self._connection()
-        if db.execute("PRAGMA user_version").fetchone()[0] == 0:
-            # Before the first table: only a new file can vacuum incrementally.
-            with _IN_SQLITE, contextlib.suppress(sqlite3.OperationalError):
-                db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         with _Transaction(self, db):
             version = db.execute("PRAGMA user_version").fetchone()[0]
 

@@ -11,6 +11,7 @@ one engine does is tested beside it: test_sqlite_store.py, test_postgres_store.p
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import secrets
 import threading
@@ -42,12 +43,15 @@ from strategies import RUNTIME_JSON, RUNTIME_TEXT
 
 from blade_runtime.core.store import (
     ActionAlreadyResolved,
+    ActionRecord,
+    BadCursor,
     CallRecord,
     Claim,
     DataRecord,
     Event,
     FileRecord,
     LeaseLost,
+    Pruned,
     Resolution,
     Store,
     StoreError,
@@ -952,3 +956,198 @@ def test_a_lone_surrogate_round_trips_through_every_store(store: Store) -> None:
     stored = store.call("c-sur")
     assert stored is not None and stored.input == {"q": "a\ud800b"}
     assert [e.payload for e in store.events("r")] == [{"note": "\udfff"}]
+
+
+# -- a year of traffic: pages and retention -------------------------------------------------------
+
+
+def _pending(store: Store, tenant: str, principal: str = "") -> ActionRecord:
+    """A suspended call of ``tenant`` made for ``principal`` ("" for nobody), and its action."""
+    call = a_call(tenant=tenant, run_id=uid("run"))
+    call.principal = principal
+    call.lease_until = store.begin(call, ev(call, "started")).lease_until
+    action = an_action(call)
+    action.principal = principal
+    held = call.claim
+    call.state = "suspended"
+    store.suspend(call, action, ev(call, "suspended"), claim=held)
+    return action
+
+
+def _all_pages(
+    read: Callable[..., list[Any]], size: int, between: Callable[[int], None]
+) -> list[str]:
+    """The ids of every page of ``read`` (``limit``/``after``), ``between(n)`` after page n."""
+    seen: list[str] = []
+    after: str | None = None
+    for page in itertools.count():
+        found = read(limit=size + 1, after=after)
+        seen += [a.action_id for a in found[:size]]
+        if len(found) <= size:
+            return seen
+        after = found[size - 1].action_id
+        between(page)
+    raise AssertionError("unreachable")
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(size=st.integers(1, 7), added=st.integers(0, 3), settled=st.integers(0, 3))
+def test_pages_cover_every_record_once_while_records_are_added_and_settled(
+    backend: Backend, size: int, added: int, settled: int
+) -> None:
+    """Keyset pages: every action waiting when the listing began and still waiting when its
+    page is read is on exactly one page, one added meanwhile is on a later page, one settled
+    before its page is on none; another tenant's never, on any page."""
+    store = backend.shared()
+    tenant, other = uid("tenant"), uid("tenant")
+    waiting = [_pending(store, tenant) for _ in range(12)]
+    theirs = [_pending(store, other) for _ in range(3)]
+    late: list[ActionRecord] = []
+    gone: set[str] = set()
+    seen_so_far: list[str] = []
+
+    def between(page: int) -> None:
+        if page >= 3:  # the listing must end: records are added between its first pages only
+            return
+        for _ in range(added):
+            late.append(_pending(store, tenant))
+        unseen = [a for a in waiting if a.action_id not in seen_so_far and a.action_id not in gone]
+        for action in unseen[-settled:] if settled else []:
+            store.resolve(action.action_id, submitted(), ev(a_call(), "resumed"))
+            gone.add(action.action_id)
+
+    def read(**page: Any) -> list[ActionRecord]:
+        found = store.actions(tenant=tenant, **page)
+        seen_so_far.extend(a.action_id for a in found)
+        return found
+
+    listed = _all_pages(read, size, between)
+    assert len(listed) == len(set(listed))  # no record twice
+    expected = [a.action_id for a in waiting if a.action_id not in gone]
+    expected += [a.action_id for a in late]
+    assert listed == expected  # each waiting one once, in order; the settled ones on none
+    assert not {a.action_id for a in theirs} & set(listed)
+    operator = _all_pages(lambda **page: store.actions(**page), size, lambda _: None)
+    assert set(listed) <= set(operator) and {a.action_id for a in theirs} <= set(operator)
+
+
+def test_a_cursor_opens_no_page_for_whoever_could_not_see_its_record(store: Store) -> None:
+    """A page starts after the record its cursor names, found with the same tenant and principal
+    filters: another tenant's (or, within a tenant, another principal's) record is no place to
+    start from, and says nothing of where it sits."""
+    alice = _pending(store, "acme", "alice")
+    _pending(store, "acme", "bob")
+    other = _pending(store, "globex")
+    mine = store.actions(tenant="acme", principal="alice", limit=5, after=alice.action_id)
+    assert mine == []
+    for tenant, principal, cursor in (
+        ("acme", "alice", other.action_id),  # another tenant's
+        ("globex", None, alice.action_id),
+        ("acme", "bob", alice.action_id),  # within the tenant, another principal's
+        ("acme", "alice", "no-such-action"),
+    ):
+        with pytest.raises(BadCursor):
+            store.actions(tenant=tenant, principal=principal, after=cursor)
+    assert store.actions(after=other.action_id) == []  # an operator's: any record
+
+
+def test_listings_are_narrowed_to_a_principal_in_the_query(store: Store) -> None:
+    anyone = _pending(store, "acme")
+    alice = _pending(store, "acme", "alice")
+    _pending(store, "acme", "bob")
+    ids = {a.action_id for a in store.actions(tenant="acme", principal="alice")}
+    assert ids == {anyone.action_id, alice.action_id}
+    calls = store.calls(tenant="acme", principal="alice")
+    assert {c.call_id for c in calls} == {anyone.call_id, alice.call_id}
+    events = store.events(alice.run_id, tenant="acme", principal="alice")
+    assert [e.kind for e in events] == ["started", "suspended"]
+    assert store.events(alice.run_id, tenant="acme", principal="bob") == []
+    assert store.events(alice.run_id, tenant="globex") == []
+    assert len(store.events(alice.run_id, limit=1)) == 1
+
+
+def test_prune_deletes_old_settled_calls_with_everything_of_theirs_and_nothing_else(
+    store: Store,
+) -> None:
+    """Settled history past the policy goes with its actions, ToolData (its children's too),
+    events, files and triggers; running, resumable, suspended and pending calls stay however
+    old, and so does what the policy keeps; a dry run counts and deletes nothing."""
+
+    def settled_call(**fields: Any) -> CallRecord:
+        call, action = suspended(store, **fields)
+        resolved = store.resolve(
+            action.action_id,
+            submitted(call_state="running", call_owner=call.owner),
+            ev(call, "resumed"),
+        )
+        claim = Claim(call.call_id, call.owner, resolved.call_fence)
+        store.write_data(
+            DataRecord(call.call_id, "log", "a", 1, now()), ev(call, "data"), claim=claim
+        )
+        child = DataRecord(f"{call.call_id}/step/1", "log", "b", 2, now())
+        store.write_data(child, None, claim=claim)
+        kept = FileRecord(
+            file_id=uid("file"),
+            tenant="",
+            name="f.txt",
+            media_type="text/plain",
+            size=3,
+            sha256="0" * 64,
+            created_at=now(),
+            call_id=call.call_id,
+            run_id=call.run_id,
+        )
+        store.save_file(kept, b"abc", claim=claim)
+        trigger = TriggerRecord(uid("trg"), call.call_id, call.run_id, "refund", "", {}, now())
+        store.add_trigger(trigger, ev(call, "trigger"), claim=claim)
+        store.settle(claim, {"done": True}, ev(call, "result"))
+        return call
+
+    old = [settled_call(run_id=uid("run")) for _ in range(3)]
+    time.sleep(0.05)
+    cutoff = clock()
+    time.sleep(0.05)
+    new = [settled_call(run_id=uid("run")) for _ in range(2)]
+    running = begun(store, lease_s=-100.0)  # lapsed long ago: still not history
+    waiting, _ = suspended(store)
+    resumable_ = resumable(store)
+    client = a_call(state="pending")
+    store.suspend(client, an_action(client), ev(client, "pending"))
+    living = [running, waiting, resumable_, client]
+
+    assert store.prune() == Pruned()  # no policy: nothing
+    counted = store.prune(settled_before=cutoff, dry_run=True)
+    assert counted.calls == 3 and counted.actions == 3 and counted.data == 6
+    assert counted.events == 3 * 6 and counted.files == 3 and counted.triggers == 3
+    assert counted.bytes >= 3 * 3  # the files' bytes at least
+    assert all(store.call(c.call_id) is not None for c in old)  # a dry run deletes nothing
+
+    assert store.prune(settled_before=cutoff, limit=2).calls == 2  # oldest first, in batches
+    last = store.prune(settled_before=cutoff, limit=2)
+    assert (last.calls, last.actions, last.data, last.events, last.files, last.triggers) == (
+        1,
+        1,
+        2,
+        6,
+        1,
+        1,
+    )
+    for call in old:
+        assert store.call(call.call_id) is None
+        assert store.actions(state=None, call_id=call.call_id) == []
+        assert store.data(call.call_id) == [] and store.data(f"{call.call_id}/step/1") == []
+        assert store.events(call.run_id) == [] and store.triggers(run_id=call.run_id) == []
+    for call in [*new, *living]:
+        assert store.call(call.call_id) is not None
+    assert [d.value for d in store.data(new[0].call_id)] == [1]
+    assert len(store.events(new[0].run_id)) == 6
+
+    assert store.prune(keep=1).calls == 1  # of the two newer settled calls, the newest stays
+    assert store.call(new[0].call_id) is None and store.call(new[1].call_id) is not None
+    assert store.prune(keep=0, settled_before=0.0).calls == 1
+    for call in living:  # never work that may still need a runtime
+        assert store.call(call.call_id) is not None
