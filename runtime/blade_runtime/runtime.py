@@ -36,7 +36,7 @@ from blade_runtime.core.cancel_scope import GRACE_S
 from blade_runtime.core.capabilities import Binding, services_of
 from blade_runtime.core.content import Projected, ProjectionWithContext, project, takes_context
 from blade_runtime.core.context import CallInfo
-from blade_runtime.core.events import EventHub, Subscription
+from blade_runtime.core.events import WINDOW, EventHub, Subscription
 from blade_runtime.core.execution import CallServices
 from blade_runtime.core.files import DEFAULT_MAX_FILE_BYTES, FileAccess, FileBackend
 from blade_runtime.core.interceptors import Interceptors
@@ -463,11 +463,21 @@ class Runtime:
             return counted
         return await sweep(self.io, policy)
 
-    def subscribe(self, run_id: str, *, after: int | None = None) -> Subscription:
+    def subscribe(
+        self,
+        run_id: str,
+        *,
+        after: int | None = None,
+        principal: Principal | None = None,
+        window: int = WINDOW,
+    ) -> Subscription:
         """The run's tool events from now on (or after the sequence number ``after``, on a
         durable store): started, data, suspended, pending, resumed, claimed, result; those
-        other processes commit too, on a durable store."""
-        return self.events.subscribe(run_id, after)
+        other processes commit too, on a durable store. ``principal``: only those of calls it
+        may see. At most ``window`` events wait for a reader that does not keep up (see
+        ``Subscription``). Without ``after``, a durable store's last event is read here, on the
+        caller's thread: from a coroutine, pass ``after=await runtime.records.head(run_id)``."""
+        return self.events.subscribe(run_id, after, principal=principal, window=window)
 
     # -- cancellation ----------------------------------------------------------------------
 

@@ -12,30 +12,56 @@ directly. Each subscriber has its own queue, so a slow subscriber never blocks a
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pydantic import JsonValue
 
-from blade_runtime.core.records import StoreIO, inline
+from blade_runtime.core.caller import Principal
+from blade_runtime.core.records import StoreIO, inline, mine, owner_of, tenant_of
 from blade_runtime.core.store import ActionRecord, Event, Store
 
 PayloadT = TypeVar("PayloadT")
 
 WAIT_S = 1.0  # the longest a subscription waits before it looks at the store again
+WINDOW = 1000
+"""The most events a subscription holds for a reader that has not taken them: past it, it
+reads no more from the store (they stay there, in order, for when the reader catches up) and
+drops this process's transient events (progress, messages), which no store keeps."""
 
 
 class Subscription:
     """An async iterator over one run's events, from the moment of subscribing (or after the
-    sequence number ``after``) until closed; closing hands out what was committed before it."""
+    sequence number ``after``) until closed; closing hands out what was committed before it.
 
-    def __init__(self, hub: EventHub, run_id: str, after: int | None) -> None:
+    ``principal``: only the events of calls it may see (its tenant's, made for it or for
+    nobody; an operator's or None: all), decided on the event's own record, in the store's
+    query for what other processes committed. A reader that does not keep up costs at most
+    ``window`` events of memory: the store is read a page at a time, as the reader makes
+    room (``behind`` says since when it has been full, for a server to give up on it)."""
+
+    def __init__(
+        self,
+        hub: EventHub,
+        run_id: str,
+        after: int | None,
+        *,
+        principal: Principal | None = None,
+        window: int = WINDOW,
+    ) -> None:
         self._hub = hub
         self.run_id = run_id
+        self.principal = principal
+        self.window = max(1, window)
+        self._tenant = tenant_of(principal)
+        self._owner = owner_of(principal)
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self._closed = False
         self.after = 0
+        self.dropped = 0  # transient events not handed out: the reader was a window behind
+        self.behind: float | None = None  # monotonic time since when the window is full
         self._pump: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         # A transient event (progress, a message) waits here while a stored event this process
@@ -50,24 +76,38 @@ class Subscription:
         """The sequence number of the last stored event handed out (to resume from)."""
         return self.after
 
+    def _room(self) -> int:
+        """How many more events the window takes now."""
+        room = self.window - self._queue.qsize()
+        if room <= 0:
+            if self.behind is None:
+                self.behind = time.monotonic()
+            return 0
+        return room
+
     def put(self, event: Event) -> None:
         """An event of this process: stored ones come after any earlier commit of another
         process (read from the store first), so the order is the commit order."""
-        if self._closed:
+        if self._closed or not mine(self.principal, event.tenant, event.principal):
             return
         if not self._hub.store.durable:
-            self._queue.put_nowait(event)
+            if self._room():
+                self._queue.put_nowait(event)
+            else:
+                self.dropped += 1
         elif event.seq == 0:
-            if self._held or self._known > self.after:
+            if not self._room():
+                self.dropped += 1
+            elif self._held or self._known > self.after:
                 self._held.append((self._known, event))
             else:
                 self._queue.put_nowait(event)
-        elif event.seq == self.after + 1:
+        elif event.seq == self.after + 1 and self._room():
             self._release()
             self.after = event.seq
             self._queue.put_nowait(event)
             self._release()
-        elif event.seq > self.after:  # others committed before it: the pump reads them all
+        elif event.seq > self.after:  # others committed before it, or no room: read later
             self._known = max(self._known, event.seq)
             self.wake()
 
@@ -96,9 +136,15 @@ class Subscription:
         if self._closed:
             return
         if self._hub.store.durable:
-            self._catch_up(await self._hub.io(self._hub.store.events, self.run_id, self.after))
+            self._catch_up(await self._hub.io(self._read_page))
             self._release(everything=True)
         self._stop()
+
+    def drop(self) -> None:
+        """Stop at once, reading nothing more (the reader is gone: a client disconnected). No
+        await: a cancelled task's clean-up still ends the subscription."""
+        if not self._closed:
+            self._stop()
 
     def _stop(self) -> None:
         self._closed = True
@@ -118,13 +164,26 @@ class Subscription:
         if event is None:
             self._queue.put_nowait(None)  # stay closed for every later call
             raise StopAsyncIteration
+        if self.behind is not None and self._queue.qsize() <= self.window // 2:
+            self.behind = None
+            self.wake()  # room again: the pump reads on
         return event
+
+    def _read_page(self) -> list[Event]:
+        """The next page of the run's stored events this subscription may show (on the
+        store's thread), as large as the room left in the window."""
+        room = self._room()
+        if not room:
+            return []
+        return self._hub.store.events(
+            self.run_id, self.after, limit=room, tenant=self._tenant, principal=self._owner
+        )
 
     def _catch_up(self, found: list[Event] | None = None) -> None:
         """Hand out the run's stored events after the last one handed out (``found``: read
         already, off the loop)."""
         if found is None:
-            found = self._hub.store.events(self.run_id, self.after)
+            found = self._read_page()
         for event in found:
             if event.seq > self.after:  # put() may have handed it out meanwhile
                 self._release()  # those that came before it
@@ -133,23 +192,29 @@ class Subscription:
         self._release()
 
     async def _read(self) -> None:
-        """Hand out other processes' events of the run as the store reports their commits."""
+        """Hand out other processes' events of the run as the store reports their commits, a
+        page at a time, as the reader makes room; idle, it waits on the store's notice (or its
+        poll) using no CPU."""
         store = self._hub.store
         assert self._wake is not None
         while not self._closed:
             self._wake.clear()
             mark = store.mark()  # before the read: a commit after it ends the wait below at once
-            self._catch_up(await self._hub.io(store.events, self.run_id, self.after))
-            changed = asyncio.ensure_future(store.changed(WAIT_S, mark))
-            woken = asyncio.ensure_future(self._wake.wait())
+            found = await self._hub.io(self._read_page)
+            self._catch_up(found)
+            if len(found) and self._room():
+                continue  # a full page: there may be more
+            waiting: set[asyncio.Future[Any]] = {asyncio.ensure_future(self._wake.wait())}
+            if self._room():  # a full window waits for the reader only
+                waiting.add(asyncio.ensure_future(store.changed(WAIT_S, mark)))
             try:
-                await asyncio.wait({changed, woken}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for waiting in (changed, woken):
-                    waiting.cancel()
+                for pending in waiting:
+                    pending.cancel()
                 # gather, not suppress: a cancellation of this task that arrives meanwhile
                 # must still end it (swallowed, the loop read the store forever)
-                await asyncio.gather(changed, woken, return_exceptions=True)
+                await asyncio.gather(*waiting, return_exceptions=True)
 
 
 class EventHub:
@@ -161,8 +226,15 @@ class EventHub:
         self._subscribers: dict[str, list[Subscription]] = {}
         self.active = False  # any subscriber at all: when not, no event is even built
 
-    def subscribe(self, run_id: str, after: int | None = None) -> Subscription:
-        subscription = Subscription(self, run_id, after)
+    def subscribe(
+        self,
+        run_id: str,
+        after: int | None = None,
+        *,
+        principal: Principal | None = None,
+        window: int = WINDOW,
+    ) -> Subscription:
+        subscription = Subscription(self, run_id, after, principal=principal, window=window)
         self._subscribers.setdefault(run_id, []).append(subscription)
         self.active = True
         return subscription
