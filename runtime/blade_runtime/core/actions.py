@@ -89,8 +89,18 @@ def answer(
     edited = value.get("input")
     if isinstance(edited, dict) and value.get("decision") != "deny":
         resolution = replace(resolution, call_input=edited)
-        if owner is None:  # outside a runtime nothing narrows the edited input: the widest
-            resolution = replace(resolution, call_side_effect="non_idempotent")
+        if owner is None:  # outside a runtime nothing narrows the edited input: the spec's own
+            shown = action.payload if isinstance(action.payload, dict) else {}
+            declared = shown.get("spec_side_effect")
+            resolution = replace(
+                resolution,
+                call_kind=str(shown["spec_kind"]) if shown.get("spec_kind") else None,
+                call_side_effect=(
+                    declared  # a request of an older release says none: the widest there is
+                    if declared in ("pure", "idempotent", "non_idempotent")
+                    else "non_idempotent"
+                ),
+            )
     return resolution, event
 
 

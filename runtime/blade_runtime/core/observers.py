@@ -65,11 +65,17 @@ class Lifecycle:
 
     @property
     def side_effect(self) -> str:
-        return self.spec.side_effect
+        """The call's, as its registration's ``behavior`` narrowed it (else the spec's)."""
+        behavior = self.call.behavior
+        if behavior is None or behavior.side_effect is None:
+            return self.spec.side_effect
+        return behavior.side_effect
 
     @property
     def kind(self) -> str | None:
-        return self.spec.kind
+        """The call's, as narrowed (else the spec's)."""
+        behavior = self.call.behavior
+        return self.spec.kind if behavior is None else behavior.kind
 
     @property
     def result(self) -> JsonValue:

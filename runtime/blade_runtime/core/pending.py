@@ -160,6 +160,7 @@ class PendingActions:
                 registration, call, won.call_input, denied, committed=True
             )
         call.context = CallContext.from_json(won.call_context)
+        call.behavior = stored_behavior(won.call_kind, won.call_side_effect)
         if action.point == ADMISSION:  # approved: the first entry runs now, with the final input
             return await self.runner.run_claimed(
                 registration, call, won.call_input, fence=won.call_fence
@@ -391,6 +392,14 @@ def renarrowed(registration: Registration[Any], arguments: JsonObject) -> Behavi
             "%s: its behavior callback failed on an edited input: %s", registration.name, error
         )
         return Behavior(spec.kind, spec.side_effect)
+
+
+def stored_behavior(kind: str | None, side_effect: str | None) -> Behavior | None:
+    """The behaviour a call's record holds (what its start, or an edited input's answer,
+    decided), for whatever reads the call again: the policy, observers, recovery."""
+    if side_effect not in ("pure", "idempotent", "non_idempotent"):
+        return None
+    return Behavior(kind, side_effect)  # type: ignore[arg-type]
 
 
 def _call_of(action: ActionRecord) -> CallInfo:

@@ -294,6 +294,9 @@ def request_payload(
         "spec_id": request.spec_id,
         "kind": request.kind,
         "side_effect": request.side_effect,
+        # the spec's own: what an input a person edits runs as where nothing narrows it again
+        "spec_kind": request.spec.kind,
+        "spec_side_effect": request.spec.side_effect,
         "prompt": prompt or f"Allow {request.name} to run with this input?",
         "input": dict(request.input),
         "details": details,

@@ -29,7 +29,7 @@ from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import EventHub
 from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.outcomes import HOST, INTERRUPTED_MESSAGE, error_result, log
-from blade_runtime.core.pending import PendingActions
+from blade_runtime.core.pending import PendingActions, stored_behavior
 from blade_runtime.core.permissions import ADMISSION, DEFAULT_DENIAL
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
@@ -211,6 +211,7 @@ class Recovery:
             record.name,
             record.spec_id,
             CallContext.from_json(record.context),
+            behavior=stored_behavior(record.kind, record.side_effect),
         )
         if claimed.event is not None:  # committed with the claim
             self.events.publish(claimed.event)

@@ -434,6 +434,8 @@ class Resolved:
     call_context: JsonValue = None
     call_fence: int = 0  # the call's fencing token after it (one more when it is re-entered)
     event: Event | None = None
+    call_kind: str | None = None  # the call's behaviour as stored (narrowed, or the spec's)
+    call_side_effect: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

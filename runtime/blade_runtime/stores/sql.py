@@ -475,7 +475,7 @@ class SQLStore:
                 "fence = fence + (CASE WHEN :claims THEN 1 ELSE 0 END), "
                 "settled_at = CASE WHEN :settles THEN {now} ELSE settled_at END "
                 "WHERE call_id = (SELECT call_id FROM blade_actions WHERE action_id = :action_id) "
-                "RETURNING input, context, fence, lease_until",
+                "RETURNING input, context, fence, lease_until, kind, side_effect",
                 {
                     "call_state": resolution.call_state,
                     "entry": dump(resolution.call_entry),
@@ -500,7 +500,9 @@ class SQLStore:
         row = call.one()
         if row is None:  # only an action was recorded
             return Resolved(resolved, {}, event=committed)
-        return Resolved(resolved, load(row[0]), load(row[1]), int(row[2]), committed)
+        return Resolved(
+            resolved, load(row[0]), load(row[1]), int(row[2]), committed, row[4], row[5]
+        )
 
     def _unresolvable(self, action_id: str) -> StoreError:
         """Why an action did not resolve: lost the race (how it went), or no such action."""

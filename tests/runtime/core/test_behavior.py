@@ -237,3 +237,100 @@ def test_an_input_a_person_edits_is_narrowed_again_before_it_runs(
         assert stored == [("non_idempotent", "write")]  # the real purge, as its spec declares
     else:
         assert stored[0][0] == "non_idempotent"
+
+
+def test_observers_and_the_policy_after_a_resume_see_the_narrowed_behaviour(purge: Any) -> None:
+    """Issue 40: what the call's start stored is what everyone reads: ``execution_started``
+    observers, and the policy judging a second permission step after the call resumed."""
+    started: list[tuple[str, str | None]] = []
+    judged: list[tuple[str | None, str, str | None]] = []
+
+    class Watch:
+        async def execution_started(self, event: Any) -> None:
+            started.append((event.side_effect, event.kind))
+
+    def policy(request: PermissionRequest) -> Any:
+        judged.append((request.prompt, request.side_effect, request.kind))
+        return Ask() if request.prompt == "first?" else None
+
+    async def run(ctx: Any) -> Any:
+        await ctx.request_permission("first?")
+        await ctx.request_permission("second?")  # judged after the resume
+        return purge.SPEC.output_type(removed=0)
+
+    runtime = Runtime(permission=policy)
+    runtime.observe(Watch())
+    runtime.register(purge.SPEC, run, behavior=by_dry_run)
+
+    async def scenario() -> Any:
+        asked = await runtime.call("purge_files", {"folder": "/x", "dry_run": True})
+        return await runtime.submit(asked.action.action_id, {"decision": "approve"})
+
+    done = asyncio.run(scenario())
+    assert isinstance(done, ToolSuccess), done
+    assert started == [("pure", "read_only"), ("pure", "read_only")]
+    assert judged == [
+        (None, "pure", "read_only"),  # the call as a whole, before it runs
+        ("first?", "pure", "read_only"),
+        ("second?", "pure", "read_only"),  # after the resume: the stored behaviour
+    ]
+
+
+def test_an_input_edited_on_the_cli_keeps_the_spec_s_behaviour_and_is_replayed(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: an idempotent tool, asked as a dry run (narrowed to pure) and approved on the
+    operators' CLI with an edited input: nothing there narrows the edited input, so it keeps
+    its spec's idempotent (the widest for any input), not non_idempotent; the worker that runs
+    it stalls past its lease, and another worker runs it again."""
+    from blade_runtime.serving import cli
+
+    root = tmp_path / "idem"
+    idempotent = {**PURGE, "name": "sync_files", "sideEffect": "idempotent"}
+    add_spec(root / "specs", spec("files.sync-files.v1", **idempotent))
+    build(root / "specs", root / "out", "behavior_idem_pkg")
+    _import_package(root / "out", "behavior_idem_pkg")
+    sync = importlib.import_module("behavior_idem_pkg.files.sync_files_v1")
+    path = tmp_path / "edited.db"
+    store = SQLiteStore(path)
+    entries: list[str] = []
+
+    async def scenario() -> tuple[Any, Any]:
+        gate = asyncio.Event()
+        reaching = Stalled(store)
+        asker = Runtime(store=store, permission=lambda request: Ask("sync?"))
+        stalled = Runtime(store=reaching, lease_s=0.6)  # type: ignore[arg-type]
+        survivor = Runtime(store=store, lease_s=0.6)
+
+        def implementation(who: str) -> Any:
+            async def run(ctx: Any) -> Any:
+                entries.append(who)
+                if who == "stalled":
+                    await gate.wait()
+                return sync.SPEC.output_type(removed=1)
+
+            return run
+
+        for runtime, who in ((asker, "asker"), (stalled, "stalled"), (survivor, "survivor")):
+            runtime.register(sync.SPEC, implementation(who), behavior=by_dry_run)
+        asked = await asker.call("sync_files", {"folder": "/d", "dry_run": True}, call_id="s1")
+        edited = {"decision": "approve", "input": {"folder": "/d"}}
+        argv = ["pending", "submit", asked.action.action_id, json.dumps(edited)]  # type: ignore[union-attr]
+        assert cli.main([*argv, "--store", str(path)]) == 0
+        record = store.call("s1")
+        running = asyncio.create_task(stalled.recover())
+        while not entries:
+            await asyncio.sleep(0.01)
+        taken = await taken_over(survivor, "s1")
+        gate.set()
+        await running
+        reaching.stalled = False
+        for runtime in (asker, stalled, survivor):
+            await runtime.close()
+        return record, taken
+
+    record, taken = asyncio.run(scenario())
+    store.close()
+    assert record is not None and (record.side_effect, record.kind) == ("idempotent", "write")
+    assert [r.status for r in taken if r.call.call_id == "s1"] == ["success"]
+    assert entries == ["stalled", "survivor"]  # run again: never INTERRUPTED
