@@ -9,6 +9,7 @@
     blade-runtime grants revoke GRANT_ID --store URL
     blade-runtime serve MODULE:RUNTIME --store URL [--host 127.0.0.1] [--port 8000]
                         [--auth MODULE:FUNCTION | --allow-anonymous]
+                        [--allowed-host HOST ...] [--allowed-origin ORIGIN ...]
     blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
                       [--principal ID@TENANT]
 
@@ -142,6 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     http.add_argument("--port", type=_port, default=8000, help="port to bind (0 to 65535)")
     http.add_argument("--auth", metavar="MODULE:FUNCTION", help="authenticate(request)")
     http.add_argument("--allow-anonymous", action="store_true", help="local development only")
+    http.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="HOST",
+        help="a name requests may be addressed to, besides the loopback names and --host "
+        "(repeatable; *.example.com for subdomains)",
+    )
+    http.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a site whose pages may send requests, e.g. https://app.example.com (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.group == "serve":
         from blade_runtime.serving.serve import serve as run_serve
@@ -153,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             auth=args.auth,
             allow_anonymous=args.allow_anonymous,
+            allowed_hosts=args.allowed_host or (),
+            allowed_origins=args.allowed_origin or (),
         )
     if args.group == "mcp":
         try:

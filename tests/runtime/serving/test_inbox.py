@@ -408,7 +408,7 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         other.bring_to_front()
         other.click(f'#actions li[data-action-id="{second["action_id"]}"] button')
         other.wait_for_selector("#detail:not([hidden])")
-        cancelled = http.post(f"/v1/actions/{second['action_id']}/cancel", headers=ALICE)
+        cancelled = http.post(f"/v1/actions/{second['action_id']}/cancel", json={}, headers=ALICE)
         assert cancelled.status_code == 200
         expect(other.locator("#detail-gone")).to_contain_text("cancelled")
         expect(other.locator("#actions li")).to_have_count(1)

@@ -506,7 +506,7 @@ def test_the_http_api_serves_calls_and_pending_actions_from_temporal(place: Plac
         transport = httpx.ASGITransport(app=app)
         async with (
             worker(client, runtime, task_queue=place.task_queue),
-            httpx.AsyncClient(transport=transport, base_url="http://test") as http,
+            httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http,
         ):
             alice, bob = {"x-user": "alice"}, {"x-user": "bob"}
             assert (await http.get("/v1/actions")).status_code == 401
