@@ -223,6 +223,18 @@ def browser(chromium: Any) -> Iterator[Any]:
             context.close()
 
 
+def open_inbox(page: Any, url: str, token: str, action: str | None = None) -> None:
+    """The inbox as a person opens it: the page (a deep link to ``action``), then the token
+    pasted into its sign-in form (it takes none from a link)."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{url}/inbox" + (f"#action={action}" if action else ""))
+    expect(page.locator("#sign-in")).to_be_visible()
+    page.fill("#token-input", token)
+    page.click("#sign-in-button")
+    expect(page.locator("#sign-in")).to_be_hidden()
+
+
 def scripted(browser: Any) -> Any:
     """A page whose scripts may be evaluated: Playwright's waits evaluate script text, which
     the inbox's CSP forbids, so these pages bypass it (bob's page below runs under it)."""
@@ -281,9 +293,8 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         requests: list[str] = []
         page.on("request", lambda request: requests.append(request.url))
         for each in (page, other):
-            each.goto(f"{server.url}/inbox#token=token-alice")
+            open_inbox(each, server.url, "token-alice")
             expect(each.locator("#actions li")).to_have_count(3)
-        assert "token" not in page.url  # taken out of the address bar
         assert set(listed(page)) == mine and theirs["action_id"] not in listed(page)
 
         # each item says what it is about (its payload's fields), who asked, how long it waits
@@ -418,7 +429,7 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         bobs = browser.new_page()
         console: list[str] = []
         bobs.on("console", lambda message: console.append(message.text))
-        bobs.goto(f"{server.url}/inbox#token=token-bob")
+        open_inbox(bobs, server.url, "token-bob")
         expect(bobs.locator("#actions li")).to_have_count(1)
         assert bobs.get_attribute("#actions li", "data-action-id") == theirs["action_id"]
         expect(bobs.locator("#actions li .who")).to_contain_text(TOKENS["token-bob"].id)
@@ -460,7 +471,7 @@ def test_a_permission_request_offers_its_input_and_leaves_it_out_unless_changed(
         ]
         assert all(a["point"] == "@permission" for a in asks)
         page = scripted(browser).new_page()
-        page.goto(f"{server.url}/inbox#token=token-alice")
+        open_inbox(page, server.url, "token-alice")
         expect(page.locator("#actions li")).to_have_count(2)
         first, second = (a["action_id"] for a in asks)
         summary = item(page, first, "summary")  # the tool's input, in words
@@ -542,7 +553,7 @@ def test_the_list_filters_by_tool_and_by_age(
         refund = http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
         refunding = refund.json()["action"]["action_id"]
         page = scripted(browser).new_page()
-        page.goto(f"{server.url}/inbox#token=token-alice")
+        open_inbox(page, server.url, "token-alice")
         expect(page.locator("#actions li")).to_have_count(3)
         assert "2 h" in item(page, old, "age") and " h" not in item(page, new, "age")
 
@@ -593,7 +604,7 @@ def test_an_expiring_action_says_so_and_a_deep_link_opens_one(
         held = http.post("/v1/tools/hold_seat/calls", json={"seat": "12A"}, headers=ALICE)
         action = held.json()["action"]
         page = scripted(browser).new_page()
-        page.goto(f"{server.url}/inbox#token=token-alice")
+        open_inbox(page, server.url, "token-alice")
         expect(page.locator("#actions li")).to_have_count(1)
         expect(page.locator("#actions li .expiry")).to_contain_text("expires in")
         assert "soon" in (page.get_attribute("#actions li .expiry", "class") or "")
@@ -610,17 +621,25 @@ def test_an_expiring_action_says_so_and_a_deep_link_opens_one(
         record = runtime.store.action(action["action_id"])
         assert record is not None and record.state == "expired"
 
-        # a deep link (as an MCP elicitation gives) opens its action; a token with "+" survives
+        # a deep link (as an MCP elicitation gives) opens its action once signed in; a token
+        # with "+" is taken as typed
         monkeypatch.setitem(TOKENS, "a+b/c=", TOKENS["token-alice"])
         second = http.post("/v1/tools/hold_seat/calls", json={"seat": "14C"}, headers=ALICE)
         linked = second.json()["action"]["action_id"]
         deep = browser.new_page()
-        deep.goto(f"{server.url}/inbox#token=a%2Bb%2Fc%3D&action={linked}")
+        open_inbox(deep, server.url, "a+b/c=", action=linked)
         expect(deep.locator("#detail-title")).to_contain_text("hold_seat")
         expect(deep.locator("#detail-payload")).to_contain_text("14C")
-        assert deep.url.endswith(f"/inbox#action={linked}")  # the token left the address bar
+        assert deep.url.endswith(f"/inbox#action={linked}")
         gone = browser.new_page()
-        gone.goto(f"{server.url}/inbox#token=token-bob&action={linked}")
+        open_inbox(gone, server.url, "token-bob", action=linked)
         expect(gone.locator("#status")).to_contain_text("is not pending for you")
         expect(gone.locator("#detail")).to_be_hidden()
+        # a link carrying a token (someone else's) signs nobody in: it is dropped, and said
+        lured = browser.new_page()
+        lured.goto(f"{server.url}/inbox#token=token-bob&action={linked}")
+        expect(lured.locator("#sign-in-note")).to_contain_text("does not take tokens from links")
+        assert lured.url.endswith(f"/inbox#action={linked}")
+        assert lured.evaluate("sessionStorage.length") == 0
+        expect(lured.locator("#actions li")).to_have_count(0)
     shots.keep()
