@@ -643,3 +643,168 @@ def test_an_expiring_action_says_so_and_a_deep_link_opens_one(
         assert lured.evaluate("sessionStorage.length") == 0
         expect(lured.locator("#actions li")).to_have_count(0)
     shots.keep()
+
+
+AXE = Path(__file__).parents[2] / "fixtures" / "axe-core" / "axe.min.js"
+AXE_RUN = """async () => {
+  const found = await axe.run(document, {runOnly: {type: "tag", values: ["wcag2a", "wcag2aa",
+    "wcag21a", "wcag21aa"]}});
+  return found.violations.map(
+    (v) => v.id + ": " + v.nodes.map((n) => n.target.join(" ")).join(", "));
+}"""
+WIDEST = "() => Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+WIDER = """width => [...document.querySelectorAll("body *")]
+  .filter((n) => n.getBoundingClientRect().right > width)
+  .map((n) => n.tagName + "#" + n.id + "." + n.className + " " + n.getBoundingClientRect().right)
+  .slice(0, 8)"""
+# Visible controls smaller than 44 x 44 px (a checkbox counts by the row that holds its label).
+SMALL = """() => [...document.querySelectorAll("button, input, select, textarea, summary, a")]
+  .filter((n) => n.offsetParent !== null)
+  .map((n) => [n, n.type === "checkbox" ? n.closest(".check-row") : n])
+  .filter(([n, box]) => { const r = box.getBoundingClientRect();
+    return r.height < 44 || (n.tagName !== "A" && r.width < 44); })
+  .map(([n]) => n.id || n.textContent.trim() || n.outerHTML.slice(0, 60))"""
+
+
+def axe(page: Any) -> list[str]:
+    page.add_script_tag(path=str(AXE))
+    return list(page.evaluate(AXE_RUN))
+
+
+def required_in_tree(page: Any) -> dict[str, bool]:
+    """The accessibility tree's ``required`` of each form control, by its data-path (what a
+    screen reader announces, read from Chromium itself)."""
+    return tree_property(page, "required", True)
+
+
+def invalid_in_tree(page: Any) -> dict[str, bool]:
+    return tree_property(page, "invalid", "true")
+
+
+def tree_property(page: Any, name: str, wanted: Any) -> dict[str, bool]:
+    session = page.context.new_cdp_session(page)
+    root = session.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+    paths = page.eval_on_selector_all(
+        "#submit-form [data-path]:is(input, select, textarea)",
+        "els => els.map((e) => e.dataset.path)",
+    )
+    found = {}
+    for path in paths:
+        selector = f'#submit-form [data-path="{path}"]:is(input, select, textarea)'
+        node = session.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+        tree = session.send(
+            "Accessibility.getPartialAXTree", {"nodeId": node, "fetchRelatives": False}
+        )["nodes"]
+        found[path] = any(
+            p["name"] == name and p["value"].get("value") == wanted
+            for p in tree[0].get("properties", [])
+        )
+    session.detach()
+    return found
+
+
+@pytest.mark.parametrize("width", [375, 1280])
+def test_the_inbox_as_govuk_would_have_it_axe_focus_required_cancel_and_a_small_screen(
+    width: int, tmp_path: Path, inbox_package: Any, browser: Any
+) -> None:
+    """Issue 50.8, in Chromium at a phone's width and a desktop's: axe-core finds no WCAG 2.1
+    A/AA violation in the list, an open form and its error state; the accessibility tree
+    announces the required fields (and only those); focus goes where attention goes; the error
+    summary sits at the top with links; cancelling asks first; nothing is wider than the
+    screen, even with a long call id shown; every control is a 44 px touch target."""
+    from blade_inbox.orders import review_order_v1 as review
+    from playwright.sync_api import expect
+
+    shots = Shots(tmp_path)
+    runtime = review_runtime(SQLiteStore(tmp_path / "a11y.db"), review)
+    app = create_app(runtime, authenticate=authenticate)
+    long_key = "call-" + "x" * 190  # an unbreakable id, as Technical details shows it
+    with serving(app) as server, httpx.Client(base_url=server.url) as http:
+        made = http.post(
+            "/v1/tools/review_order/calls",
+            json={"order_id": "ord_1", "total_minor": 4200},
+            headers={**ALICE, "Idempotency-Key": long_key},
+        ).json()["action"]
+        second = http.post(
+            "/v1/tools/review_order/calls",
+            json={"order_id": "ord_2", "total_minor": 10},
+            headers=ALICE,
+        ).json()["action"]
+        context = browser.new_context(bypass_csp=True, viewport={"width": width, "height": 800})
+        page = context.new_page()
+        open_inbox(page, server.url, "token-alice")
+        expect(page.locator("#actions li")).to_have_count(2)
+        assert axe(page) == []
+        shots.take(page, f"{width}-list")
+        assert page.evaluate(WIDEST) <= width, page.evaluate(WIDER, width)
+
+        page.click(f'#actions li[data-action-id="{made["action_id"]}"] button')
+        expect(page.locator("#submit-form")).to_be_visible()
+        assert page.evaluate("document.activeElement.id") == "detail-title"
+        page.click("details.technical summary")
+        expect(page.locator("#detail-ids")).to_contain_text(long_key[:40])
+        assert page.evaluate(WIDEST) <= width, "a long id widens the page"
+        required = required_in_tree(page)
+        assert not any(invalid_in_tree(page).values())  # nothing is said wrong before a try
+        assert required["/score"] and required["/reviewer/name"], required
+        # Chromium's tree lists no "required" of a <select> (a combobox): its attribute says it
+        assert page.get_attribute('[data-path="/decision"]', "aria-required") == "true"
+        assert not required["/note"] and not required["/notify"]
+        assert not required["/escalation/to"]  # required only once its optional group is used
+        assert page.evaluate(SMALL) == []
+        assert axe(page) == []
+        shots.take(page, f"{width}-form")
+
+        # refused in the browser: the summary, at the top, takes focus; its links lead on
+        page.click("#submit-button")
+        expect(page.locator("#form-errors")).to_be_visible()
+        assert page.evaluate("document.activeElement.id") == "form-errors"
+        order = page.evaluate(
+            "() => document.getElementById('form-errors').compareDocumentPosition("
+            "document.getElementById('form-fields')) & Node.DOCUMENT_POSITION_FOLLOWING"
+        )
+        assert order, "the summary is above the fields"
+        links = page.eval_on_selector_all("#form-errors a", "els => els.map(e => e.textContent)")
+        assert "Select decision" in links and "Enter score" in links, links
+        assert beside(page, "/score") == "Enter score"
+        page.click("#form-errors a >> text=Enter score")
+        assert page.evaluate("document.activeElement.dataset.path") == "/score"
+        page.fill('input[data-path="/score"]', "12")
+        assert beside(page, "/score") == "Score must be at most 10"
+        assert axe(page) == []
+        assert page.evaluate(WIDEST) <= width
+        shots.take(page, f"{width}-errors")
+
+        # an array row removed: focus goes to the row now in its place
+        for index, tag in enumerate(["a", "b"]):
+            page.click('fieldset[data-path="/tags"] > button')
+            page.fill(f'input[data-path="/tags/{index}"]', tag)
+        page.click('fieldset[data-path="/tags"] .array-item > button')
+        assert page.evaluate("document.activeElement.dataset.path") == "/tags/0"
+        assert page.input_value('input[data-path="/tags/0"]') == "b"
+
+        # cancelling asks first; "No" keeps the action, and focus where it was
+        page.click("#cancel-button")
+        expect(page.locator("#cancel-confirm")).to_be_visible()
+        assert page.evaluate("document.activeElement.id") == "cancel-confirm-title"
+        assert page.evaluate(SMALL) == []
+        shots.take(page, f"{width}-cancel")
+        page.click("#cancel-no")
+        assert page.evaluate("document.activeElement.id") == "cancel-button"
+        assert runtime.store.action(made["action_id"]).state == "pending"  # type: ignore[union-attr]
+        page.click("#cancel-button")
+        page.click("#cancel-yes")
+        expect(page.locator("#result")).to_be_visible()
+        assert runtime.store.action(made["action_id"]).state == "cancelled"  # type: ignore[union-attr]
+        # after an answer: its heading has focus, the next waiting action one Tab away
+        assert page.evaluate("document.activeElement.id") == "result-title"
+        expect(page.locator("#next-action")).to_contain_text("review_order")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.id") == "next-action"
+        page.keyboard.press("Enter")
+        expect(page.locator("#detail-title")).to_be_focused()
+        assert page.evaluate("() => document.querySelector('#detail-ids dd').textContent") == (
+            second["action_id"]
+        )
+        shots.take(page, f"{width}-next")
+    shots.keep()

@@ -934,7 +934,9 @@
   // announced as required; inside an optional group it is required only once the group is used).
   function field(ctx, raw, path, name, required, top, given, within) {
     const schema = resolve(ctx.root, raw);
-    const announced = required && within ? true : undefined;
+    // aria-required="true", not the required attribute: a required control left empty would
+    // be announced invalid (constraint validation) before the person typed anything
+    const announced = required && within ? "true" : undefined;
     const start = given === undefined ? schema.default : given;
     const id = "f" + ++counter;
     const title = schema.title || humanize(name);
@@ -1105,7 +1107,7 @@
 
     if (type === "enum" || type === "const") {
       const options = type === "const" ? [schema.const] : schema.enum;
-      const select = el("select", { id, "data-path": path, required: announced });
+      const select = el("select", { id, "data-path": path, "aria-required": announced });
       select.append(el("option", { value: "", text: required ? "Choose…" : "(none)" }));
       options.forEach((option, index) => {
         select.append(el("option", { value: String(index), text: option === null ? "—" : scalarText(option) }));
@@ -1128,7 +1130,7 @@
         type: "number",
         id,
         "data-path": path,
-        required: announced,
+        "aria-required": announced,
         step: type === "integer" ? "1" : "any",
         min: schema.minimum,
         max: schema.maximum,
@@ -1156,7 +1158,7 @@
         type: long ? undefined : "text",
         id,
         "data-path": path,
-        required: announced,
+        "aria-required": announced,
         rows: long ? 3 : undefined,
       });
       if (typeof start === "string") input.value = start;
@@ -1171,7 +1173,7 @@
     }
 
     // anything else (unions, untyped values, free-form objects): JSON text
-    const area = el("textarea", { id, "data-path": path, rows: 3, required: announced });
+    const area = el("textarea", { id, "data-path": path, rows: 3, "aria-required": announced });
     if (start !== undefined) area.value = JSON.stringify(start, null, 2);
     const initial = area.value.trim();
     wrap.append(area);
