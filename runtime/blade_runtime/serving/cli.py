@@ -292,7 +292,7 @@ def _view(action: ActionRecord) -> dict[str, Any]:
     }
 
 
-def _listing(
+def listing(
     found: Sequence[T],
     as_json: bool,
     json_of: Callable[[T], Any],
@@ -320,7 +320,7 @@ def _list(store: Store, run: str | None, tool: str | None, as_json: bool) -> int
         )
 
     found = store.actions(run_id=run, name=tool)
-    return _listing(found, as_json, _view, line, "no pending actions")
+    return listing(found, as_json, _view, line, "no pending actions")
 
 
 def _show(store: Store, action_id: str) -> int:
@@ -385,7 +385,7 @@ def _grants(
         )
 
     found = store.grants(tenant=tenant, principal=principal, tool=tool)
-    return _listing(found, as_json, asdict, line, "no standing grants")
+    return listing(found, as_json, asdict, line, "no standing grants")
 
 
 def _revoke(store: Store, grant_id: str) -> int:

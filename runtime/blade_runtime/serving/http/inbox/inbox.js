@@ -591,6 +591,11 @@
       }
     }
     items.push(...general.map((line) => el("li", { text: line })));
+    // unchanged, left as it is: an alert rewritten on every keystroke is read out again, and a
+    // page rewritten while a button is pressed loses the click
+    const said = items.map((item) => item.textContent).join("\n");
+    if (box.dataset.said === said && box.hidden === (items.length === 0)) return;
+    box.dataset.said = said;
     $("form-errors-list").replaceChildren(...items);
     box.hidden = items.length === 0;
   }
@@ -913,6 +918,9 @@
     return {
       node,
       set(texts) {
+        const said = texts.join("\n");
+        if (node.dataset.said === said) return; // as shown: left alone
+        node.dataset.said = said;
         node.replaceChildren(...texts.map((text) => el("span", { text })));
         node.hidden = texts.length === 0;
         box.classList.toggle("has-error", texts.length > 0);
