@@ -1,7 +1,9 @@
 """The ASGI app: the runtime's calls, pending actions and events over HTTP, per tenant.
 
-Every request is authenticated by the application's ``authenticate(request)`` (a Principal, or
-None: refused with 401) before anything is read or written. A principal sees only its tenant's
+A request reaches a route only when its Host, its browser Origin and a POST's declared JSON body
+pass ``TrustedSites`` (``sites.py``). Every request is then authenticated by the application's
+``authenticate(request)`` (``auth.py``: a Principal, or None: refused with 401) before anything
+is read or written. A principal sees only its tenant's
 calls, actions, files and event streams (another tenant's do not exist: 404); the ``operator``
 role sees all. Every read goes through ``runtime.records`` with the request's principal, and
 every submit, cancel and fail takes it: the store's record decides whose a call is, never a
@@ -9,7 +11,9 @@ memory of this process (another process sharing the store may have made the call
 Progress and messages (``ctx.progress``, ``ctx.message``) reach the run's event stream as
 transient events without an ``id``, in order with the stored ones. A call is keyed
 by its ``Idempotency-Key`` (its call id): a retry, or the same request sent twice at once,
-returns the first call's result and never runs the tool again.
+returns the first call's result and never runs the tool again; the store's record of the call
+answers it, and this process keeps answers only of calls the store does not record
+(``idempotency.py``).
 """
 
 from __future__ import annotations
