@@ -37,7 +37,7 @@ from blade_codegen.models import (
 )
 from blade_codegen.plan import CLIENT_MODULE, RESERVED, BuildPlan, SharedPlan, ToolPlan, pascal
 from blade_codegen.refs import RefTarget, parse_ref
-from blade_codegen.resolve import Slot, canonical_json, shared_key
+from blade_codegen.resolve import Slot, shared_key
 from blade_codegen.schemas import resolve_pointer, transform
 from blade_codegen.syntax import code_lines, offset, parsed, source_of, spliced, tokens_of
 
@@ -528,7 +528,9 @@ def render_tool(
             context_type=context_type,
             spec_class=spec_class,
             spec_params=", ".join(params),
-            schemas_json=canonical_json(schemas),
+            # the spec's own key order (deterministic: the file's), not sorted: forms, tool
+            # lists and OpenAPI documents show properties as the spec lists them
+            schemas_json=json.dumps(schemas, separators=(",", ":"), ensure_ascii=False),
             action_inputs=action_inputs,
             children=children,
             action_payloads=action_payloads,

@@ -12,6 +12,7 @@
     blade-runtime prune --store URL [--older-than 30d] [--keep N] [--dry-run]
     blade-runtime serve MODULE:RUNTIME --store URL [--host 127.0.0.1] [--port 8000]
                         [--auth MODULE:FUNCTION | --allow-anonymous]
+                        [--allowed-host HOST ...] [--allowed-origin ORIGIN ...]
     blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
                       [--principal ID@TENANT]
 
@@ -53,7 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any, TypeVar
 
@@ -166,6 +167,19 @@ def main(argv: list[str] | None = None) -> int:
     http.add_argument("--port", type=_port, default=8000, help="port to bind (0 to 65535)")
     http.add_argument("--auth", metavar="MODULE:FUNCTION", help="authenticate(request)")
     http.add_argument("--allow-anonymous", action="store_true", help="local development only")
+    http.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="HOST",
+        help="a name requests may be addressed to, besides the loopback names and --host "
+        "(repeatable; *.example.com for subdomains)",
+    )
+    http.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a site whose pages may send requests, e.g. https://app.example.com (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.group == "serve":
         from blade_runtime.serving.serve import serve as run_serve
@@ -177,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             auth=args.auth,
             allow_anonymous=args.allow_anonymous,
+            allowed_hosts=args.allowed_host or (),
+            allowed_origins=args.allowed_origin or (),
         )
     if args.group == "mcp":
         try:
@@ -323,26 +339,41 @@ def _view(action: ActionRecord) -> dict[str, Any]:
     }
 
 
-def _listing(
+def listing(
+    found: Sequence[T],
+    as_json: bool,
+    json_of: Callable[[T], Any],
+    line_of: Callable[[T], str],
+    none: str,
+    *,
+    first: bool = True,
+    more: str | None = None,
+) -> int:
+    """A list command's output: JSON, or a line each (``none`` when the first page has none,
+    said where a person reads it; a script reading stdout finds it empty); ``more``: the cursor
+    of the next page, whose command line goes to stderr."""
+    if as_json:
+        print(json.dumps([json_of(item) for item in found], indent=2, ensure_ascii=False))
+    else:
+        if not found and first:
+            print(none, file=sys.stderr)
+        for item in found:
+            print(line_of(item))
+    if more is not None:
+        print(f"more: add --after {more} for the next page", file=sys.stderr)
+    return 0
+
+
+def _paged_listing(
     page: Page[T],
     args: argparse.Namespace,
     json_of: Callable[[T], Any],
     line_of: Callable[[T], str],
     none: str,
 ) -> int:
-    """A list command's output: JSON, or a line each (``none`` when there are none, said where a
-    person reads it; a script reading stdout finds it empty); when there is a next page, the
-    command line for it on stderr."""
-    if args.json:
-        print(json.dumps([json_of(item) for item in page.items], indent=2, ensure_ascii=False))
-    else:
-        if not page.items and args.after is None:
-            print(none, file=sys.stderr)
-        for item in page.items:
-            print(line_of(item))
-    if page.next is not None:
-        print(f"more: add --after {page.next} for the next page", file=sys.stderr)
-    return 0
+    return listing(
+        page.items, args.json, json_of, line_of, none, first=args.after is None, more=page.next
+    )
 
 
 def _page(
@@ -371,7 +402,7 @@ def _list(store: Store, args: argparse.Namespace) -> int:
     found = _page(read, args, lambda action: action.action_id)
     if found is None:
         return EXIT_USAGE
-    return _listing(found, args, _view, line, "no pending actions")
+    return _paged_listing(found, args, _view, line, "no pending actions")
 
 
 def _show(store: Store, action_id: str) -> int:
@@ -439,7 +470,7 @@ def _grants(store: Store, args: argparse.Namespace) -> int:
     found = _page(read, args, lambda grant: grant.grant_id)
     if found is None:
         return EXIT_USAGE
-    return _listing(found, args, asdict, line, "no standing grants")
+    return _paged_listing(found, args, asdict, line, "no standing grants")
 
 
 def _prune(store: Store, older_than_s: float | None, keep: int | None, dry_run: bool) -> int:

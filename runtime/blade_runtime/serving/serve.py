@@ -28,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import inspect
 import json
 import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -151,10 +152,27 @@ def build_runtime(target: str, store: Store) -> Runtime:
         return found
     if not callable(found):
         raise ServeError(f"{target} is neither a Runtime nor a function returning one")
+    if not takes_store(found):
+        raise ServeError(
+            f"{target} cannot be called with store=: make it a function taking the opened "
+            "store as store= (def make_runtime(store): return Runtime(store=store)), or a Runtime"
+        )
     built = found(store=store)
     if not isinstance(built, Runtime):
         raise ServeError(f"{target}(store=...) returned {type(built).__name__}, not a Runtime")
     return built
+
+
+def takes_store(factory: Any) -> bool:
+    """Whether ``factory(store=...)`` binds (a factory whose signature cannot be read is
+    taken at its word)."""
+    try:
+        inspect.signature(factory).bind(store=None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin)
+        return True
+    return True
 
 
 def serve(
@@ -165,14 +183,18 @@ def serve(
     port: int = 8000,
     auth: str | None = None,
     allow_anonymous: bool = False,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
     recovery_interval_s: float = 1.0,
     grace_s: float = 5.0,
 ) -> int:
-    """Run the server until SIGTERM/SIGINT; returns the exit code."""
+    """Run the server until SIGTERM/SIGINT; returns the exit code. It answers the loopback
+    names, ``host`` when it is an address or a name (not a wildcard such as 0.0.0.0) and
+    ``allowed_hosts``; browser pages of its own origin and ``allowed_origins``."""
     try:
         import uvicorn
 
-        from blade_runtime.serving.http import create_app, loopback
+        from blade_runtime.serving.http import Sites, create_app, loopback
     except ImportError as missing:
         print(f"error: {missing}: pip install 'blade-runtime[http]'", file=sys.stderr)
         return EXIT_USAGE
@@ -181,9 +203,14 @@ def serve(
             raise ServeError("pass --auth MODULE:FUNCTION (or --allow-anonymous on loopback)")
         if allow_anonymous and not loopback(host):
             raise ServeError(f"--allow-anonymous is refused on {host}: bind to 127.0.0.1")
-        authenticate = load(auth, "--auth") if auth else (lambda request: None)
+        authenticate = load(auth, "--auth") if auth else _nobody
         if not callable(authenticate):
             raise ServeError(f"--auth {auth} is not a function")
+        hosts = [*allowed_hosts] if _wildcard(host) else [host, *allowed_hosts]
+        sites = Sites.of(hosts, allowed_origins)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except ServeError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -205,7 +232,19 @@ def serve(
         store.close()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    app = create_app(runtime, authenticate=authenticate, allow_anonymous=allow_anonymous)
+    app = create_app(
+        runtime,
+        authenticate=authenticate,
+        allow_anonymous=allow_anonymous,
+        allowed_hosts=sites.hosts,
+        allowed_origins=sites.origins,
+    )
+    if _wildcard(host) and not allowed_hosts:
+        print(
+            f"note: bound to {host}, this server answers only requests addressed to a loopback "
+            "name: name the others with --allowed-host",
+            file=sys.stderr,
+        )
     config = uvicorn.Config(
         app,
         lifespan="off",
@@ -269,7 +308,11 @@ def listen(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port`` (OSError when it cannot be: the port is in use, or
     not this process's to bind), before anything else starts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say they are
+    # TCP, and an accepted socket inherits the listener's. Without it a kept-alive connection
+    # waited ~40 ms for each answer (uvicorn writes the head and the body in two sends:
+    # Nagle held the body back until the client's delayed ACK of the head).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
@@ -279,6 +322,15 @@ def listen(host: str, port: int) -> socket.socket:
         raise
     sock.set_inheritable(True)
     return sock
+
+
+async def _nobody(request: Any) -> None:
+    """--allow-anonymous: no request is anyone's (async: it needs no worker thread)."""
+
+
+def _wildcard(host: str) -> bool:
+    """An address that stands for every interface (it names no host a request is sent to)."""
+    return host.strip("[]") in ("0.0.0.0", "::", "")
 
 
 def url_of(host: str, port: int) -> str:

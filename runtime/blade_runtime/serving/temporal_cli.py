@@ -73,17 +73,16 @@ def _view(action: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _list(tools: Any, run: str | None, tool: str | None, as_json: bool) -> int:
-    found = [a for a in await tools.pending(run_id=run) if tool in (None, a["name"])]
-    if as_json:
-        print(json.dumps([_view(a) for a in found], indent=2, ensure_ascii=False))
-        return 0
-    for action in found:
-        view = _view(action)
-        print(
-            f"{view['action_id']}  {view['name']}  run={action['run_id']}  "
+    from blade_runtime.serving.cli import listing
+
+    def line(action: dict[str, Any]) -> str:
+        return (
+            f"{action['action_id']}  {_view(action)['name']}  run={action['run_id']}  "
             f"call={action['call_id']}  since {action['suspended_at']}"
         )
-    return 0
+
+    found = [a for a in await tools.pending(run_id=run) if tool in (None, a["name"])]
+    return listing(found, as_json, _view, line, "no pending actions")
 
 
 async def _show(tools: Any, action_id: str) -> int:

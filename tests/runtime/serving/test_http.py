@@ -66,7 +66,10 @@ async def sse(app: Any, path: str, headers: dict[str, str], count: int) -> list[
         "path": raw_path,
         "raw_path": raw_path.encode(),
         "query_string": query.encode(),
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+        ],
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 80),
     }
@@ -231,7 +234,10 @@ def test_every_route(
                 f"/v1/actions/{second_id}/cancel", json={"reason": "duplicate"}, headers=ALICE
             )
             assert cancelled.status_code == 200 and cancelled.json()["code"] == "CANCELLED"
-            again_cancel = await http.post(f"/v1/actions/{second_id}/cancel", headers=ALICE)
+            again_cancel = await http.post(  # no body: declared JSON, it is {} (no reason)
+                f"/v1/actions/{second_id}/cancel",
+                headers={**ALICE, "Content-Type": "application/json"},
+            )
             assert again_cancel.status_code == 409
             page = await http.post(
                 "/v1/tools/check_page/calls", json={"url": "https://example.com"}, headers=ALICE
@@ -261,7 +267,7 @@ def test_every_route(
             )
             assert wrong_route.status_code == 404
 
-            document = (await http.get("/v1/openapi.json")).json()
+            document = (await http.get("/v1/openapi.json", headers=ALICE)).json()
             schemas = document["components"]["schemas"]
             call_route = document["paths"]["/v1/tools/refund_payment/calls"]["post"]
             body = call_route["requestBody"]["content"]["application/json"]["schema"]
@@ -419,7 +425,12 @@ def test_refused_requests_answer_as_specified_and_write_nothing(
                 json=approve,
             )
             await refused(
-                "POST", f"/v1/actions/{action_id}/cancel", "UNKNOWN_ACTION", 404, headers=BOB
+                "POST",
+                f"/v1/actions/{action_id}/cancel",
+                "UNKNOWN_ACTION",
+                404,
+                headers=BOB,
+                json={},
             )
             await refused(
                 "POST",
@@ -631,7 +642,12 @@ def test_a_retry_in_another_server_process_of_a_call_returns_its_stored_result(
 
 def test_anonymous_access_only_on_loopback(example_package: Any) -> None:
     runtime, _ = runtime_of()
-    app = create_app(runtime, authenticate=lambda request: None, allow_anonymous=True)
+    app = create_app(
+        runtime,
+        authenticate=lambda request: None,
+        allow_anonymous=True,
+        allowed_hosts=["api.example.com"],
+    )
     closed = create_app(runtime, authenticate=lambda request: None)
 
     async def scenario() -> tuple[int, int, int]:
@@ -664,7 +680,7 @@ def test_the_openapi_document_follows_another_tool_registered_in_place_of_one(
     async def paths() -> set[str]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            return set((await http.get("/v1/openapi.json")).json()["paths"])
+            return set((await http.get("/v1/openapi.json", headers=ALICE)).json()["paths"])
 
     before = asyncio.run(paths())
     assert "/v1/tools/lookup_customer/calls" in before
@@ -1358,8 +1374,11 @@ def test_a_stream_shows_a_call_to_whom_the_stores_record_shows_it_across_servers
             retried = first.post(calls, json=valid, headers={**ALICE, "Idempotency-Key": key})
             assert retried.status_code == 202, retried.text  # the store's call, hers
             assert retried.json()["call_id"] == key
-            bobs = first.post(calls, json={"service": ""}, headers={**BOB, "Idempotency-Key": key})
+            bobs = first.post(calls, json=valid, headers={**BOB, "Idempotency-Key": key})
             assert bobs.status_code == 409, bobs.text  # the key names Alice's call now
+            assert "production" not in bobs.text and "api" not in bobs.json()["message"]
+            bobs = first.post(calls, json={"service": ""}, headers={**BOB, "Idempotency-Key": key})
+            assert bobs.status_code == 409, bobs.text  # refused before the arguments are read
     finally:
         for listener in listeners:
             listener.close()

@@ -223,6 +223,18 @@ def browser(chromium: Any) -> Iterator[Any]:
             context.close()
 
 
+def open_inbox(page: Any, url: str, token: str, action: str | None = None) -> None:
+    """The inbox as a person opens it: the page (a deep link to ``action``), then the token
+    pasted into its sign-in form (it takes none from a link)."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{url}/inbox" + (f"#action={action}" if action else ""))
+    expect(page.locator("#sign-in")).to_be_visible()
+    page.fill("#token-input", token)
+    page.click("#sign-in-button")
+    expect(page.locator("#sign-in")).to_be_hidden()
+
+
 def scripted(browser: Any) -> Any:
     """A page whose scripts may be evaluated: Playwright's waits evaluate script text, which
     the inbox's CSP forbids, so these pages bypass it (bob's page below runs under it)."""
@@ -281,9 +293,8 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         requests: list[str] = []
         page.on("request", lambda request: requests.append(request.url))
         for each in (page, other):
-            each.goto(f"{server.url}/inbox#token=token-alice")
+            open_inbox(each, server.url, "token-alice")
             expect(each.locator("#actions li")).to_have_count(3)
-        assert "token" not in page.url  # taken out of the address bar
         assert set(listed(page)) == mine and theirs["action_id"] not in listed(page)
 
         # each item says what it is about (its payload's fields), who asked, how long it waits
@@ -408,7 +419,7 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         other.bring_to_front()
         other.click(f'#actions li[data-action-id="{second["action_id"]}"] button')
         other.wait_for_selector("#detail:not([hidden])")
-        cancelled = http.post(f"/v1/actions/{second['action_id']}/cancel", headers=ALICE)
+        cancelled = http.post(f"/v1/actions/{second['action_id']}/cancel", json={}, headers=ALICE)
         assert cancelled.status_code == 200
         expect(other.locator("#detail-gone")).to_contain_text("cancelled")
         expect(other.locator("#actions li")).to_have_count(1)
@@ -418,7 +429,7 @@ def test_the_inbox_lists_explains_problems_beside_fields_and_confirms_in_a_real_
         bobs = browser.new_page()
         console: list[str] = []
         bobs.on("console", lambda message: console.append(message.text))
-        bobs.goto(f"{server.url}/inbox#token=token-bob")
+        open_inbox(bobs, server.url, "token-bob")
         expect(bobs.locator("#actions li")).to_have_count(1)
         assert bobs.get_attribute("#actions li", "data-action-id") == theirs["action_id"]
         expect(bobs.locator("#actions li .who")).to_contain_text(TOKENS["token-bob"].id)
@@ -460,7 +471,7 @@ def test_a_permission_request_offers_its_input_and_leaves_it_out_unless_changed(
         ]
         assert all(a["point"] == "@permission" for a in asks)
         page = scripted(browser).new_page()
-        page.goto(f"{server.url}/inbox#token=token-alice")
+        open_inbox(page, server.url, "token-alice")
         expect(page.locator("#actions li")).to_have_count(2)
         first, second = (a["action_id"] for a in asks)
         summary = item(page, first, "summary")  # the tool's input, in words
@@ -542,7 +553,7 @@ def test_the_list_filters_by_tool_and_by_age(
         refund = http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
         refunding = refund.json()["action"]["action_id"]
         page = scripted(browser).new_page()
-        page.goto(f"{server.url}/inbox#token=token-alice")
+        open_inbox(page, server.url, "token-alice")
         expect(page.locator("#actions li")).to_have_count(3)
         assert "2 h" in item(page, old, "age") and " h" not in item(page, new, "age")
 
@@ -593,7 +604,7 @@ def test_an_expiring_action_says_so_and_a_deep_link_opens_one(
         held = http.post("/v1/tools/hold_seat/calls", json={"seat": "12A"}, headers=ALICE)
         action = held.json()["action"]
         page = scripted(browser).new_page()
-        page.goto(f"{server.url}/inbox#token=token-alice")
+        open_inbox(page, server.url, "token-alice")
         expect(page.locator("#actions li")).to_have_count(1)
         expect(page.locator("#actions li .expiry")).to_contain_text("expires in")
         assert "soon" in (page.get_attribute("#actions li .expiry", "class") or "")
@@ -610,17 +621,200 @@ def test_an_expiring_action_says_so_and_a_deep_link_opens_one(
         record = runtime.store.action(action["action_id"])
         assert record is not None and record.state == "expired"
 
-        # a deep link (as an MCP elicitation gives) opens its action; a token with "+" survives
+        # a deep link (as an MCP elicitation gives) opens its action once signed in; a token
+        # with "+" is taken as typed
         monkeypatch.setitem(TOKENS, "a+b/c=", TOKENS["token-alice"])
         second = http.post("/v1/tools/hold_seat/calls", json={"seat": "14C"}, headers=ALICE)
         linked = second.json()["action"]["action_id"]
         deep = browser.new_page()
-        deep.goto(f"{server.url}/inbox#token=a%2Bb%2Fc%3D&action={linked}")
+        open_inbox(deep, server.url, "a+b/c=", action=linked)
         expect(deep.locator("#detail-title")).to_contain_text("hold_seat")
         expect(deep.locator("#detail-payload")).to_contain_text("14C")
-        assert deep.url.endswith(f"/inbox#action={linked}")  # the token left the address bar
+        assert deep.url.endswith(f"/inbox#action={linked}")
         gone = browser.new_page()
-        gone.goto(f"{server.url}/inbox#token=token-bob&action={linked}")
+        open_inbox(gone, server.url, "token-bob", action=linked)
         expect(gone.locator("#status")).to_contain_text("is not pending for you")
         expect(gone.locator("#detail")).to_be_hidden()
+        # a link carrying a token (someone else's) signs nobody in: it is dropped, and said
+        lured = browser.new_page()
+        lured.goto(f"{server.url}/inbox#token=token-bob&action={linked}")
+        expect(lured.locator("#sign-in-note")).to_contain_text("does not take tokens from links")
+        assert lured.url.endswith(f"/inbox#action={linked}")
+        assert lured.evaluate("sessionStorage.length") == 0
+        expect(lured.locator("#actions li")).to_have_count(0)
+    shots.keep()
+
+
+AXE = Path(__file__).parents[2] / "fixtures" / "axe-core" / "axe.min.js"
+AXE_RUN = """async () => {
+  const found = await axe.run(document, {runOnly: {type: "tag", values: ["wcag2a", "wcag2aa",
+    "wcag21a", "wcag21aa"]}});
+  return found.violations.map(
+    (v) => v.id + ": " + v.nodes.map((n) => n.target.join(" ")).join(", "));
+}"""
+WIDEST = "() => Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+WIDER = """width => [...document.querySelectorAll("body *")]
+  .filter((n) => n.getBoundingClientRect().right > width)
+  .map((n) => n.tagName + "#" + n.id + "." + n.className + " " + n.getBoundingClientRect().right)
+  .slice(0, 8)"""
+# Visible controls smaller than 44 x 44 px (a checkbox counts by the row that holds its label).
+SMALL = """() => [...document.querySelectorAll("button, input, select, textarea, summary, a")]
+  .filter((n) => n.offsetParent !== null)
+  .map((n) => [n, n.type === "checkbox" ? n.closest(".check-row") : n])
+  .filter(([n, box]) => { const r = box.getBoundingClientRect();
+    return r.height < 44 || (n.tagName !== "A" && r.width < 44); })
+  .map(([n]) => n.id || n.textContent.trim() || n.outerHTML.slice(0, 60))"""
+
+
+def axe(page: Any) -> list[str]:
+    page.add_script_tag(path=str(AXE))
+    return list(page.evaluate(AXE_RUN))
+
+
+def required_in_tree(page: Any) -> dict[str, bool]:
+    """The accessibility tree's ``required`` of each form control, by its data-path (what a
+    screen reader announces, read from Chromium itself)."""
+    return tree_property(page, "required", True)
+
+
+def invalid_in_tree(page: Any) -> dict[str, bool]:
+    return tree_property(page, "invalid", "true")
+
+
+def tree_property(page: Any, name: str, wanted: Any) -> dict[str, bool]:
+    session = page.context.new_cdp_session(page)
+    root = session.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+    paths = page.eval_on_selector_all(
+        "#submit-form [data-path]:is(input, select, textarea)",
+        "els => els.map((e) => e.dataset.path)",
+    )
+    found = {}
+    for path in paths:
+        selector = f'#submit-form [data-path="{path}"]:is(input, select, textarea)'
+        node = session.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+        tree = session.send(
+            "Accessibility.getPartialAXTree", {"nodeId": node, "fetchRelatives": False}
+        )["nodes"]
+        found[path] = any(
+            p["name"] == name and p["value"].get("value") == wanted
+            for p in tree[0].get("properties", [])
+        )
+    session.detach()
+    return found
+
+
+@pytest.mark.parametrize("width", [375, 1280])
+def test_the_inbox_as_govuk_would_have_it_axe_focus_required_cancel_and_a_small_screen(
+    width: int, tmp_path: Path, inbox_package: Any, browser: Any
+) -> None:
+    """Issue 50.8, in Chromium at a phone's width and a desktop's: axe-core finds no WCAG 2.1
+    A/AA violation in the list, an open form and its error state; the accessibility tree
+    announces the required fields (and only those); focus goes where attention goes; the error
+    summary sits at the top with links; cancelling asks first; nothing is wider than the
+    screen, even with a long call id shown; every control is a 44 px touch target."""
+    from blade_inbox.orders import review_order_v1 as review
+    from playwright.sync_api import expect
+
+    shots = Shots(tmp_path)
+    runtime = review_runtime(SQLiteStore(tmp_path / "a11y.db"), review)
+    app = create_app(runtime, authenticate=authenticate)
+    long_key = "call-" + "x" * 190  # an unbreakable id, as Technical details shows it
+    with serving(app) as server, httpx.Client(base_url=server.url) as http:
+        made = http.post(
+            "/v1/tools/review_order/calls",
+            json={"order_id": "ord_1", "total_minor": 4200},
+            headers={**ALICE, "Idempotency-Key": long_key},
+        ).json()["action"]
+        second = http.post(
+            "/v1/tools/review_order/calls",
+            json={"order_id": "ord_2", "total_minor": 10},
+            headers=ALICE,
+        ).json()["action"]
+        context = browser.new_context(bypass_csp=True, viewport={"width": width, "height": 800})
+        page = context.new_page()
+        open_inbox(page, server.url, "token-alice")
+        expect(page.locator("#actions li")).to_have_count(2)
+        assert axe(page) == []
+        shots.take(page, f"{width}-list")
+        assert page.evaluate(WIDEST) <= width, page.evaluate(WIDER, width)
+
+        page.click(f'#actions li[data-action-id="{made["action_id"]}"] button')
+        expect(page.locator("#submit-form")).to_be_visible()
+        assert page.evaluate("document.activeElement.id") == "detail-title"
+        shown = page.eval_on_selector_all(
+            "#form-fields fieldset.root > :is(.field, fieldset)",
+            "els => els.map((e) => e.matches('fieldset') ? e.dataset.path"
+            " : e.querySelector('[data-path]').dataset.path)",
+        )
+        listed = REVIEW["suspend"]["review"]["resumeSchema"]["properties"]  # type: ignore[index]
+        assert shown == [f"/{key}" for key in listed]  # as the spec lists them, not sorted
+        page.click("details.technical summary")
+        expect(page.locator("#detail-ids")).to_contain_text(long_key[:40])
+        assert page.evaluate(WIDEST) <= width, "a long id widens the page"
+        required = required_in_tree(page)
+        assert not any(invalid_in_tree(page).values())  # nothing is said wrong before a try
+        assert required["/score"] and required["/reviewer/name"], required
+        # Chromium's tree lists no "required" of a <select> (a combobox): its attribute says it
+        assert page.get_attribute('[data-path="/decision"]', "aria-required") == "true"
+        assert not required["/note"] and not required["/notify"]
+        assert not required["/escalation/to"]  # required only once its optional group is used
+        assert page.evaluate(SMALL) == []
+        assert axe(page) == []
+        shots.take(page, f"{width}-form")
+
+        # refused in the browser: the summary, at the top, takes focus; its links lead on
+        page.click("#submit-button")
+        expect(page.locator("#form-errors")).to_be_visible()
+        assert page.evaluate("document.activeElement.id") == "form-errors"
+        order = page.evaluate(
+            "() => document.getElementById('form-errors').compareDocumentPosition("
+            "document.getElementById('form-fields')) & Node.DOCUMENT_POSITION_FOLLOWING"
+        )
+        assert order, "the summary is above the fields"
+        links = page.eval_on_selector_all("#form-errors a", "els => els.map(e => e.textContent)")
+        assert "Select decision" in links and "Enter score" in links, links
+        assert beside(page, "/score") == "Enter score"
+        page.click("#form-errors a >> text=Enter score")
+        assert page.evaluate("document.activeElement.dataset.path") == "/score"
+        page.fill('input[data-path="/score"]', "12")
+        assert beside(page, "/score") == "Score must be at most 10"
+        assert axe(page) == []
+        assert page.evaluate(WIDEST) <= width
+        shots.take(page, f"{width}-errors")
+
+        # an array row removed: focus goes to the row now in its place
+        # (moved on with Tab: Chromium scrolls back to a number field's caret when a click
+        # takes the focus from it, and the click then lands where the page has moved)
+        page.keyboard.press("Tab")
+        for index, tag in enumerate(["a", "b"]):
+            page.click('fieldset[data-path="/tags"] > button')
+            page.fill(f'input[data-path="/tags/{index}"]', tag)
+        page.click('fieldset[data-path="/tags"] .array-item > button')
+        assert page.evaluate("document.activeElement.dataset.path") == "/tags/0"
+        assert page.input_value('input[data-path="/tags/0"]') == "b"
+
+        # cancelling asks first; "No" keeps the action, and focus where it was
+        page.click("#cancel-button")
+        expect(page.locator("#cancel-confirm")).to_be_visible()
+        assert page.evaluate("document.activeElement.id") == "cancel-confirm-title"
+        assert page.evaluate(SMALL) == []
+        shots.take(page, f"{width}-cancel")
+        page.click("#cancel-no")
+        assert page.evaluate("document.activeElement.id") == "cancel-button"
+        assert runtime.store.action(made["action_id"]).state == "pending"  # type: ignore[union-attr]
+        page.click("#cancel-button")
+        page.click("#cancel-yes")
+        expect(page.locator("#result")).to_be_visible()
+        assert runtime.store.action(made["action_id"]).state == "cancelled"  # type: ignore[union-attr]
+        # after an answer: its heading has focus, the next waiting action one Tab away
+        assert page.evaluate("document.activeElement.id") == "result-title"
+        expect(page.locator("#next-action")).to_contain_text("review_order")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.id") == "next-action"
+        page.keyboard.press("Enter")
+        expect(page.locator("#detail-title")).to_be_focused()
+        assert page.evaluate("() => document.querySelector('#detail-ids dd').textContent") == (
+            second["action_id"]
+        )
+        shots.take(page, f"{width}-next")
     shots.keep()

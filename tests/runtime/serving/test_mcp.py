@@ -895,7 +895,7 @@ def test_mounted_at_mcp_in_the_http_app_behind_its_authentication(runtime: Runti
     def authenticate(request: Request) -> Principal | None:
         return ANN if request.headers.get("authorization") == "Bearer ann" else None
 
-    app = create_app(runtime, authenticate=authenticate, mcp=True)
+    app = create_app(runtime, authenticate=authenticate, mcp=True, allowed_hosts=["tools.example"])
     seen: list[Any] = []
 
     async def main() -> tuple[int, types.CallToolResult]:

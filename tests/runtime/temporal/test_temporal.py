@@ -466,6 +466,9 @@ def test_the_operators_cli_lists_shows_and_submits_on_temporal(
                 assert "already" in capsys.readouterr().err
                 assert main(["pending", "show", "act_nope", *where]) == EXIT_REFUSED
                 assert capsys.readouterr().err == "error: no pending action 'act_nope'\n"
+                # nothing pending: said where a person reads it, stdout left empty for scripts
+                assert main(["pending", "list", "--tool", "nothing_here", *where]) == 0
+                assert capsys.readouterr() == ("", "no pending actions\n")
                 for both_or_neither in ([], ["--store", "x.db", *where]):
                     with pytest.raises(SystemExit) as usage:
                         main(["pending", "list", *both_or_neither])
@@ -506,7 +509,7 @@ def test_the_http_api_serves_calls_and_pending_actions_from_temporal(place: Plac
         transport = httpx.ASGITransport(app=app)
         async with (
             worker(client, runtime, task_queue=place.task_queue),
-            httpx.AsyncClient(transport=transport, base_url="http://test") as http,
+            httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http,
         ):
             alice, bob = {"x-user": "alice"}, {"x-user": "bob"}
             assert (await http.get("/v1/actions")).status_code == 401

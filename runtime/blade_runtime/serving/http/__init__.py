@@ -8,15 +8,13 @@ typed ``Client`` the same calls against a remote runtime.
 from __future__ import annotations
 
 from blade_runtime.client.http import HttpTransport, RemoteRefused
-from blade_runtime.serving.http.app import (
-    DEFAULT_MAX_BODY_BYTES,
-    Authenticate,
-    create_app,
-    loopback,
-)
+from blade_runtime.serving.http.app import DEFAULT_MAX_BODY_BYTES, create_app
+from blade_runtime.serving.http.auth import DEFAULT_AUTH_THREADS, Authenticate
 from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, STATUS, HttpError, status_of
+from blade_runtime.serving.http.sites import Sites, TrustedSites, loopback
 
 __all__ = [
+    "DEFAULT_AUTH_THREADS",
     "DEFAULT_MAX_BODY_BYTES",
     "MAX_HEADER_BYTES",
     "STATUS",
@@ -24,6 +22,8 @@ __all__ = [
     "HttpError",
     "HttpTransport",
     "RemoteRefused",
+    "Sites",
+    "TrustedSites",
     "create_app",
     "loopback",
     "status_of",

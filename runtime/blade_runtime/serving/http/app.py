@@ -1,7 +1,9 @@
 """The ASGI app: the runtime's calls, pending actions and events over HTTP, per tenant.
 
-Every request is authenticated by the application's ``authenticate(request)`` (a Principal, or
-None: refused with 401) before anything is read or written. A principal sees only its tenant's
+A request reaches a route only when its Host, its browser Origin and a POST's declared JSON body
+pass ``TrustedSites`` (``sites.py``). Every request is then authenticated by the application's
+``authenticate(request)`` (``auth.py``: a Principal, or None: refused with 401) before anything
+is read or written. A principal sees only its tenant's
 calls, actions, files and event streams (another tenant's do not exist: 404); the ``operator``
 role sees all. Every read goes through ``runtime.records`` with the request's principal, and
 every submit, cancel and fail takes it: the store's record decides whose a call is, never a
@@ -9,33 +11,34 @@ memory of this process (another process sharing the store may have made the call
 Progress and messages (``ctx.progress``, ``ctx.message``) reach the run's event stream as
 transient events without an ``id``, in order with the stored ones. A call is keyed
 by its ``Idempotency-Key`` (its call id): a retry, or the same request sent twice at once,
-returns the first call's result and never runs the tool again.
+returns the first call's result and never runs the tool again; the store's record of the call
+answers it, and this process keeps answers only of calls the store does not record
+(``idempotency.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import ipaddress
 import json
 import logging
 import re
 import uuid
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 from urllib.parse import quote
 
 from pydantic import JsonValue
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.context import CallInfo
 from blade_runtime.core.records import visible
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
@@ -49,18 +52,25 @@ from blade_runtime.core.store import (
     encodable,
     storable_id,
 )
+from blade_runtime.core.tools import enabled_for
 from blade_runtime.runtime import Runtime
+from blade_runtime.serving.http.auth import (
+    DEFAULT_AUTH_THREADS,
+    Authenticate,
+    AuthenticationFailed,
+    Authenticator,
+)
 from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, HttpError, one_line, status_of
+from blade_runtime.serving.http.idempotency import NOTHING_RAN, Answer, Answers, fingerprint
 from blade_runtime.serving.http.openapi import openapi_document
+from blade_runtime.serving.http.sites import Sites, TrustedSites, loopback
 
 log = logging.getLogger("blade_runtime.serving.http")
 
-Authenticate: TypeAlias = Callable[[Request], "Principal | Awaitable[Principal | None] | None"]
-
 DEFAULT_MAX_BODY_BYTES: Final = 1 << 20
 IN_PROGRESS_WAIT_S: Final = 30.0  # how long a retry waits for a call running elsewhere
-KEEP_RESULTS: Final = 10_000  # recent first answers, for calls the store keeps no record of
 HEARTBEAT_S: Final = 15.0
+OPENAPI_KEPT: Final = 64  # OpenAPI documents kept, one per set of tools callers may call
 ANONYMOUS: Final = Principal("anonymous", "", frozenset({"operator"}))
 ACTION_STATES: Final = ("pending", "submitted", "cancelled", "failed", "expired")
 
@@ -87,22 +97,10 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(body, status, media_type="application/json")
 
 
-def loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(slots=True)
 class _Outcome:
-    """What a call answered, kept to answer its retries the same way where the store keeps
-    no record of the call (refused before it began, or a MemoryStore's call that neither waited
-    nor was kept): the store's record, where there is one, always decides instead."""
+    """What a call answered (its arguments kept only while it is in flight, for a concurrent
+    request with the same key to be compared with)."""
 
     tenant: str
     context: JsonValue  # the caller's CallContext as JSON: who may retry or read it (``visible``)
@@ -112,28 +110,30 @@ class _Outcome:
     body: JsonValue
     run_id: str = ""
 
-    def record_json(
-        self, call_id: str, spec_id: str, data: dict[str, JsonValue]
-    ) -> dict[str, JsonValue]:
-        """The call as ``GET /v1/calls/{id}`` shows a stored one (for a call the store does
-        not record: it neither waited nor wrote data)."""
-        body = self.body if isinstance(self.body, dict) else {}
-        result: JsonValue
+
+def kept_call_json(
+    answer: Answer, call_id: str, spec_id: str, data: dict[str, JsonValue]
+) -> dict[str, JsonValue]:
+    """A call the store keeps no record of, as ``GET /v1/calls/{id}`` shows a stored one, from
+    its kept first answer (its input is not kept: null)."""
+    body = json.loads(answer.body) if answer.body is not None else None
+    result: JsonValue = None
+    if isinstance(body, dict):
         if body.get("status") in ("success", "skipped"):
             result = {"status": "success", "content": body.get("content")}
         else:
             result = {"status": "error", "code": body.get("code"), "message": body.get("message")}
-        return {
-            "call_id": call_id,
-            "run_id": self.run_id,
-            "name": self.name,
-            "spec_id": spec_id,
-            "state": "settled",
-            "started_at": None,
-            "input": self.arguments,
-            "result": result,
-            "data": data,
-        }
+    return {
+        "call_id": call_id,
+        "run_id": answer.run_id,
+        "name": answer.name,
+        "spec_id": spec_id,
+        "state": "settled",
+        "started_at": None,
+        "input": None,
+        "result": result,
+        "data": data,
+    }
 
 
 class Api:
@@ -145,16 +145,17 @@ class Api:
         authenticate: Authenticate,
         allow_anonymous: bool,
         max_body_bytes: int,
+        auth_threads: int = DEFAULT_AUTH_THREADS,
     ) -> None:
         self.runtime = runtime
-        self.authenticate_fn = authenticate
+        self.authenticate = Authenticator(authenticate, auth_threads)
         self.allow_anonymous = allow_anonymous
         self.max_body_bytes = max_body_bytes
         self.records = runtime.records
         self._inflight: dict[str, tuple[_Outcome, asyncio.Future[_Outcome]]] = {}
-        self._outcomes: OrderedDict[str, _Outcome] = OrderedDict()
+        self.answers = Answers()
         # Derived from the registrations, kept while they are the same (Tools.generation).
-        self._openapi: tuple[int, bytes] | None = None
+        self._openapi: dict[tuple[int, tuple[str, ...]], bytes] = {}
         self.streams: set[Any] = set()  # open event subscriptions
 
     def close_streams(self) -> None:
@@ -167,13 +168,10 @@ class Api:
 
     async def principal(self, request: Request) -> Principal:
         try:
-            found = self.authenticate_fn(request)
-            if inspect.isawaitable(found):
-                found = await found
-        except Exception as error:  # the application's bug: say so without its message
-            log.error("authenticate raised %s", type(error).__name__)
-            raise Refused(HttpError.INTERNAL, "Authentication failed on the server.") from None
-        if isinstance(found, Principal):
+            found = await self.authenticate(request)
+        except AuthenticationFailed as failed:
+            raise Refused(failed.code, failed.message) from None
+        if found is not None:
             return found
         if not self.allow_anonymous:
             raise Refused(HttpError.UNAUTHENTICATED, "Authentication required.")
@@ -190,11 +188,11 @@ class Api:
         return ANONYMOUS
 
     async def body(self, request: Request, *, optional: bool = False) -> JsonValue:
-        """The request's JSON body, within the size limit (read no further than it)."""
+        """The request's JSON body, within the size limit (read no further than it). Its
+        declared type is JSON: ``TrustedSites`` refused any other before the route ran."""
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             raise Refused(HttpError.BODY_TOO_LARGE, self._too_large())
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
@@ -207,13 +205,6 @@ class Api:
             if optional:
                 return None
             raise Refused(HttpError.MALFORMED_REQUEST, "The request needs a JSON body.")
-        # JSON only, declared: a cross-site form or a type-less blob (no CORS preflight) cannot
-        # reach a route with a body, so cookie-based authentication is safe from CSRF here.
-        if kind != "application/json" and not kind.endswith("+json"):
-            raise Refused(
-                HttpError.UNSUPPORTED_MEDIA_TYPE,
-                f"The body must be application/json, not {kind or 'undeclared'}.",
-            )
         try:
             value: JsonValue = json.loads(raw, parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError) as error:
@@ -287,26 +278,41 @@ class Api:
         finally:
             del self._inflight[call_id]
         future.set_result(outcome)
-        if earlier is not None:
-            return outcome
-        if outcome.body is not None and not (
-            isinstance(outcome.body, dict) and outcome.body.get("code") == ErrorCode.DUPLICATE_CALL
-        ):
-            self._outcomes[call_id] = outcome
-            if len(self._outcomes) > KEEP_RESULTS:
-                self._outcomes.popitem(last=False)
+        if earlier is None and self._unrecorded_run(outcome):
+            body = json_response(outcome.body, outcome.status).body
+            self.answers.keep(
+                call_id,
+                principal,
+                Answer(
+                    outcome.tenant,
+                    outcome.context,
+                    name,
+                    fingerprint(name, arguments),
+                    outcome.status,
+                    bytes(body),
+                    outcome.run_id,
+                    0.0,
+                ),
+            )
         return outcome
+
+    def _unrecorded_run(self, outcome: _Outcome) -> bool:
+        """Whether a call ran that the store keeps no record of: its answer is kept here. A
+        durable store records every registered tool's call before it runs; a refusal before
+        anything ran keeps nothing."""
+        body = outcome.body
+        if isinstance(body, dict) and "status" not in body and body.get("code") in NOTHING_RAN:
+            return False
+        return not self.runtime.store.durable or self.registration(outcome.name) is None
 
     @staticmethod
     def _same(principal: Principal, name: str, arguments: JsonValue, earlier: _Outcome) -> None:
-        """Refuse a retry that is not the earlier request again: another caller (as
-        ``visible`` decides), another tool or other arguments."""
-        if (
-            not visible(principal, earlier.tenant, earlier.context)
-            or earlier.name != name
-            or earlier.arguments != arguments
-        ):
-            raise _conflict()
+        """Refuse a request in flight with a key a request in flight took that is not that
+        request again: another caller (as ``visible`` decides), another tool or arguments."""
+        mine = visible(principal, earlier.tenant, earlier.context)
+        refused = _mismatch(mine, earlier.name, name, earlier.arguments == arguments)
+        if refused is not None:
+            raise refused
 
     async def _earlier(
         self, principal: Principal, name: str, arguments: JsonValue, call_id: str
@@ -314,18 +320,32 @@ class Api:
         """The answer to a retry of a call made before (here, or by another process): the
         store's record first, whoever made it; this process's kept answer only where the store
         has no record of the call."""
-        record = await self.records.call(call_id, principal=principal)
+        seen = await self.records.sees_call(call_id, principal=principal)
+        if seen is False:  # the store's call, another caller's: refused before anything runs
+            raise Refused(HttpError.IDEMPOTENCY_CONFLICT, ANOTHER_CALL)
+        record = None if seen is None else await self.records.call(call_id, principal=principal)
         if record is not None:
-            if record.name != name or dict(record.input) != arguments:
-                raise _conflict()
+            refused = _mismatch(True, record.name, name, dict(record.input) == arguments)
+            if refused is not None:
+                raise refused
             return self._from_record(record, principal, name, arguments)
-        kept = self._outcomes.get(call_id)
+        kept = self.answers.get(call_id)
         if kept is None:
-            return None  # a new key, or another caller's stored call: runtime.call decides
-        if await self.records.sees_call(call_id, principal=principal) is False:
-            raise _conflict()  # the store's call, another caller's: the kept answer is stale
-        self._same(principal, name, arguments, kept)
-        return _ready(kept)
+            return None  # a new key (or one made meanwhile: runtime.call decides)
+        mine = visible(principal, kept.tenant, kept.context)
+        refused = _mismatch(mine, kept.name, name, kept.fingerprint == fingerprint(name, arguments))
+        if refused is not None:
+            raise refused
+        if kept.body is None:
+            raise Refused(
+                HttpError.IDEMPOTENCY_CONFLICT,
+                f"The call {call_id} ran under this key; its answer is no longer kept here: "
+                "use a new key to call again.",
+            )
+        body = json.loads(kept.body)
+        return _ready(
+            _Outcome(kept.tenant, kept.context, name, arguments, kept.status, body, kept.run_id)
+        )
 
     async def _from_record(
         self, record: CallRecord, principal: Principal, name: str, arguments: JsonValue
@@ -387,9 +407,12 @@ class Api:
             # it is this caller's, else the key is another call's (409)
             record = None if generated else await self.records.call(call_id, principal=principal)
             if record is not None:
-                if record.name != name or dict(record.input) != arguments:
-                    raise _conflict()
+                refused = _mismatch(True, record.name, name, dict(record.input) == arguments)
+                if refused is not None:
+                    raise refused
                 return await self._from_record(record, principal, name, arguments)
+            if not generated:  # a call this principal may not see holds the key
+                raise Refused(HttpError.IDEMPOTENCY_CONFLICT, ANOTHER_CALL)
         status, body = await self.result_json(result, principal)
         return _Outcome(principal.tenant, context.to_json(), name, arguments, status, body, run_id)
 
@@ -473,26 +496,61 @@ class Api:
         """The registration named ``name`` now."""
         return self.runtime.tools.by_name.get(name)
 
-    def kept(self, call_id: str) -> _Outcome | None:
-        return self._outcomes.get(call_id)
+    def kept(self, call_id: str) -> Answer | None:
+        return self.answers.get(call_id)
 
-    def openapi(self) -> bytes:
-        generation = self.runtime.tools.generation
-        if self._openapi is None or self._openapi[0] != generation:
-            document = openapi_document(list(self.runtime.registrations()))
-            self._openapi = (generation, json.dumps(document).encode())
-        return self._openapi[1]
+    def callable_by(self, principal: Principal) -> list[Registration[Any]]:
+        """The registrations ``principal`` may call now: allowed, and enabled for its calls."""
+        context = CallContext(principal=principal)
+        chosen = []
+        for registration in self.runtime.registrations():
+            if not self.runtime.is_allowed(registration.name):
+                continue
+            if registration.enabled is not None:
+                call = CallInfo("", "default", registration.name, registration.spec.id, context)
+                if not enabled_for(registration, call):
+                    continue
+            chosen.append(registration)
+        return chosen
+
+    def openapi(self, principal: Principal) -> bytes:
+        """The OpenAPI document of the tools ``principal`` may call, kept per set of tools
+        while the registrations stay as they are."""
+        chosen = self.callable_by(principal)
+        key = (self.runtime.tools.generation, tuple(r.name for r in chosen))
+        document = self._openapi.get(key)
+        if document is None:
+            if len(self._openapi) >= OPENAPI_KEPT:
+                self._openapi.clear()  # registrations changed, or many distinct tool sets
+            document = self._openapi[key] = json.dumps(openapi_document(chosen)).encode()
+        return document
 
 
 async def _ready(outcome: _Outcome) -> _Outcome:
     return outcome
 
 
-def _conflict() -> Refused:
-    return Refused(
-        HttpError.IDEMPOTENCY_CONFLICT,
-        "This idempotency key was used for another call; use a new key.",
-    )
+ANOTHER_CALL: Final = "This idempotency key was used for another call; use a new key."
+
+
+def _mismatch(mine: bool, earlier: str, name: str, same_arguments: bool) -> Refused | None:
+    """The refusal of a request whose key an earlier call took (None: it is that call's
+    retry). Another caller's call is not described; one's own says what differs."""
+    if not mine:
+        message = ANOTHER_CALL
+    elif earlier != name:
+        message = (
+            f"This idempotency key was used for a call of {earlier}, not {name}: "
+            "use a new key for another call."
+        )
+    elif not same_arguments:
+        message = (
+            f"This idempotency key was used for a call of {name} with other arguments: send "
+            "the same arguments to retry that call, or use a new key for another call."
+        )
+    else:
+        return None
+    return Refused(HttpError.IDEMPOTENCY_CONFLICT, message)
 
 
 def grant_json(grant: GrantRecord) -> dict[str, JsonValue]:
@@ -554,18 +612,29 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     inbox: bool = True,
     mcp: bool = False,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    auth_threads: int = DEFAULT_AUTH_THREADS,
 ) -> Starlette:
     """The runtime's HTTP API (routes under ``/v1``, the approval inbox at ``/inbox``; with
     ``mcp=True``, ``blade-runtime[mcp]``'s streamable-HTTP MCP endpoint at ``/mcp``, behind the
     same authentication).
 
-    ``authenticate(request)`` returns the request's Principal or None (401), sync or async; with
-    ``allow_anonymous=True`` a request it returns None for is an operator, but only on a server
-    bound to loopback, from loopback (local development). Bodies over ``max_body_bytes`` are 413.
+    ``authenticate(request)`` returns the request's Principal or None (401): an ``async def``
+    runs on the event loop, a plain function in a worker thread (``auth_threads`` at most) so
+    that a slow one blocks nobody else. With ``allow_anonymous=True`` a request it returns None
+    for is an operator, but only on a server bound to loopback, from loopback (local
+    development). Bodies over ``max_body_bytes`` are 413.
+
+    Before anything else, a request must be addressed to a loopback name or one of
+    ``allowed_hosts`` (``tools.example.com``, ``tools.example.com:8443``, ``*.example.com``; 421
+    otherwise), come from no browser page or one of this server's own origin or
+    ``allowed_origins`` (403), and a POST must declare a JSON body (415): see
+    ``blade_runtime.serving.http.sites``. ``ValueError`` for an entry that is not a host or an
+    origin.
     """
-    if not callable(authenticate):
-        raise TypeError("create_app: authenticate must be a function of the request")
-    api = Api(runtime, authenticate, allow_anonymous, max_body_bytes)
+    sites = Sites.of(allowed_hosts, allowed_origins)
+    api = Api(runtime, authenticate, allow_anonymous, max_body_bytes, auth_threads)
 
     def route(
         handler: Callable[[Request, Principal], Awaitable[Response]],
@@ -600,8 +669,7 @@ def create_app(
                         "description": r.spec.description,
                         "points": sorted(r.points),
                     }
-                    for r in runtime.registrations()
-                    if runtime.is_allowed(r.name)
+                    for r in api.callable_by(principal)
                 ]
             }
         )
@@ -643,7 +711,7 @@ def create_app(
         registration = api.registration(kept.name)
         spec_id = "" if registration is None else registration.spec.id
         data = await api.data_json(call_id, channel, None)
-        return json_response(kept.record_json(call_id, spec_id, data))
+        return json_response(kept_call_json(kept, call_id, spec_id, data))
 
     async def run_calls(request: Request, principal: Principal) -> Response:
         run_id = request.path_params["run_id"]
@@ -765,11 +833,11 @@ def create_app(
             },
         )
 
-    async def openapi(request: Request) -> Response:
-        return Response(api.openapi(), media_type="application/json")
+    async def openapi(request: Request, principal: Principal) -> Response:
+        return Response(api.openapi(principal), media_type="application/json")
 
     routes = [
-        Route("/v1/openapi.json", openapi, methods=["GET"]),
+        Route("/v1/openapi.json", route(openapi), methods=["GET"]),
         Route("/v1/tools", route(tools), methods=["GET"]),
         Route("/v1/tools/{name}/calls", route(call), methods=["POST"]),
         Route(
@@ -817,6 +885,7 @@ def create_app(
         lifespan = mount.lifespan
     app = Starlette(
         routes=routes,
+        middleware=[Middleware(TrustedSites, sites=sites)],
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
     )

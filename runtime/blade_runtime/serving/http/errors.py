@@ -19,6 +19,10 @@ class HttpError(StrEnum):
     """No credentials, or credentials the application's ``authenticate`` did not accept."""
     ANONYMOUS_REFUSED = "ANONYMOUS_REFUSED"
     """Anonymous access is allowed only on a server bound to loopback, from loopback."""
+    HOST_NOT_ALLOWED = "HOST_NOT_ALLOWED"
+    """The request's ``Host`` is none of the names the server answers (a DNS-rebinding page's)."""
+    ORIGIN_NOT_ALLOWED = "ORIGIN_NOT_ALLOWED"
+    """A browser page of another origin sent the request (a cross-site request)."""
     NOT_FOUND = "NOT_FOUND"
     """No such route."""
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
@@ -37,7 +41,8 @@ class HttpError(StrEnum):
     """The request's headers are larger than ``MAX_HEADER_BYTES``."""
     UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
     IDEMPOTENCY_CONFLICT = "IDEMPOTENCY_CONFLICT"
-    """The idempotency key (call id) is taken by another call: other arguments, tool or caller."""
+    """The idempotency key (call id) is taken by another call (other arguments, tool or
+    caller), or by a call that ran whose answer is no longer kept."""
     CALL_IN_PROGRESS = "CALL_IN_PROGRESS"
     """A call with this idempotency key is still running elsewhere; retry later."""
     INTERNAL = "INTERNAL"
@@ -71,6 +76,8 @@ STATUS: Final[dict[str, int]] = {
     ErrorCode.STORE_UNAVAILABLE: 503,
     HttpError.UNAUTHENTICATED: 401,
     HttpError.ANONYMOUS_REFUSED: 403,
+    HttpError.HOST_NOT_ALLOWED: 421,
+    HttpError.ORIGIN_NOT_ALLOWED: 403,
     HttpError.NOT_FOUND: 404,
     HttpError.METHOD_NOT_ALLOWED: 405,
     HttpError.UNKNOWN_CALL: 404,

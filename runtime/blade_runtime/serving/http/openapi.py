@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from blade_runtime import __version__
 from blade_runtime.core.registry import Registration
 
 _NAME = re.compile(r"[^A-Za-z0-9._-]")
-_ERROR = {
-    "type": "object",
-    "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-    "required": ["code", "message"],
-}
 
 
 def _component(name: str) -> str:
@@ -74,17 +69,177 @@ def _json(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
 def _errors(*statuses: int) -> dict[str, Any]:
-    ref = {"$ref": "#/components/schemas/Error"}
-    return {str(status): {"description": "an error", **_json(ref)} for status in statuses}
+    return {str(status): {"description": "an error", **_json(_ref("Error"))} for status in statuses}
 
 
-def _action_id() -> dict[str, Any]:
-    return {"name": "action_id", "in": "path", "required": True, "schema": {"type": "string"}}
+def _path(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "description": description, "schema": {"type": "string"}}
+
+
+_TEXT: Final = {"type": "string"}
+_NULLABLE_TEXT: Final = {"type": ["string", "null"]}
+_SHARED: Final[dict[str, Any]] = {
+    "Error": {
+        "type": "object",
+        "properties": {"code": _TEXT, "message": _TEXT},
+        "required": ["code", "message"],
+    },
+    "Action": {
+        "type": "object",
+        "description": "A pending action: a suspension's question, or a client tool's call.",
+        "properties": {
+            "kind": _TEXT,
+            "action_id": _TEXT,
+            "name": _TEXT,
+            "tool": _TEXT,
+            "spec_id": _TEXT,
+            "point": _NULLABLE_TEXT,
+            "call_id": _TEXT,
+            "run_id": _TEXT,
+            "principal_id": _NULLABLE_TEXT,
+            "suspended_at": _TEXT,
+            "input": {"description": "the suspend payload (a client tool's input)"},
+            "state": {"enum": ["pending", "submitted", "cancelled", "failed", "expired"]},
+            "resolved_at": _NULLABLE_TEXT,
+            "reason": _NULLABLE_TEXT,
+            "expires_at": {"type": ["number", "null"]},
+            "description": _NULLABLE_TEXT,
+            "submit_schema": {"type": "object", "description": "what a submission must meet"},
+        },
+        "required": ["kind", "action_id", "name", "tool", "spec_id", "call_id", "run_id"],
+    },
+    "Pending": {
+        "type": "object",
+        "description": "The call waits on a pending action.",
+        "properties": {
+            "status": {"const": "pending"},
+            "call_id": _TEXT,
+            "run_id": _TEXT,
+            "action": _ref("Action"),
+        },
+        "required": ["status", "call_id", "run_id", "action"],
+    },
+    "Result": {
+        "type": "object",
+        "description": "A call's result: success, skipped by a hook, or pending.",
+        "properties": {
+            "status": {"enum": ["success", "skipped", "pending"]},
+            "call_id": _TEXT,
+            "run_id": _TEXT,
+            "output": {},
+            "content": {},
+            "reason": _TEXT,
+            "action": _ref("Action"),
+        },
+        "required": ["status", "call_id", "run_id"],
+    },
+    "Settled": {
+        "type": "object",
+        "description": "A call settled as cancelled or failed by the request.",
+        "properties": {
+            "status": {"const": "error"},
+            "call_id": _TEXT,
+            "run_id": _TEXT,
+            "code": {"enum": ["CANCELLED", "TOOL_FAILED"]},
+            "message": _TEXT,
+        },
+        "required": ["status", "call_id", "run_id", "code", "message"],
+    },
+    "Call": {
+        "type": "object",
+        "properties": {
+            "call_id": _TEXT,
+            "run_id": _TEXT,
+            "name": _TEXT,
+            "spec_id": _TEXT,
+            "state": _TEXT,
+            "started_at": _NULLABLE_TEXT,
+            "input": {},
+            "result": {},
+            "data": {"type": "object", "description": "ToolData records by channel"},
+        },
+        "required": ["call_id", "run_id", "name", "state"],
+    },
+    "Calls": {
+        "type": "object",
+        "properties": {"calls": {"type": "array", "items": _ref("Call")}},
+        "required": ["calls"],
+    },
+    "Actions": {
+        "type": "object",
+        "properties": {"actions": {"type": "array", "items": _ref("Action")}},
+        "required": ["actions"],
+    },
+    "Tools": {
+        "type": "object",
+        "properties": {
+            "tools": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": _TEXT,
+                        "spec_id": _TEXT,
+                        "execution": {"enum": ["backend", "client"]},
+                        "description": _TEXT,
+                        "points": {"type": "array", "items": _TEXT},
+                    },
+                    "required": ["name", "spec_id", "execution", "description", "points"],
+                },
+            }
+        },
+        "required": ["tools"],
+    },
+    "Grant": {
+        "type": "object",
+        "properties": {
+            "grant_id": _TEXT,
+            "tenant": _TEXT,
+            "principal": _TEXT,
+            "tool": _TEXT,
+            "subject": _TEXT,
+            "created_at": _TEXT,
+            "action_id": _NULLABLE_TEXT,
+            "spec_id": _TEXT,
+            "point": _TEXT,
+        },
+        "required": ["grant_id", "tenant", "principal", "tool", "subject", "created_at"],
+    },
+    "Grants": {
+        "type": "object",
+        "properties": {"grants": {"type": "array", "items": _ref("Grant")}},
+        "required": ["grants"],
+    },
+    "Revoked": {
+        "type": "object",
+        "properties": {"revoked": _ref("Grant")},
+        "required": ["revoked"],
+    },
+    "Cancel": {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "minLength": 1}},
+    },
+    "Fail": {
+        "type": "object",
+        "properties": {"error": {"type": "string", "minLength": 1}},
+        "required": ["error"],
+    },
+}
 
 
 def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, Any]:
-    components: dict[str, Any] = {"Error": _ERROR}
+    """The document of ``registrations`` (the tools a caller may call) and the routes every
+    caller has; it validates as OpenAPI 3.1 (openapi-spec-validator, in the tests)."""
+    components: dict[str, Any] = dict(_SHARED)
     paths: dict[str, Any] = {}
     for registration in registrations:
         spec = registration.spec
@@ -94,8 +249,8 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
             "type": "object",
             "properties": {
                 "status": {"const": "success"},
-                "call_id": {"type": "string"},
-                "run_id": {"type": "string"},
+                "call_id": _TEXT,
+                "run_id": _TEXT,
                 "output": (
                     _hoist(spec.output_schema, f"{tool}.output", components)
                     if spec.output_schema is not None
@@ -110,15 +265,23 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
                 "operationId": f"call_{_component(tool)}",
                 "summary": spec.description,
                 "parameters": [
-                    {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}},
-                    {"name": "run_id", "in": "query", "schema": {"type": "string"}},
-                    {"name": "thread_id", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "description": "the call id: a retry gets the first call's answer",
+                        "schema": _TEXT,
+                    },
+                    _query("run_id", "the run the call belongs to (default: default)"),
+                    _query("thread_id", "passed on to the call's context"),
                 ],
                 "requestBody": {"required": True, **_json(input_ref)},
                 "responses": {
                     "200": {"description": "the tool's result", **_json(success)},
-                    "202": {"description": "the call waits on a pending action"},
-                    **_errors(400, 401, 403, 404, 409, 413, 422, 424, 500, 502, 503, 504),
+                    "202": {
+                        "description": "the call waits on a pending action",
+                        **_json(_ref("Pending")),
+                    },
+                    **_errors(400, 401, 403, 404, 409, 413, 415, 422, 424, 500, 502, 503, 504),
                 },
             }
         }
@@ -140,86 +303,19 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
                 "post": {
                     "operationId": f"submit_{_component(kind)}",
                     "summary": f"Resolve a pending {kind} action",
-                    "parameters": [_action_id()],
+                    "parameters": [_path("action_id")],
                     "requestBody": {"required": True, **_json(ref)},
                     "responses": {
-                        "200": {"description": "the resumed call's result"},
-                        "202": {"description": "the call waits again"},
-                        **_errors(400, 401, 404, 409, 413, 422, 500),
+                        "200": {
+                            "description": "the resumed call's result",
+                            **_json(_ref("Result")),
+                        },
+                        "202": {"description": "the call waits again", **_json(_ref("Pending"))},
+                        **_errors(400, 401, 404, 409, 413, 415, 422, 500),
                     },
                 }
             }
-    generic = {
-        "/v1/tools": {"get": {"operationId": "list_tools", "responses": {"200": {}}}},
-        "/v1/calls/{call_id}": {
-            "get": {
-                "operationId": "read_call",
-                "parameters": [
-                    {"name": "call_id", "in": "path", "required": True, "schema": {}},
-                    {"name": "channel", "in": "query", "schema": {"type": "string"}},
-                ],
-                "responses": {"200": {"description": "the call"}, **_errors(401, 404)},
-            }
-        },
-        "/v1/runs/{run_id}/calls": {
-            "get": {"operationId": "run_calls", "responses": {"200": {"description": "calls"}}}
-        },
-        "/v1/runs/{run_id}/events": {
-            "get": {
-                "operationId": "run_events",
-                "summary": "Server-Sent Events; resume with Last-Event-ID",
-                "responses": {"200": {"content": {"text/event-stream": {}}}},
-            }
-        },
-        "/v1/files/{file_id}": {
-            "get": {
-                "operationId": "read_file",
-                "summary": "A file a tool saved (ctx.files), of the principal's tenant",
-                "parameters": [{"name": "file_id", "in": "path", "required": True, "schema": {}}],
-                "responses": {
-                    "200": {"description": "the file's content, with its media type"},
-                    **_errors(401, 404),
-                },
-            }
-        },
-        "/v1/actions": {
-            "get": {"operationId": "list_actions", "responses": {"200": {"description": "list"}}}
-        },
-        "/v1/actions/{action_id}": {
-            "get": {"operationId": "read_action", "parameters": [_action_id()], "responses": {}}
-        },
-        "/v1/actions/{action_id}/submit": {
-            "post": {"operationId": "submit_action", "parameters": [_action_id()], "responses": {}}
-        },
-        "/v1/actions/{action_id}/cancel": {
-            "post": {"operationId": "cancel_action", "parameters": [_action_id()], "responses": {}}
-        },
-        "/v1/actions/{action_id}/fail": {
-            "post": {"operationId": "fail_action", "parameters": [_action_id()], "responses": {}}
-        },
-        "/v1/grants": {
-            "get": {
-                "operationId": "list_grants",
-                "summary": "the caller's standing permission grants (an operator's: all)",
-                "responses": {"200": {"description": "list"}},
-            }
-        },
-        "/v1/grants/{grant_id}": {
-            "delete": {
-                "operationId": "revoke_grant",
-                "parameters": [
-                    {
-                        "name": "grant_id",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string"},
-                    }
-                ],
-                "responses": {"200": {"description": "revoked"}, "404": {"description": "none"}},
-            }
-        },
-    }
-    paths.update(generic)
+    paths.update(_GENERIC)
     return {
         "openapi": "3.1.0",
         "info": {"title": "blade-runtime", "version": __version__},
@@ -231,3 +327,130 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
         "security": [{"bearer": []}],
         "paths": paths,
     }
+
+
+def _get(operation: str, summary: str, answer: str, *parameters: Any, errors: Any = ()) -> Any:
+    return {
+        "get": {
+            "operationId": operation,
+            "summary": summary,
+            "parameters": list(parameters),
+            "responses": {
+                "200": {"description": summary, **_json(_ref(answer))},
+                **_errors(401, *errors),
+            },
+        }
+    }
+
+
+def _settle(operation: str, summary: str, body: str, required: bool) -> Any:
+    return {
+        "post": {
+            "operationId": operation,
+            "summary": summary,
+            "parameters": [_path("action_id")],
+            "requestBody": {"required": required, **_json(_ref(body))},
+            "responses": {
+                "200": {"description": "the call, settled so", **_json(_ref("Settled"))},
+                **_errors(400, 401, 404, 409, 415),
+            },
+        }
+    }
+
+
+_GENERIC: Final[dict[str, Any]] = {
+    "/v1/tools": _get("list_tools", "the tools the caller may call", "Tools"),
+    "/v1/calls/{call_id}": _get(
+        "read_call",
+        "a call: its state, result and data by channel",
+        "Call",
+        _path("call_id"),
+        _query("channel", "only this ToolData channel"),
+        errors=(404,),
+    ),
+    "/v1/runs/{run_id}/calls": _get("run_calls", "the run's calls", "Calls", _path("run_id")),
+    "/v1/runs/{run_id}/events": {
+        "get": {
+            "operationId": "run_events",
+            "summary": "Server-Sent Events of the run; resume with Last-Event-ID",
+            "parameters": [
+                _path("run_id"),
+                {"name": "Last-Event-ID", "in": "header", "schema": _TEXT},
+                _query("after", "the sequence number to follow"),
+            ],
+            "responses": {
+                "200": {
+                    "description": "the run's events",
+                    "content": {"text/event-stream": {"schema": _TEXT}},
+                },
+                **_errors(400, 401, 404),
+            },
+        }
+    },
+    "/v1/files/{file_id}": {
+        "get": {
+            "operationId": "read_file",
+            "summary": "A file a tool saved (ctx.files), of the principal's tenant",
+            "parameters": [_path("file_id")],
+            "responses": {
+                "200": {
+                    "description": "the file's content, with its media type",
+                    "content": {
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "format": "binary"}
+                        }
+                    },
+                },
+                **_errors(401, 404),
+            },
+        }
+    },
+    "/v1/actions": _get(
+        "list_actions",
+        "the actions the caller may see",
+        "Actions",
+        _query("state", "pending (default), submitted, cancelled, failed, expired or any"),
+        _query("run_id", "only this run's"),
+        _query("tool", "only this tool's"),
+        errors=(400,),
+    ),
+    "/v1/actions/{action_id}": _get(
+        "read_action", "one action", "Action", _path("action_id"), errors=(404,)
+    ),
+    "/v1/actions/{action_id}/submit": {
+        "post": {
+            "operationId": "submit_action",
+            "summary": "Resolve an action with its resume payload (a client tool's output)",
+            "parameters": [_path("action_id")],
+            "requestBody": {"required": True, **_json({})},
+            "responses": {
+                "200": {"description": "the resumed call's result", **_json(_ref("Result"))},
+                "202": {"description": "the call waits again", **_json(_ref("Pending"))},
+                **_errors(400, 401, 404, 409, 413, 415, 422, 500),
+            },
+        }
+    },
+    "/v1/actions/{action_id}/cancel": _settle(
+        "cancel_action", "Settle the action's call as cancelled", "Cancel", False
+    ),
+    "/v1/actions/{action_id}/fail": _settle(
+        "fail_action", "Settle the action's call as failed", "Fail", True
+    ),
+    "/v1/grants": _get(
+        "list_grants",
+        "the caller's standing permission grants (an operator's: all)",
+        "Grants",
+        _query("tool", "only this tool's"),
+    ),
+    "/v1/grants/{grant_id}": {
+        "delete": {
+            "operationId": "revoke_grant",
+            "summary": "Revoke a standing grant: its requests are asked again",
+            "parameters": [_path("grant_id")],
+            "responses": {
+                "200": {"description": "the revoked grant", **_json(_ref("Revoked"))},
+                **_errors(401, 403, 404),
+            },
+        }
+    },
+}

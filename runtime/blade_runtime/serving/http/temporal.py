@@ -17,12 +17,12 @@ update, validated before anything is recorded.
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -32,13 +32,18 @@ from blade_runtime.core.results import ErrorCode
 from blade_runtime.core.store import storable_id
 from blade_runtime.serving.http.app import (
     DEFAULT_MAX_BODY_BYTES,
-    Authenticate,
     Refused,
     error_response,
     json_response,
-    log,
+)
+from blade_runtime.serving.http.auth import (
+    DEFAULT_AUTH_THREADS,
+    Authenticate,
+    AuthenticationFailed,
+    Authenticator,
 )
 from blade_runtime.serving.http.errors import HttpError, status_of
+from blade_runtime.serving.http.sites import Sites, TrustedSites
 from blade_runtime.temporal.client import TemporalTools
 
 _STATUS_OF_SUCCESS = {"success": 200, "pending": 202}
@@ -49,21 +54,23 @@ def create_temporal_app(
     authenticate: Authenticate,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    auth_threads: int = DEFAULT_AUTH_THREADS,
 ) -> Starlette:
     """An ASGI app over ``tools``; ``authenticate(request)`` returns the Principal or None
-    (401), sync or async."""
-    if not callable(authenticate):
-        raise TypeError("create_temporal_app: authenticate must be a function of the request")
+    (401): an ``async def`` runs on the event loop, a plain function in a worker thread. The
+    hosts, origins and JSON bodies it answers are ``create_app``'s (``allowed_hosts``,
+    ``allowed_origins``)."""
+    sites = Sites.of(allowed_hosts, allowed_origins)
+    authenticated = Authenticator(authenticate, auth_threads)
 
     async def principal_of(request: Request) -> Principal:
         try:
-            found = authenticate(request)
-            if inspect.isawaitable(found):
-                found = await found
-        except Exception as error:  # the application's bug: say so without its message
-            log.error("authenticate raised %s", type(error).__name__)
-            raise Refused(HttpError.INTERNAL, "Authentication failed on the server.") from None
-        if not isinstance(found, Principal):
+            found = await authenticated(request)
+        except AuthenticationFailed as failed:
+            raise Refused(failed.code, failed.message) from None
+        if found is None:
             raise Refused(HttpError.UNAUTHENTICATED, "Authentication required.")
         return found
 
@@ -77,13 +84,7 @@ def create_temporal_app(
             if optional:
                 return None
             raise Refused(HttpError.MALFORMED_REQUEST, "The request needs a JSON body.")
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind != "application/json" and not kind.endswith("+json"):
-            raise Refused(
-                HttpError.UNSUPPORTED_MEDIA_TYPE,
-                f"The body must be application/json, not {kind or 'undeclared'}.",
-            )
-        try:
+        try:  # declared JSON: TrustedSites refused any other type before the route ran
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError) as error:
             raise Refused(HttpError.MALFORMED_REQUEST, f"The body is not JSON: {error}.") from None
@@ -178,4 +179,8 @@ def create_temporal_app(
         Route("/v1/actions/{action_id}/cancel", route(settle), methods=["POST"]),
         Route("/v1/actions/{action_id}/fail", route(settle), methods=["POST"]),
     ]
-    return Starlette(routes=routes, exception_handlers={404: not_found})
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(TrustedSites, sites=sites)],
+        exception_handlers={404: not_found},
+    )

@@ -1,7 +1,8 @@
 // The approval inbox: the pending actions this principal may see, each with a form generated
 // from its submit schema, checked here and again by the server. Plain JavaScript, no build step,
-// nothing fetched from elsewhere. Credentials: a bearer token given once as #token=... (kept in
-// sessionStorage, removed from the address bar), or whatever cookie the application uses.
+// nothing fetched from elsewhere. Credentials: whatever cookie the application uses, or a bearer
+// token the person pastes into the sign-in form (kept in sessionStorage). A token in a link is
+// never taken: a link of someone else's would sign the person in as them.
 //
 // It speaks to people: problems are sentences beside their fields (never JSON pointers), the
 // list says what each action is about, who asked, how long it has waited and when it expires.
@@ -28,8 +29,8 @@
 
   // -- credentials and requests ------------------------------------------------------------
 
-  // #token=... is kept in sessionStorage and taken out of the address bar; #action=ID (a deep
-  // link, e.g. from an MCP elicitation) opens that action once it is listed.
+  // #action=ID (a deep link, e.g. from an MCP elicitation) opens that action once it is listed.
+  // A #token=... is taken out of the address bar and never used.
   (function takeFragment() {
     const params = new Map();
     for (const pair of location.hash.slice(1).split("&")) {
@@ -42,18 +43,81 @@
         /* a malformed escape: ignored */
       }
     }
-    const token = params.get("token");
-    if (token) sessionStorage.setItem("blade-inbox-token", token);
     state.wanted = params.get("action") || null;
-    if (token) {
+    if (params.has("token")) {
+      state.linkToken = true;
       const rest = state.wanted ? "#action=" + encodeURIComponent(state.wanted) : "";
       history.replaceState(null, "", location.pathname + location.search + rest);
     }
   })();
 
+  const TOKEN_KEY = "blade-inbox-token";
+
+  // Asked for when the API answers 401: the token is typed (or pasted) by the person.
+  function showSignIn(message) {
+    const section = $("sign-in");
+    const first = section.hidden;
+    section.hidden = false;
+    $("list-pane").hidden = true;
+    $("placeholder").hidden = true;
+    $("detail").hidden = true;
+    const note = $("sign-in-note");
+    if (first && state.linkToken) {
+      message =
+        "The link you followed carried an access token. The inbox does not take tokens from " +
+        "links: if it is yours, paste it below.";
+    }
+    if (message !== undefined) {
+      note.textContent = message;
+      note.hidden = !message;
+    }
+    if (first) $("sign-in-title").focus();
+  }
+
+  function signedIn() {
+    if (!$("sign-in").hidden) {
+      $("sign-in").hidden = true;
+      $("list-pane").hidden = false;
+      if (!state.selected) $("placeholder").hidden = false;
+      $("list-title").focus();
+    }
+    $("sign-out").hidden = !sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  function signIn(event) {
+    event.preventDefault();
+    const input = $("token-input");
+    const token = input.value.trim();
+    const error = $("token-error");
+    if (!token) {
+      error.textContent = "Enter your access token";
+      error.hidden = false;
+      input.setAttribute("aria-invalid", "true");
+      $("token-field").classList.add("has-error");
+      input.focus();
+      return;
+    }
+    error.hidden = true;
+    input.removeAttribute("aria-invalid");
+    $("token-field").classList.remove("has-error");
+    sessionStorage.setItem(TOKEN_KEY, token);
+    input.value = "";
+    state.linkToken = false;
+    state.signingIn = true;
+    refresh();
+  }
+
+  function signOut() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.actions = new Map();
+    state.selected = null;
+    renderList();
+    showSignIn("You signed out.");
+  }
+
   async function api(method, path, body) {
     const headers = { Accept: "application/json" };
-    const token = sessionStorage.getItem("blade-inbox-token");
+    const token = sessionStorage.getItem(TOKEN_KEY);
     if (token) headers.Authorization = "Bearer " + token;
     const init = { method, headers, credentials: "same-origin" };
     if (body !== undefined) {
@@ -250,10 +314,19 @@
       setStatus("Offline: retrying…");
       return;
     }
+    if (answer.status === 401) {
+      setStatus("Sign in to see your actions (" + answer.data.code + ")");
+      const refused = state.signingIn ? "That token was not accepted: check it and try again." : undefined;
+      state.signingIn = false;
+      showSignIn(refused);
+      return;
+    }
     if (!answer.ok) {
       setStatus("Could not load the list: " + answer.data.message + " (" + answer.data.code + ")");
       return;
     }
+    state.signingIn = false;
+    signedIn();
     const seen = new Map(answer.data.actions.map((a) => [a.action_id, a]));
     state.actions = seen;
     renderFilters();
@@ -367,6 +440,7 @@
     notice.textContent = "This action no longer waits: it was answered elsewhere, or expired.";
     notice.hidden = false;
     $("submit-form").hidden = true;
+    showCancel(false);
     let answer;
     try {
       answer = await api("GET", "v1/actions/" + encodeURIComponent(actionId));
@@ -437,6 +511,28 @@
     $("form-fields").replaceChildren(state.form.node);
     $("required-note").hidden = !state.form.node.querySelector(".required-mark");
     showSummary([]);
+    showCancel(true);
+    $("detail-title").focus(); // the person's attention: the action just opened
+  }
+
+  // "Cancel the call instead": apart from Submit, and asked again before it acts.
+  function showCancel(shown) {
+    $("cancel-area").hidden = !shown;
+    $("cancel-confirm").hidden = true;
+    $("cancel-button").hidden = false;
+    $("cancel-button").setAttribute("aria-expanded", "false");
+  }
+
+  function askCancel() {
+    $("cancel-confirm").hidden = false;
+    $("cancel-button").hidden = true;
+    $("cancel-button").setAttribute("aria-expanded", "true");
+    $("cancel-confirm-title").focus();
+  }
+
+  function keepWaiting() {
+    showCancel(true);
+    $("cancel-button").focus();
   }
 
   // Who asked, how long it has waited, when it expires: kept current by every refresh. Once it
@@ -470,20 +566,58 @@
 
   // -- problems, beside their fields --------------------------------------------------------
 
-  // Below the form, in the live region: how many fields need fixing, and which (by name).
+  // At the top of the form (GOV.UK's error summary): each problem, in the words shown beside
+  // its field, as a link that moves to that field; then what concerns the whole answer.
   function showSummary(general) {
     const box = $("form-errors");
     const fields = [...state.marked].sort((a, b) =>
       a.node.compareDocumentPosition(b.node) & Node.DOCUMENT_POSITION_FOLLOWING ? -1 : 1,
     );
-    const names = fields.map(fullTitle).filter(Boolean).join(", ");
-    const lines = [];
-    const which = names ? ": " + names + "." : ".";
-    if (fields.length === 1) lines.push("One answer needs fixing" + which);
-    else if (fields.length > 1) lines.push(fields.length + " answers need fixing" + which);
-    lines.push(...general);
-    box.replaceChildren(...lines.map((line) => el("span", { text: line })));
-    box.hidden = lines.length === 0;
+    const items = [];
+    for (const field of fields) {
+      const control = field.node.matches("input, select, textarea")
+        ? field.node
+        : field.node.querySelector("input, select, textarea, button");
+      for (const text of field.said || []) {
+        const link = el("a", { href: control ? "#" + control.id : "#", text });
+        link.addEventListener("click", (event) => {
+          event.preventDefault(); // the address bar keeps its #action
+          if (control) {
+            control.scrollIntoView({ block: "center" });
+            control.focus();
+          }
+        });
+        items.push(el("li", {}, link));
+      }
+    }
+    items.push(...general.map((line) => el("li", { text: line })));
+    // unchanged, left as it is: an alert rewritten on every keystroke is read out again, and a
+    // page rewritten while a button is pressed loses the click
+    const said = items.map((item) => item.textContent).join("\n");
+    if (box.dataset.said === said && box.hidden === (items.length === 0)) return;
+    box.dataset.said = said;
+    $("form-errors-list").replaceChildren(...items);
+    box.hidden = items.length === 0;
+  }
+
+  // A problem as GOV.UK words it: what to enter, naming the field ("Enter score", "Score must
+  // be 10 or less"), the same words beside the field and in the summary.
+  function phrase(field, text) {
+    const titled = field.node.querySelector(".title-text");
+    const label = titled ? titled.textContent : "this answer";
+    const lower = /^[A-Z]{2}/.test(label) ? label : label.charAt(0).toLowerCase() + label.slice(1);
+    const rest = (t) => t.charAt(0).toLowerCase() + t.slice(1);
+    if (text === "Required") {
+      if (field.node.matches("fieldset.array")) return "Add " + lower;
+      if (field.node.matches("fieldset")) return "Fill in " + lower;
+      if (field.node.querySelector("select")) return "Select " + lower;
+      return "Enter " + lower;
+    }
+    if (/^(Must|Not) /.test(text)) return label + " " + rest(text).replace(/^not /, "is not ");
+    if (/^Add at least/.test(text)) return text + " to " + lower;
+    if (/^At most/.test(text)) return label + " can have " + rest(text);
+    if (/^Each item/.test(text)) return "Each item of " + lower + rest(text).slice("each item".length);
+    return label + ": " + rest(text);
   }
 
   // The browser's problems (checked now) and the server's (until their field is edited).
@@ -501,8 +635,8 @@
     // the server's, unless their field left the form (a removed array item)
     state.serverErrors = state.serverErrors.filter((problem) => problem.field.node.isConnected);
     for (const problem of state.serverErrors) add(problem.field, problem.text);
-    for (const field of state.marked) if (!byField.has(field)) field.slot.set([]);
-    for (const [field, texts] of byField) field.slot.set(texts);
+    for (const field of state.marked) if (!byField.has(field)) field.slot.set((field.said = []));
+    for (const [field, texts] of byField) field.slot.set((field.said = texts.map((t) => phrase(field, t))));
     state.marked = new Set(byField.keys());
     showSummary(general);
   }
@@ -531,11 +665,12 @@
     renderProblems(browserProblems().problems);
   }
 
+  // The summary takes focus (and is read out): its links lead to each field.
   function focusFirstProblem() {
-    const node = state.form.node.querySelector('[aria-invalid="true"]');
-    if (!node) return;
-    const control = node.matches("fieldset") ? node.querySelector("input, select, textarea, button") : node;
-    if (control) control.focus();
+    const box = $("form-errors");
+    if (box.hidden) return;
+    box.scrollIntoView({ block: "start" });
+    box.focus();
   }
 
   // The server's INVALID_SUBMISSION message ("... at /score: 3 is not a multiple of 2; at the
@@ -627,6 +762,7 @@
     const action = state.actions.get(state.selected);
     if (!action || state.busy) return;
     state.busy = true;
+    $("cancel-yes").disabled = true;
     try {
       const answer = await api("POST", "v1/actions/" + encodeURIComponent(action.action_id) + "/cancel", {
         reason: "cancelled in the approval inbox",
@@ -637,6 +773,7 @@
       return;
     } finally {
       state.busy = false;
+      $("cancel-yes").disabled = false;
     }
     refresh();
   }
@@ -645,6 +782,7 @@
   function showResult(answer, sent, schema) {
     const data = answer.data || {};
     $("submit-form").hidden = true;
+    showCancel(false);
     $("result").hidden = false;
     const status = $("result-status");
     const output = $("result-output");
@@ -685,6 +823,23 @@
       status.textContent = lead + (data.message || "") + " (" + (data.code || "ERROR") + ")";
       status.className = "error";
     }
+    offerNext(data.status === "pending" && data.action ? data.action.action_id : null);
+    $("result-title").focus(); // what came of it, read first; the next action follows
+  }
+
+  // After an answer: the next action waiting (another than the one answered), one Tab away.
+  function offerNext(skip) {
+    const old = $("next-action");
+    if (old) old.remove();
+    const next = [...state.actions.values()].find(
+      (a) => a.action_id !== state.selected && a.action_id !== skip && passes(a),
+    );
+    if (!next) return;
+    const button = el("button", { type: "button", id: "next-action", text: "Next: " + titleOf(next) });
+    button.addEventListener("click", () => {
+      if (state.actions.has(next.action_id)) select(next.action_id);
+    });
+    $("result").append(el("p", { className: "next" }, button));
   }
 
   // -- forms from JSON Schemas --------------------------------------------------------------
@@ -745,7 +900,7 @@
   function buildForm(schema, initial) {
     const root = schema;
     const ctx = { root, changed: (target) => recheck(target) };
-    const built = field(ctx, root, "", "answer", true, true, initial);
+    const built = field(ctx, root, "", "answer", true, true, initial, true);
     built.node.addEventListener("input", (event) => recheck(event.target));
     built.node.addEventListener("change", (event) => recheck(event.target));
     return { root, field: built, node: built.node };
@@ -763,6 +918,9 @@
     return {
       node,
       set(texts) {
+        const said = texts.join("\n");
+        if (node.dataset.said === said) return; // as shown: left alone
+        node.dataset.said = said;
         node.replaceChildren(...texts.map((text) => el("span", { text })));
         node.hidden = texts.length === 0;
         box.classList.toggle("has-error", texts.length > 0);
@@ -780,8 +938,13 @@
 
   // Each field: its node, read() (the value, or undefined when left out), pristine() (as the
   // form first showed it), its slot for problems and setTitle (array items are renumbered).
-  function field(ctx, raw, path, name, required, top, given) {
+  // ``within``: every group holding the field is required too (then a required field is
+  // announced as required; inside an optional group it is required only once the group is used).
+  function field(ctx, raw, path, name, required, top, given, within) {
     const schema = resolve(ctx.root, raw);
+    // aria-required="true", not the required attribute: a required control left empty would
+    // be announced invalid (constraint validation) before the person typed anything
+    const announced = required && within ? "true" : undefined;
     const start = given === undefined ? schema.default : given;
     const id = "f" + ++counter;
     const title = schema.title || humanize(name);
@@ -822,7 +985,7 @@
       const children = new Map();
       for (const [key, sub] of Object.entries(schema.properties || {})) {
         const value = isObject(start) ? start[key] : undefined;
-        const child = field(ctx, sub, path + "/" + pointerPart(key), key, needed.has(key), false, value);
+        const child = field(ctx, sub, path + "/" + pointerPart(key), key, needed.has(key), false, value, within && required);
         fieldset.append(child.node);
         children.set(key, child);
       }
@@ -876,7 +1039,7 @@
       };
       function addRow(value) {
         const index = rows.length;
-        const child = field(ctx, itemSchema, path + "/" + index, "Item " + (index + 1), true, false, value);
+        const child = field(ctx, itemSchema, path + "/" + index, "Item " + (index + 1), true, false, value, within && required);
         const remove = el("button", {
           type: "button",
           className: "small secondary",
@@ -887,10 +1050,15 @@
         const entry = { row, field: child, path: path + "/" + index, remove };
         child.parent = self;
         remove.addEventListener("click", () => {
-          rows.splice(rows.indexOf(entry), 1);
+          const at = rows.indexOf(entry);
+          rows.splice(at, 1);
           row.remove();
           renumber();
           ctx.changed(box);
+          // focus where the removed row was: the row now there, else the one before, else Add
+          const near = rows[at] || rows[at - 1];
+          const control = near && near.row.querySelector("input, select, textarea");
+          (control || add).focus();
         });
         rows.push(entry);
         items.append(row);
@@ -931,7 +1099,7 @@
     };
 
     if (type === "boolean") {
-      const input = el("input", { type: "checkbox", id, "data-path": path, "aria-required": required });
+      const input = el("input", { type: "checkbox", id, "data-path": path }); // always a value
       if (typeof start === "boolean") input.checked = start;
       const initial = input.checked;
       const labelNode = titled("label", { for: id }, title, required);
@@ -947,7 +1115,7 @@
 
     if (type === "enum" || type === "const") {
       const options = type === "const" ? [schema.const] : schema.enum;
-      const select = el("select", { id, "data-path": path, "aria-required": required });
+      const select = el("select", { id, "data-path": path, "aria-required": announced });
       select.append(el("option", { value: "", text: required ? "Choose…" : "(none)" }));
       options.forEach((option, index) => {
         select.append(el("option", { value: String(index), text: option === null ? "—" : scalarText(option) }));
@@ -970,7 +1138,7 @@
         type: "number",
         id,
         "data-path": path,
-        "aria-required": required,
+        "aria-required": announced,
         step: type === "integer" ? "1" : "any",
         min: schema.minimum,
         max: schema.maximum,
@@ -998,7 +1166,7 @@
         type: long ? undefined : "text",
         id,
         "data-path": path,
-        "aria-required": required,
+        "aria-required": announced,
         rows: long ? 3 : undefined,
       });
       if (typeof start === "string") input.value = start;
@@ -1013,7 +1181,7 @@
     }
 
     // anything else (unions, untyped values, free-form objects): JSON text
-    const area = el("textarea", { id, "data-path": path, rows: 3, "aria-required": required });
+    const area = el("textarea", { id, "data-path": path, rows: 3, "aria-required": announced });
     if (start !== undefined) area.value = JSON.stringify(start, null, 2);
     const initial = area.value.trim();
     wrap.append(area);
@@ -1152,7 +1320,11 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     $("submit-form").addEventListener("submit", submit);
-    $("cancel-button").addEventListener("click", cancel);
+    $("cancel-button").addEventListener("click", askCancel);
+    $("cancel-yes").addEventListener("click", cancel);
+    $("cancel-no").addEventListener("click", keepWaiting);
+    $("sign-in-form").addEventListener("submit", signIn);
+    $("sign-out").addEventListener("click", signOut);
     $("filter-tool").addEventListener("change", renderList);
     $("filter-age").addEventListener("change", renderList);
     refresh();
