@@ -25,7 +25,8 @@ _VERSION_SUFFIX = re.compile(r"\.v[0-9]+$")
 # A definition of one of these names would replace the import (render checks none slipped by).
 RESERVED = frozenset(
     {"ID", "SPEC", "RESULT", "DATA", "Final", "Literal", "Protocol", "TypeAlias", "NoReturn"}
-    | {"Sequence", "Mapping", "Any", "Annotated", "overload", "TypeVar", "Union", "Optional"}
+    | {"Sequence", "Mapping", "AsyncIterator", "Any", "Annotated", "overload", "TypeVar"}
+    | {"Union", "Optional"}
     | {"BaseModel", "Field", "ConfigDict", "RootModel", "StringConstraints", "JsonValue"}
     | {"MISSING", "Enum", "AnyUrl", "AwareDatetime", "EmailStr", "UUID", "Decimal"}
     # blade_runtime's names that generated modules and the client import

@@ -680,7 +680,7 @@ def _client_module(
     if actions:
         imports["blade_runtime.client"].add("Parser")
         imports["typing"].update({"Any", "Final", "TypeAlias"})
-        imports["collections.abc"] = {"Mapping"}
+        imports["collections.abc"] = {"AsyncIterator", "Mapping"}
         if len(actions) > 1:
             imports["typing"].add("Annotated")
             imports["pydantic"] = {"Field"}

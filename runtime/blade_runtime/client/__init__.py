@@ -228,6 +228,14 @@ class Transport:
         raise NotImplementedError
 
     def pending(self, run_id: str | None) -> list[Data]:
+        """Every pending action, every page of them (it blocks; a page at a time, from a
+        coroutine: ``pending_page``)."""
+        raise NotImplementedError
+
+    async def pending_page(
+        self, run_id: str | None, limit: int | None, cursor: str | None
+    ) -> tuple[list[Data], str | None]:
+        """One page of the pending actions, and the next page's cursor (None: the last)."""
         raise NotImplementedError
 
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
@@ -277,6 +285,14 @@ class RuntimeTransport(Transport):
     def pending(self, run_id: str | None) -> list[Data]:
         records = self.runtime.records.actions_blocking(run_id=run_id, principal=self.principal)
         return [_action_data(PendingAction.of(record, record.payload)) for record in records]
+
+    async def pending_page(
+        self, run_id: str | None, limit: int | None, cursor: str | None
+    ) -> tuple[list[Data], str | None]:
+        page = await self.runtime.records.actions_page(
+            run_id=run_id, principal=self.principal, limit=limit, cursor=cursor
+        )
+        return [_action_data(PendingAction.of(r, r.payload)) for r in page.items], page.next
 
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
         channels: dict[str, list[dict[str, JsonValue]]] = {}
@@ -383,6 +399,18 @@ class ToolClient:
     def _settled(self, settled: Data) -> CallError:
         assert settled["status"] == "error", "cancel and fail settle as errors"
         return CallError.model_validate(settled)
+
+    async def _pending_pages(
+        self, actions: Parser[T], kinds: Iterable[str], run_id: str | None, limit: int | None
+    ) -> AsyncIterator[list[T]]:
+        """Pages of the pending actions of ``kinds``, typed, as the transport hands them."""
+        known = frozenset(kinds)
+        cursor: str | None = None
+        while True:
+            found, cursor = await self.transport.pending_page(run_id, limit, cursor)
+            yield [self._action(actions, data) for data in found if data["kind"] in known]
+            if cursor is None:
+                return
 
     def _pending(self, actions: Parser[T], kinds: Iterable[str], run_id: str | None) -> list[T]:
         known = frozenset(kinds)

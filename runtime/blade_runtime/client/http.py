@@ -26,6 +26,7 @@ from pydantic_core import to_jsonable_python
 
 from blade_runtime.client import Data, RunEvent, Transport
 from blade_runtime.core.files import FileBody, SavedFile, UnknownFile
+from blade_runtime.core.records import MAX_PAGE_SIZE
 from blade_runtime.core.results import ErrorCode
 
 _CODES = frozenset(code.value for code in ErrorCode)
@@ -160,12 +161,29 @@ class HttpTransport(Transport):
         return _result(answer, ids)
 
     def pending(self, run_id: str | None) -> list[Data]:
-        params = {} if run_id is None else {"run_id": run_id}
-        answer = self._blocking().get("/v1/actions", params=params)
+        found: list[Data] = []
+        params = {"limit": str(MAX_PAGE_SIZE)} | ({} if run_id is None else {"run_id": run_id})
+        while True:  # every page
+            answer = self._blocking().get("/v1/actions", params=params)
+            body = _body(answer)
+            if answer.status_code != 200:
+                raise _refused(answer.status_code, body)
+            found += body["actions"]
+            if not body.get("next"):
+                return found
+            params["cursor"] = body["next"]
+
+    async def pending_page(
+        self, run_id: str | None, limit: int | None, cursor: str | None
+    ) -> tuple[list[Data], str | None]:
+        params = {"run_id": run_id, "limit": None if limit is None else str(limit)}
+        params["cursor"] = cursor
+        asked = {key: value for key, value in params.items() if value is not None}
+        answer = await self._async().get("/v1/actions", params=asked)
         body = _body(answer)
         if answer.status_code != 200:
             raise _refused(answer.status_code, body)
-        return list(body["actions"])
+        return list(body["actions"]), body.get("next")
 
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
         answer = self._blocking().get(f"/v1/calls/{call_id}")

@@ -164,7 +164,11 @@ class Subscription:
         if event is None:
             self._queue.put_nowait(None)  # stay closed for every later call
             raise StopAsyncIteration
-        if self.behind is not None and self._queue.qsize() <= self.window // 2:
+        queued = self._queue.qsize()
+        if queued >= self.window:
+            if self.behind is None:
+                self.behind = time.monotonic()
+        elif self.behind is not None and queued <= self.window // 2:
             self.behind = None
             self.wake()  # room again: the pump reads on
         return event

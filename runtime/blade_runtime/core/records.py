@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from blade_runtime.core.caller import Principal, may_act_on
@@ -73,6 +74,11 @@ def after_of(cursor: str | None) -> str | None:
     except (ValueError, UnicodeError):
         pass
     raise BadCursor("not a cursor this listing made; list from the first page")
+
+
+def ago(seconds: float) -> str:
+    """The time ``seconds`` ago, as records' times are written (ISO 8601, UTC)."""
+    return (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
 
 
 def page_size(limit: int | None) -> int:
@@ -229,9 +235,12 @@ class Records:
         principal: Principal | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        waited_over_s: float | None = None,
+        waited_under_s: float | None = None,
     ) -> Page[ActionRecord]:
         """A page of the actions ``actions`` lists, oldest first: one query (two with a
-        cursor), whatever the volume; read off the event loop."""
+        cursor), whatever the volume; read off the event loop. ``waited_over_s`` and
+        ``waited_under_s``: only those waiting longer, or less long, than that."""
         size = page_size(limit)
         found: list[ActionRecord] = await self._io_thread(
             self.store.actions,
@@ -242,6 +251,8 @@ class Records:
             principal=owner_of(principal),
             limit=size + 1,
             after=after_of(cursor),
+            suspended_before=None if waited_over_s is None else ago(waited_over_s),
+            suspended_since=None if waited_under_s is None else ago(waited_under_s),
         )
         return paged(found, size, lambda action: action.action_id)
 

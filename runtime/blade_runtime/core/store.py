@@ -721,8 +721,12 @@ class Store(Protocol):
         principal: str | None = None,
         limit: int | None = None,
         after: str | None = None,
+        suspended_before: str | None = None,
+        suspended_since: str | None = None,
     ) -> list[ActionRecord]:
-        """Actions, oldest first (``after``: an action id)."""
+        """Actions, oldest first (``after``: an action id); ``suspended_before`` and
+        ``suspended_since``: ISO 8601 times (UTC, as ``now()`` writes them) bounding when they
+        were made."""
         ...
 
     def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]: ...

@@ -910,6 +910,8 @@ class SQLStore:
         principal: str | None = None,
         limit: int | None = None,
         after: str | None = None,
+        suspended_before: str | None = None,
+        suspended_since: str | None = None,
     ) -> list[ActionRecord]:
         given = {
             "state": state,
@@ -921,6 +923,12 @@ class SQLStore:
         if not all(self._holdable(value) for value in given.values() if value is not None):
             return []
         where = _Where(given, principal)
+        if suspended_before is not None:
+            where.clauses.append("suspended_at < :suspended_before")
+            where.params["suspended_before"] = suspended_before
+        if suspended_since is not None:
+            where.clauses.append("suspended_at >= :suspended_since")
+            where.params["suspended_since"] = suspended_since
         if after is not None:
             where.after(self, "blade_actions", "action_id", ("suspended_at", "action_id"), after)
         rows = self._fetch(

@@ -76,6 +76,12 @@ class TemporalTransport(Transport):
         found = self._blocking(lambda tools: tools.pending(principal=self.principal, run_id=run_id))
         return [_action(record) for record in found]
 
+    async def pending_page(
+        self, run_id: str | None, limit: int | None, cursor: str | None
+    ) -> tuple[list[Data], str | None]:
+        """Every pending action, as one page (Temporal's listing is not paged yet)."""
+        return await asyncio.to_thread(self.pending, run_id), None
+
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
         found = self._blocking(lambda tools: tools.data(call_id, principal=self.principal))
         channels: dict[str, list[dict[str, JsonValue]]] = {}

@@ -95,7 +95,7 @@ def test_grants_over_http_are_listed_and_revoked_by_their_own_principal(
         "point": "@permission-step",
     }
     assert seen["again"].status_code == 404
-    assert seen["by tool"].json() == {"grants": []}
+    assert seen["by tool"].json() == {"grants": [], "next": None}
     assert [g["grant_id"] for g in seen["after"]["grants"]] == [theirs.grant_id]
     assert [g.grant_id for g in store.grants()] == [theirs.grant_id]
 

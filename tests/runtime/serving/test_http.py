@@ -451,8 +451,9 @@ def test_refused_requests_answer_as_specified_and_write_nothing(
                 json=REFUND,
             )
             bobs = await http.get("/v1/actions", headers=BOB)
-            assert bobs.json() == {"actions": []}
-            assert (await http.get("/v1/runs/alice-run/calls", headers=BOB)).json() == {"calls": []}
+            assert bobs.json() == {"actions": [], "next": None}
+            calls = await http.get("/v1/runs/alice-run/calls", headers=BOB)
+            assert calls.json() == {"calls": [], "next": None}
 
             # bodies: too large, not JSON, not UTF-8; routes that do not exist
             big = {"approved": True, "approver": "x" * 5000}
@@ -1004,13 +1005,11 @@ def test_a_runs_events_from_another_worker_process_reach_the_stream(
     assert all(e["call_id"] != "" for e in got)
 
 
-def test_live_events_of_calls_the_store_keeps_no_record_of_reach_operators_only(
-    example_package: Any,
-) -> None:
-    """On the memory store a pure call leaves no record: no tenant's stream shows its events
-    (the store's record decides whose a call is, and there is none; the API keeps no record of
-    its own), an operator's shows them all; a call the store records reaches its tenant's
-    stream once recorded (at its suspension), and no other tenant's."""
+def test_live_events_reach_whom_their_own_call_was_made_for(example_package: Any) -> None:
+    """Every event carries its call's tenant and principal, stamped by the runtime from the
+    call's own context: on the memory store a pure call leaves no record, yet its live events
+    reach the principal it was made for (and operators), and never another principal's stream,
+    whatever the run they share."""
     runtime, _ = runtime_of(MemoryStore())
     app = create_app(runtime, authenticate=authenticate)
 
@@ -1020,7 +1019,7 @@ def test_live_events_of_calls_the_store_keeps_no_record_of_reach_operators_only(
             refund = "/v1/tools/refund_payment/calls?run_id=m"
             await http.post(refund, json=REFUND, headers=ALICE)  # so that each may stream m
             await http.post(refund, json=REFUND, headers=BOB)
-            alice = asyncio.ensure_future(sse(app, "/v1/runs/m/events", ALICE, 1))
+            alice = asyncio.ensure_future(sse(app, "/v1/runs/m/events", ALICE, 4))
             root = asyncio.ensure_future(sse(app, "/v1/runs/m/events", ROOT, 6))
             await asyncio.sleep(0.2)  # subscribed
             await http.post(lookup, json={"customer_id": "cus_3"}, headers=BOB)
@@ -1032,9 +1031,12 @@ def test_live_events_of_calls_the_store_keeps_no_record_of_reach_operators_only(
             return await alice, await root
 
     alice, root = asyncio.run(scenario())
-    # the first event Alice's stream shows is one of a6 (its started event too, when the
-    # stream reads it once a6 is recorded): nothing of the pure a4 nor of Bob's calls before it
-    assert alice and {e["call_id"] for e in alice} == {"a6"}
+    assert [(e["event"], e["call_id"]) for e in alice] == [
+        ("started", "a4"),
+        ("result", "a4"),
+        ("started", "a6"),
+        ("suspended", "a6"),
+    ]  # nothing of Bob's calls before, between or after hers
     shown = [(e["event"], e["call_id"]) for e in root[:4]]
     assert shown[2:] == [("started", "a4"), ("result", "a4")] and shown[0][0] == "started"
 
@@ -1332,7 +1334,8 @@ def test_a_stream_shows_a_call_to_whom_the_stores_record_shows_it_across_servers
     sends a call with key K and invalid arguments there (422: nothing stored); Alice then makes
     a valid call with key K on server 2. The store says K is Alice's: Bob's stream on server 1
     carries none of its events (it once carried her started, data and suspended events, and her
-    ToolData), and Alice's own stream on server 1 carries them all."""
+    ToolData), only the refusal of his own attempt; Alice's own stream on server 1 carries them
+    all."""
     import time
 
     (tmp_path / "served_deploy.py").write_text(SERVED_DEPLOY)
@@ -1383,7 +1386,11 @@ def test_a_stream_shows_a_call_to_whom_the_stores_record_shows_it_across_servers
         for listener in listeners:
             listener.close()
         stderrs = [server.stop() for server in (one, two)]
-    assert [e for e in bob.events if e["call_id"] == key] == [], bob.events
+    # Bob's stream shows under K only what became of his own refused call, nothing of hers
+    bobs = [e for e in bob.events if e["call_id"] == key]
+    assert [(e["event"], e["payload"]["code"]) for e in bobs] == [
+        ("result", "INVALID_INPUT")
+    ], bob.events
     assert "alice-secret" not in json.dumps(bob.events)
     mine = [e["event"] for e in alice.events if e["call_id"] == key]
     assert mine == ["started", "data", "suspended"], alice.events

@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -39,12 +40,14 @@ from starlette.routing import Route
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.context import CallInfo
-from blade_runtime.core.records import visible
+from blade_runtime.core.events import WINDOW, Subscription
+from blade_runtime.core.records import MAX_PAGE_SIZE, Page, visible
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
 from blade_runtime.core.store import (
     ActionRecord,
     ActionState,
+    BadCursor,
     CallRecord,
     Event,
     GrantRecord,
@@ -70,6 +73,12 @@ log = logging.getLogger("blade_runtime.serving.http")
 DEFAULT_MAX_BODY_BYTES: Final = 1 << 20
 IN_PROGRESS_WAIT_S: Final = 30.0  # how long a retry waits for a call running elsewhere
 HEARTBEAT_S: Final = 15.0
+DEFAULT_MAX_STREAMS: Final = 8
+"""Event streams one principal may hold open on one server at once (one more is 429)."""
+DEFAULT_LAG_LIMIT_S: Final = 30.0
+"""How long a stream's reader may stay a whole window behind before it is told to resume."""
+DEFAULT_WRITE_TIMEOUT_S: Final = 60.0
+"""How long one write of a stream may wait for a client that reads nothing, before it is cut."""
 OPENAPI_KEPT: Final = 64  # OpenAPI documents kept, one per set of tools callers may call
 ANONYMOUS: Final = Principal("anonymous", "", frozenset({"operator"}))
 ACTION_STATES: Final = ("pending", "submitted", "cancelled", "failed", "expired")
@@ -156,13 +165,44 @@ class Api:
         self.answers = Answers()
         # Derived from the registrations, kept while they are the same (Tools.generation).
         self._openapi: dict[tuple[int, tuple[str, ...]], bytes] = {}
-        self.streams: set[Any] = set()  # open event subscriptions
+        self.streams: dict[tuple[str, str], set[Subscription]] = {}  # open, by principal
+        self.max_streams = DEFAULT_MAX_STREAMS
+        self.lag_limit_s = DEFAULT_LAG_LIMIT_S
+        self.write_timeout_s = DEFAULT_WRITE_TIMEOUT_S
+        self.window = WINDOW
+
+    def open_stream(self, principal: Principal, run_id: str, after: int) -> Subscription:
+        """A subscription to the run for ``principal``, within its share of streams (429)."""
+        key = (principal.tenant, principal.id)
+        open_now = self.streams.setdefault(key, set())
+        if len(open_now) >= self.max_streams:
+            raise Refused(
+                HttpError.TOO_MANY_STREAMS,
+                f"{len(open_now)} event streams are open for this principal, as many as this "
+                "server allows; close one (or resume it with Last-Event-ID).",
+            )
+        subscription = self.runtime.subscribe(
+            run_id, after=after, principal=principal, window=self.window
+        )
+        open_now.add(subscription)
+        return subscription
+
+    def end_stream(self, principal: Principal, subscription: Subscription) -> None:
+        """The stream ended (its client went, or the server stops): no await, so a cancelled
+        response's clean-up still ends it."""
+        subscription.drop()
+        open_now = self.streams.get((principal.tenant, principal.id))
+        if open_now is not None:
+            open_now.discard(subscription)
+            if not open_now:
+                del self.streams[(principal.tenant, principal.id)]
 
     def close_streams(self) -> None:
         """End every open event stream (a server shutting down): clients reconnect elsewhere
         with Last-Event-ID."""
-        for subscription in list(self.streams):
-            subscription.close()
+        for open_now in list(self.streams.values()):
+            for subscription in list(open_now):
+                subscription.drop()
 
     # -- the request's principal and body ----------------------------------------------------
 
@@ -375,7 +415,7 @@ class Api:
         if record.state in ("suspended", "pending"):
             waiting = await self.records.actions(call_id=record.call_id, principal=principal)
             if waiting:
-                action = await self.action_json(waiting[0])
+                action = self.action_json(waiting[0])
                 return 202, {"status": "pending", **ids, "action": action}
         result = record.result
         if isinstance(result, dict) and result.get("status") == "error":
@@ -426,7 +466,7 @@ class Api:
         if isinstance(result, ToolPending):
             record = await self.records.action(result.action.action_id, principal=principal)
             action: JsonValue = (
-                await self.action_json(record)
+                self.action_json(record)
                 if record is not None
                 else {"action_id": result.action.action_id, "name": result.action.name}
             )
@@ -443,11 +483,9 @@ class Api:
 
     # -- records as JSON ---------------------------------------------------------------------
 
-    async def action_json(self, record: ActionRecord) -> dict[str, JsonValue]:
+    def action_json(self, record: ActionRecord) -> dict[str, JsonValue]:
         registration = self.registration(record.name)
-        call = await self.runtime.records.call(record.call_id)  # who asked: its principal
-        context = None if call is None else CallContext.from_json(call.context)
-        asker = None if context is None or context.principal is None else context.principal.id
+        asker = record.principal or None  # who asked: its call's principal, on the record
         return {
             "kind": record.spec_id if record.point is None else f"{record.spec_id}#{record.point}",
             "action_id": record.action_id,
@@ -597,6 +635,38 @@ def _refuse_large_headers(request: Request) -> None:
         )
 
 
+def _paging(request: Request) -> tuple[int | None, str | None]:
+    """A listing's ``limit`` (at most ``MAX_PAGE_SIZE``; default ``PAGE_SIZE``) and
+    ``cursor`` (the ``next`` of the page before)."""
+    query = request.query_params
+    limit = query.get("limit")
+    if limit is not None and not (limit.isascii() and limit.isdigit() and int(limit) > 0):
+        raise Refused(
+            HttpError.MALFORMED_REQUEST,
+            f"limit is a number of records from 1 to {MAX_PAGE_SIZE}, not {limit!r}.",
+        )
+    return (None if limit is None else int(limit)), query.get("cursor")
+
+
+def _seconds(query: Any, name: str) -> float | None:
+    text = query.get(name)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 12):
+        raise Refused(HttpError.MALFORMED_REQUEST, f"{name} is a number of seconds, not {text!r}.")
+    return float(text)
+
+
+def _page_response(request: Request, key: str, items: list[Any], page: Page[Any]) -> Response:
+    """``{key: [...], "next": cursor}``, and the next page's address in a ``Link`` header
+    (RFC 8288, as GitHub's API pages)."""
+    response = json_response({key: items, "next": page.next})
+    if page.next is not None:
+        following = request.url.include_query_params(cursor=page.next)
+        response.headers["Link"] = f'<{following.path}?{following.query}>; rel="next"'
+    return response
+
+
 def _refuse_nul(request: Request) -> None:
     """A NUL in the path or the query names nothing (and PostgreSQL's text cannot hold it)."""
     values = (*request.path_params.values(), *request.query_params.values())
@@ -615,6 +685,10 @@ def create_app(
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     auth_threads: int = DEFAULT_AUTH_THREADS,
+    max_streams_per_principal: int = DEFAULT_MAX_STREAMS,
+    stream_lag_limit_s: float = DEFAULT_LAG_LIMIT_S,
+    stream_write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S,
+    stream_window: int = WINDOW,
 ) -> Starlette:
     """The runtime's HTTP API (routes under ``/v1``, the approval inbox at ``/inbox``; with
     ``mcp=True``, ``blade-runtime[mcp]``'s streamable-HTTP MCP endpoint at ``/mcp``, behind the
@@ -632,9 +706,18 @@ def create_app(
     ``allowed_origins`` (403), and a POST must declare a JSON body (415): see
     ``blade_runtime.serving.http.sites``. ``ValueError`` for an entry that is not a host or an
     origin.
+
+    A run's event stream holds at most ``stream_window`` events for a client that reads
+    slowly; one a window behind for ``stream_lag_limit_s`` is told to resume (``event:
+    lagging``), one that reads nothing for ``stream_write_timeout_s`` is cut off, and a
+    principal holds at most ``max_streams_per_principal`` streams (429 past it).
     """
     sites = Sites.of(allowed_hosts, allowed_origins)
     api = Api(runtime, authenticate, allow_anonymous, max_body_bytes, auth_threads)
+    api.max_streams = max_streams_per_principal
+    api.lag_limit_s = stream_lag_limit_s
+    api.write_timeout_s = stream_write_timeout_s
+    api.window = stream_window
 
     def route(
         handler: Callable[[Request, Principal], Awaitable[Response]],
@@ -647,6 +730,8 @@ def create_app(
                 return await handler(request, principal)
             except Refused as refused:
                 return error_response(refused.code, refused.message)
+            except BadCursor as bad:
+                return error_response(HttpError.BAD_CURSOR, str(bad))
             except StoreUnavailable:
                 return error_response(ErrorCode.STORE_UNAVAILABLE, "The store is unavailable.")
 
@@ -715,8 +800,11 @@ def create_app(
 
     async def run_calls(request: Request, principal: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        found = await api.records.calls(run_id=run_id, principal=principal)
-        return json_response({"calls": [api.call_json(r) for r in found]})
+        limit, cursor = _paging(request)
+        page = await api.records.calls_page(
+            run_id=run_id, principal=principal, limit=limit, cursor=cursor
+        )
+        return _page_response(request, "calls", [api.call_json(r) for r in page.items], page)
 
     async def list_actions(request: Request, principal: Principal) -> Response:
         query = request.query_params
@@ -727,14 +815,23 @@ def create_app(
                 f"state is one of {', '.join(ACTION_STATES)} or any, not {state_text!r}.",
             )
         state: ActionState | None = None if state_text == "any" else state_text  # type: ignore[assignment]
-        found = await api.records.actions(
-            state=state, run_id=query.get("run_id"), name=query.get("tool"), principal=principal
+        limit, cursor = _paging(request)
+        page = await api.records.actions_page(
+            state=state,
+            run_id=query.get("run_id"),
+            name=query.get("tool"),
+            principal=principal,
+            limit=limit,
+            cursor=cursor,
+            waited_over_s=_seconds(query, "waiting_over"),
+            waited_under_s=_seconds(query, "waiting_under"),
         )
-        return json_response({"actions": [await api.action_json(a) for a in found]})
+        shown = [api.action_json(a) for a in page.items]
+        return _page_response(request, "actions", shown, page)
 
     async def read_action(request: Request, principal: Principal) -> Response:
         record = await api.visible_action(principal, request.path_params["action_id"])
-        return json_response(await api.action_json(record))
+        return json_response(api.action_json(record))
 
     async def submit(request: Request, principal: Principal) -> Response:
         record = await api.visible_action(principal, request.path_params["action_id"])
@@ -785,8 +882,11 @@ def create_app(
         return json_response(answer, status)
 
     async def list_grants(request: Request, principal: Principal) -> Response:
-        found = await runtime.grants(principal=principal, tool=request.query_params.get("tool"))
-        return json_response({"grants": [grant_json(g) for g in found]})
+        limit, cursor = _paging(request)
+        page = await api.records.grants_page(
+            principal=principal, tool=request.query_params.get("tool"), limit=limit, cursor=cursor
+        )
+        return _page_response(request, "grants", [grant_json(g) for g in page.items], page)
 
     async def revoke_grant(request: Request, principal: Principal) -> Response:
         # DELETE: a cross-site page cannot send one without a CORS preflight (no CSRF here)
@@ -808,9 +908,10 @@ def create_app(
             after = int(resume)
         else:
             after = await api.records.head(run_id)
-        subscription = runtime.subscribe(run_id, after=after)
-        return StreamingResponse(
+        subscription = api.open_stream(principal, run_id, after)
+        return _Stream(
             _stream(api, principal, subscription),
+            api.write_timeout_s,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -895,18 +996,20 @@ def create_app(
 
 async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIterator[str]:
     """Server-Sent Events of one run: ``id`` is the event's sequence number (resume with
-    Last-Event-ID), ``event`` its kind. An event is shown only when the store's record of its
-    call (a child's: its root parent's) is the principal's to see (an operator sees all):
-    decided per call from the store, and
-    kept only once the store has the call (a key another process's call takes after a refusal
-    here must not keep the first sender's name; a call the store keeps no record of, a
-    MemoryStore's that neither waits nor is kept, reaches operators' streams only)."""
-    api.streams.add(subscription)
-    seen: dict[str, bool] = {}  # call id -> the store's record is the principal's
+    Last-Event-ID), ``event`` its kind. The subscription holds only the principal's events
+    (each carries its call's tenant and principal; the store's query reads no other's) and at
+    most its window of them. A reader a window behind for ``lag_limit_s`` gets ``event:
+    lagging`` (with the sequence number to resume after) and the stream ends; one that reads
+    nothing at all is cut off by ``_Stream``'s write timeout."""
     try:
         yield "retry: 1000\n\n"
         iterator = subscription.__aiter__()
         while True:
+            behind = subscription.behind
+            if behind is not None and time.monotonic() - behind > api.lag_limit_s:
+                resume = json.dumps({"resume_after": subscription.last_seq})
+                yield f"event: lagging\ndata: {resume}\n\n"
+                return
             try:
                 event: Event = await asyncio.wait_for(iterator.__anext__(), HEARTBEAT_S)
             except TimeoutError:
@@ -914,16 +1017,6 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
                 continue
             except StopAsyncIteration:
                 return
-            if not principal.operator:
-                shown = seen.get(event.call_id)
-                if shown is None:  # one lookup per call of the run, once the store has it
-                    shown = await api.records.sees_events(
-                        event.call_id, event.run_id, principal=principal
-                    )
-                    if shown is not None:
-                        seen[event.call_id] = shown
-                if not shown:
-                    continue
             data = json.dumps(
                 {
                     "run_id": event.run_id,
@@ -938,8 +1031,28 @@ async def _stream(api: Api, principal: Principal, subscription: Any) -> AsyncIte
             head = f"id: {event.seq}\n" if event.seq else ""
             yield f"{head}event: {event.kind}\ndata: {data}\n\n"
     finally:
-        api.streams.discard(subscription)
-        await subscription.aclose()
+        api.end_stream(principal, subscription)
+
+
+class _Stream(StreamingResponse):
+    """A stream whose every write must be taken within ``write_timeout_s``: a client that
+    stops reading holds a bounded buffer for a bounded time, then its connection is closed
+    (it resumes with Last-Event-ID)."""
+
+    def __init__(self, content: AsyncIterator[str], write_timeout_s: float, **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self.write_timeout_s = write_timeout_s
+
+    async def stream_response(self, send: Any) -> None:
+        async def timed(message: Any) -> None:
+            await asyncio.wait_for(send(message), self.write_timeout_s)
+
+        try:
+            await super().stream_response(timed)
+        except TimeoutError:
+            log.warning(
+                "an event stream's client read nothing for %g s: closed", self.write_timeout_s
+            )
 
 
 _INBOX_FILES: Final = {

@@ -45,6 +45,11 @@ class HttpError(StrEnum):
     caller), or by a call that ran whose answer is no longer kept."""
     CALL_IN_PROGRESS = "CALL_IN_PROGRESS"
     """A call with this idempotency key is still running elsewhere; retry later."""
+    BAD_CURSOR = "BAD_CURSOR"
+    """A page's cursor that names no record this listing could have given (another
+    principal's, pruned since, or no cursor at all): list from the first page."""
+    TOO_MANY_STREAMS = "TOO_MANY_STREAMS"
+    """The principal has as many event streams open as the server allows; close one."""
     INTERNAL = "INTERNAL"
 
 
@@ -90,6 +95,8 @@ STATUS: Final[dict[str, int]] = {
     HttpError.UNSUPPORTED_MEDIA_TYPE: 415,
     HttpError.IDEMPOTENCY_CONFLICT: 409,
     HttpError.CALL_IN_PROGRESS: 409,
+    HttpError.BAD_CURSOR: 400,
+    HttpError.TOO_MANY_STREAMS: 429,
     HttpError.INTERNAL: 500,
 }
 """One HTTP status per code (a runtime code the table lacks is a 500, and a test says so)."""

@@ -87,6 +87,14 @@ def _query(name: str, description: str) -> dict[str, Any]:
 
 _TEXT: Final = {"type": "string"}
 _NULLABLE_TEXT: Final = {"type": ["string", "null"]}
+_NEXT: Final = {
+    "type": ["string", "null"],
+    "description": "the next page's cursor (null: this is the last page)",
+}
+_PAGE: Final = (
+    _query("limit", "records on the page: 1 to 1000 (default 100)"),
+    _query("cursor", "the next page: the cursor the page before gave"),
+)
 _SHARED: Final[dict[str, Any]] = {
     "Error": {
         "type": "object",
@@ -171,13 +179,13 @@ _SHARED: Final[dict[str, Any]] = {
     },
     "Calls": {
         "type": "object",
-        "properties": {"calls": {"type": "array", "items": _ref("Call")}},
-        "required": ["calls"],
+        "properties": {"calls": {"type": "array", "items": _ref("Call")}, "next": _NEXT},
+        "required": ["calls", "next"],
     },
     "Actions": {
         "type": "object",
-        "properties": {"actions": {"type": "array", "items": _ref("Action")}},
-        "required": ["actions"],
+        "properties": {"actions": {"type": "array", "items": _ref("Action")}, "next": _NEXT},
+        "required": ["actions", "next"],
     },
     "Tools": {
         "type": "object",
@@ -216,8 +224,8 @@ _SHARED: Final[dict[str, Any]] = {
     },
     "Grants": {
         "type": "object",
-        "properties": {"grants": {"type": "array", "items": _ref("Grant")}},
-        "required": ["grants"],
+        "properties": {"grants": {"type": "array", "items": _ref("Grant")}, "next": _NEXT},
+        "required": ["grants", "next"],
     },
     "Revoked": {
         "type": "object",
@@ -368,7 +376,9 @@ _GENERIC: Final[dict[str, Any]] = {
         _query("channel", "only this ToolData channel"),
         errors=(404,),
     ),
-    "/v1/runs/{run_id}/calls": _get("run_calls", "the run's calls", "Calls", _path("run_id")),
+    "/v1/runs/{run_id}/calls": _get(
+        "run_calls", "a page of the run's calls", "Calls", _path("run_id"), *_PAGE, errors=(400,)
+    ),
     "/v1/runs/{run_id}/events": {
         "get": {
             "operationId": "run_events",
@@ -383,7 +393,7 @@ _GENERIC: Final[dict[str, Any]] = {
                     "description": "the run's events",
                     "content": {"text/event-stream": {"schema": _TEXT}},
                 },
-                **_errors(400, 401, 404),
+                **_errors(400, 401, 404, 429),
             },
         }
     },
@@ -412,6 +422,9 @@ _GENERIC: Final[dict[str, Any]] = {
         _query("state", "pending (default), submitted, cancelled, failed, expired or any"),
         _query("run_id", "only this run's"),
         _query("tool", "only this tool's"),
+        _query("waiting_over", "only those waiting longer than this many seconds"),
+        _query("waiting_under", "only those waiting less long than this many seconds"),
+        *_PAGE,
         errors=(400,),
     ),
     "/v1/actions/{action_id}": _get(
@@ -441,6 +454,8 @@ _GENERIC: Final[dict[str, Any]] = {
         "the caller's standing permission grants (an operator's: all)",
         "Grants",
         _query("tool", "only this tool's"),
+        *_PAGE,
+        errors=(400,),
     ),
     "/v1/grants/{grant_id}": {
         "delete": {
