@@ -9,7 +9,9 @@
 "use strict";
 
 (function () {
-  const POLL_MS = 1000;
+  const POLL_MS = 1000; // how soon the list is looked at again after a change
+  const POLL_MAX_MS = 15000; // backed off to this while nothing changes
+  const PAGE = 50; // actions a page of the list holds
   const SUMMARY_FIELDS = 3; // scalar fields of a payload shown in the list
   const SUMMARY_CHARS = 60; // a string in the list is cut to this many characters
   const SOON_S = 300; // an expiry closer than this is shown as urgent
@@ -24,6 +26,13 @@
     checked: false, // a submit was tried: problems are re-checked as the person types
     serverErrors: [], // {field, text}: the server's, kept until their field is edited
     marked: new Set(), // fields showing a problem now
+    pages: 1, // pages of the list the person asked for ("Show more")
+    more: null, // the cursor of the page after the last one shown
+    delay: POLL_MS, // before the next look at the list
+    timer: null,
+    polling: false, // a look is under way: the next one waits for it
+    again: false, // a look was asked for while one was under way
+    tools: null, // the tools the principal may call (the tool filter offers them)
   };
   const $ = (id) => document.getElementById(id);
 
@@ -104,7 +113,8 @@
     input.value = "";
     state.linkToken = false;
     state.signingIn = true;
-    refresh();
+    state.tools = null;
+    lookNow();
   }
 
   function signOut() {
@@ -306,12 +316,41 @@
 
   // -- the list, kept live ------------------------------------------------------------------
 
+  // The list as the server filters it: one page, or as many as "Show more" asked for, read one
+  // after another (never two requests at once).
+  function listQuery(cursor) {
+    const params = new URLSearchParams({ limit: String(PAGE) });
+    const tool = $("filter-tool").value;
+    if (tool) params.set("tool", tool);
+    const age = $("filter-age").value;
+    if (age) {
+      const [how, limit] = age.split(":");
+      params.set(how === "lt" ? "waiting_under" : "waiting_over", limit);
+    }
+    if (cursor) params.set("cursor", cursor);
+    return "v1/actions?" + params.toString();
+  }
+
+  async function listed() {
+    const actions = [];
+    let cursor = null;
+    for (let page = 0; page < state.pages; page += 1) {
+      const answer = await api("GET", listQuery(cursor));
+      if (!answer.ok) return { answer };
+      actions.push(...answer.data.actions);
+      cursor = answer.data.next;
+      if (!cursor) break;
+    }
+    return { answer: { ok: true, status: 200, data: { actions, next: cursor } } };
+  }
+
   async function refresh() {
     let answer;
     try {
-      answer = await api("GET", "v1/actions");
+      answer = (await listed()).answer;
     } catch (error) {
       setStatus("Offline: retrying…");
+      state.delay = Math.min(state.delay * 2, POLL_MAX_MS);
       return;
     }
     if (answer.status === 401) {
@@ -327,17 +366,24 @@
     }
     state.signingIn = false;
     signedIn();
+    if (state.tools === null) await loadTools();
     const seen = new Map(answer.data.actions.map((a) => [a.action_id, a]));
+    const changed = [...seen.keys()].join() !== [...state.actions.keys()].join();
+    // unchanged, it is looked at less and less often; a change brings it back to every second
+    state.delay = changed ? POLL_MS : Math.min(Math.round(state.delay * 1.5), POLL_MAX_MS);
     state.actions = seen;
+    state.more = answer.data.next;
+    $("more").hidden = !state.more;
     renderFilters();
     renderList();
     if (state.selected && seen.has(state.selected)) renderFacts(seen.get(state.selected));
     if (state.selected && !seen.has(state.selected)) showGone(state.selected);
-    const count = seen.size + " waiting";
+    const count = seen.size + (state.more ? "+" : "") + " waiting";
     if (state.wanted) {
       const wanted = state.wanted;
       state.wanted = null;
-      if (seen.has(wanted)) select(wanted);
+      if (!seen.has(wanted)) await fetchOne(wanted);
+      if (state.actions.has(wanted)) select(wanted);
       else state.note = "The action " + wanted + " is not pending for you";
     }
     // a live region: it changes when the count does (or a note), not every second
@@ -345,11 +391,65 @@
     setText($("updated"), "updated " + new Date().toLocaleTimeString());
   }
 
-  // The tool filter offers the tools listed now (and keeps a chosen one that left).
+  // An action a link names that is not on the pages shown: read on its own.
+  async function fetchOne(actionId) {
+    try {
+      const answer = await api("GET", "v1/actions/" + encodeURIComponent(actionId));
+      if (answer.ok && answer.data.state === "pending") state.actions.set(actionId, answer.data);
+    } catch (error) {
+      // offline: the note says it is not listed
+    }
+  }
+
+  async function loadTools() {
+    try {
+      const answer = await api("GET", "v1/tools");
+      state.tools = answer.ok ? answer.data.tools.map((tool) => tool.name) : [];
+    } catch (error) {
+      state.tools = null; // asked again at the next look
+    }
+  }
+
+  // Look at the list, then again after a delay that grows while nothing changes; one look at a
+  // time, and none while the page is hidden (a tab left open asks nothing of the server).
+  async function poll() {
+    clearTimeout(state.timer);
+    if (state.polling) {
+      state.again = true; // asked meanwhile (a filter, an answer): looked at once it is done
+      return;
+    }
+    state.polling = true;
+    state.again = false;
+    try {
+      if (document.visibilityState !== "hidden") await refresh();
+    } finally {
+      state.polling = false;
+      state.timer = setTimeout(poll, state.again ? 0 : state.delay);
+    }
+  }
+
+  function lookNow() {
+    state.delay = POLL_MS;
+    poll();
+  }
+
+  function filtersChanged() {
+    state.pages = 1;
+    renderList();
+    lookNow();
+  }
+
+  function showMore() {
+    state.pages += 1;
+    lookNow();
+  }
+
+  // The tool filter offers the tools the principal may call and those listed now (and keeps a
+  // chosen one that left).
   function renderFilters() {
     const select = $("filter-tool");
     const chosen = select.value;
-    const tools = new Set([...state.actions.values()].map((a) => a.tool));
+    const tools = new Set([...(state.tools || []), ...[...state.actions.values()].map((a) => a.tool)]);
     if (chosen) tools.add(chosen);
     const wanted = ["", ...[...tools].sort()];
     const have = [...select.options].map((o) => o.value);
@@ -406,12 +506,14 @@
       previous = item;
     }
     for (const stale of existing.values()) stale.remove();
-    const total = state.actions.size;
+    // the server filters: what it listed is what matches (a filter just changed may still
+    // be on its way, and the loaded list is filtered here too meanwhile)
     const empty = $("empty");
     empty.hidden = shown > 0;
-    setText(empty, total === 0 ? "Nothing waits for you." : "Nothing listed matches these filters.");
     const filtered = $("filter-tool").value || $("filter-age").value;
-    setText($("filter-count"), filtered && total ? "Showing " + shown + " of " + total : "");
+    setText(empty, filtered ? "Nothing waiting matches these filters." : "Nothing waits for you.");
+    const count = shown + (state.more ? "+" : "");
+    setText($("filter-count"), filtered && shown ? count + " waiting match these filters" : "");
   }
 
   function listItem(action) {
@@ -755,7 +857,7 @@
       state.busy = false;
       $("submit-button").disabled = false;
     }
-    refresh();
+    lookNow();
   }
 
   async function cancel() {
@@ -775,7 +877,7 @@
       state.busy = false;
       $("cancel-yes").disabled = false;
     }
-    refresh();
+    lookNow();
   }
 
   // What was sent (in words), and what came of it.
@@ -1325,9 +1427,12 @@
     $("cancel-no").addEventListener("click", keepWaiting);
     $("sign-in-form").addEventListener("submit", signIn);
     $("sign-out").addEventListener("click", signOut);
-    $("filter-tool").addEventListener("change", renderList);
-    $("filter-age").addEventListener("change", renderList);
-    refresh();
-    setInterval(refresh, POLL_MS);
+    $("filter-tool").addEventListener("change", filtersChanged);
+    $("filter-age").addEventListener("change", filtersChanged);
+    $("more").addEventListener("click", showMore);
+    document.addEventListener("visibilitychange", () => {
+      if (document.visibilityState === "visible") lookNow();
+    });
+    poll();
   });
 })();
