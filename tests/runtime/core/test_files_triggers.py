@@ -244,6 +244,77 @@ def test_cancelling_a_call_stops_its_save_and_nothing_is_stored(
     assert store.file(file_id) is None and store.file_content(file_id) is None
 
 
+class Recorded:
+    """A file backend that notes each save's id and when it began and ended."""
+
+    def __init__(self, backend: FileBackend) -> None:
+        self.backend = backend
+        self.ids: list[str] = []
+        self.spans: list[tuple[float, float]] = []
+
+    def save_file(self, record: FileRecord, content: bytes, **kw: Any) -> None:
+        self.ids.append(record.file_id)
+        began = time.perf_counter()
+        try:
+            self.backend.save_file(record, content, **kw)
+        finally:
+            self.spans.append((began, time.perf_counter()))
+
+    def file(self, file_id: str) -> FileRecord | None:
+        return self.backend.file(file_id)
+
+    def file_content(self, file_id: str) -> bytes | None:
+        return self.backend.file_content(file_id)
+
+    def delete_file(self, file_id: str) -> None:
+        self.backend.delete_file(file_id)
+
+
+@pytest.mark.parametrize("kind", ("sqlite", "postgres"))
+def test_a_save_cancelled_anywhere_up_to_its_commit_leaves_nothing_stored(
+    files_package: Path, kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Cancellations walked across a save of about 8 MiB, up to and past its commit: a call that
+    ends CANCELLED never leaves its file stored, and one that ends with the file's id has it."""
+    store = open_store(_url(kind, request, tmp_path))
+    recorded = Recorded(store)
+    rows = 600_000  # about 8 MiB of CSV
+
+    async def one(call_id: str, delay: float | None) -> tuple[Any, list[str]]:
+        runtime = runtime_on(store, files=recorded, max_file_bytes=64 << 20)
+        before = len(recorded.ids)
+        calling = asyncio.ensure_future(
+            runtime.call("export_report", {"rows": rows}, call_id=call_id, context=ALICE_CONTEXT)
+        )
+        if delay is not None:
+            while len(recorded.ids) == before and not calling.done():
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(delay)
+            runtime.cancel_call(call_id, "walked")
+        result = await calling
+        await runtime.close()
+        return result, recorded.ids[before:]
+
+    try:
+        first, _ = run(one("walk-first", None))  # a save left alone: how long it takes
+        assert isinstance(first, ToolSuccess), first
+        began, ended = recorded.spans[-1]
+        length = ended - began
+        outcomes: Counter[str] = Counter()
+        for step in range(8):  # from the save's start to just past its end
+            result, ids = run(one(f"walk-{step}", length * step / 6))
+            if isinstance(result, ToolSuccess):
+                outcomes["kept"] += 1
+                assert [store.file(i) is not None for i in ids] == [True]
+            else:
+                assert isinstance(result, ToolError) and result.code == ErrorCode.CANCELLED
+                outcomes["cancelled"] += 1
+                assert all(store.file(i) is None and store.file_content(i) is None for i in ids)
+        assert outcomes["cancelled"] >= 1, outcomes
+    finally:
+        store.close()
+
+
 def test_files_in_a_folder_round_trip_and_a_cancelled_save_leaves_nothing(
     files_package: Path, tmp_path: Path
 ) -> None:
