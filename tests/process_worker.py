@@ -19,6 +19,7 @@ forever after recording themselves (the test kills the process while it holds th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -274,7 +275,13 @@ async def main(config: dict[str, Any]) -> None:
         while not path.exists() or len(path.read_text().splitlines()) < entries:
             await asyncio.sleep(0.01)
         report = await runtime.close(timeout_s=float(config.get("close_timeout_s", 5.0)))
-        print(json.dumps({"abandoned": list(report.abandoned)}), flush=True)
+        print(
+            json.dumps({"abandoned": list(report.abandoned), "kept": list(report.leases_kept)}),
+            flush=True,
+        )
+        if config.get("linger_s"):  # the process lives on, the abandoned call still running
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(runtime.wait_closed(), float(config["linger_s"]))
         store.close()
         os._exit(0)
 

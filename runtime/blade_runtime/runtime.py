@@ -60,6 +60,7 @@ from blade_runtime.core.registry import (
     Describe,
     Registration,
     RegistrationError,
+    asynchronous,
 )
 from blade_runtime.core.results import ErrorCode, ToolError
 from blade_runtime.core.retention import Retention, sweep
@@ -223,6 +224,7 @@ class Runtime:
         self.deliver_triggers = self.triggers.deliver
         self.run_triggers = self.triggers.run
         self._closed = False
+        self._let_go: asyncio.Task[None] | None = None
         self.store.attach(self.owner)
 
     # -- registry --------------------------------------------------------------------------
@@ -230,7 +232,9 @@ class Runtime:
     def register(
         self,
         spec: BackendToolSpec[IdT, InputT, OutputT, ContextT, ExecutionT],
-        implementation: Callable[[ExecutionT], Awaitable[OutputT]],
+        implementation: (
+            Callable[[ExecutionT], Awaitable[OutputT]] | Callable[[ExecutionT], OutputT]
+        ),
         *,
         name: str | None = None,
         context: ContextProvider[ContextT] | None = None,
@@ -284,6 +288,7 @@ class Runtime:
             )
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
+        runnable = asynchronous(implementation, where)
         if behavior is not None and not callable(behavior):
             raise RegistrationError(
                 f"{where}: behavior= is not callable (pass a function of the typed input "
@@ -292,7 +297,7 @@ class Runtime:
         self.tools.check_children(spec, where)
         bindings = self.tools.bindings(spec, where, capability_config or {})
         own = self.tools.own_children(spec, where, children)
-        added = self.tools.add(spec, registered, implementation, context, timeout_ms)
+        added = self.tools.add(spec, registered, runnable, context, timeout_ms)
         added.own_children = own
         added.bindings = bindings
         added.services = services_of(bindings) if bindings else None
@@ -338,7 +343,9 @@ class Runtime:
     def replace(
         self,
         spec: BackendToolSpec[IdT, InputT, OutputT, ContextT, ExecutionT],
-        implementation: Callable[[ExecutionT], Awaitable[OutputT]],
+        implementation: (
+            Callable[[ExecutionT], Awaitable[OutputT]] | Callable[[ExecutionT], OutputT]
+        ),
         **options: Any,
     ) -> Registration[OutputT]:
         """Register ``spec`` in place of what its name is registered as now (atomically: a
@@ -499,37 +506,71 @@ class Runtime:
         return cancelled
 
     async def close(self, timeout_s: float = 5.0) -> CloseReport:
-        """Refuse new calls, cancel the running ones and wait up to ``timeout_s`` for their
-        cleanup; then stop the heartbeat and tell the store this runtime is gone (its calls
-        become claimable at once). Returns what it abandoned: calls still running, and hook or
-        permission callbacks still running past their budget. The store stays open (its owner
-        closes it)."""
+        """Refuse new calls, cancel the running ones and wait up to ``timeout_s`` for them to
+        end; then stop recovery, triggers and the heartbeat, and tell the store this runtime is
+        gone. The store stays open (its owner closes it).
+
+        It fails closed: an implementation still running at the timeout (it ignores its
+        cancellation) keeps its call's lease, renewed, until it ends (then the call settles
+        CANCELLED here), or until this process exits and the lease expires: no other worker
+        takes up a call while its implementation may still act. The report names every call
+        still running and every hook or permission callback still running past its budget;
+        ``wait_closed()`` waits for the rest (before the store is closed)."""
         if self._closed:
             return CloseReport((), 0)
         self.tools.closing = self.tools.restricted = True
         running = self.calls.running
         for scope in list(running.values()):
             scope.cancel("cancelled", "the runtime is closing")
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while running and asyncio.get_running_loop().time() < deadline:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (running or self._abandoned()) and loop.time() < deadline:
             await asyncio.sleep(0.01)
-        abandoned = tuple(sorted(running))
-        stuck = len(self.interceptors.guard.stuck())
+        held = tuple(sorted(running))
+        abandoned = tuple(sorted({*held, *self._abandoned()}))
+        stuck = tuple(sorted(self.interceptors.guard.stuck_events()))
         self._closed = True
-        self.calls.stop_recording()
-        self.leases.close()
-        await self.recovery.end()
+        await self.recovery.end(release=not held)
         await self.triggers.close()
-        await self.io(self.store.detach, self.owner)
-        self.io.close()
-        if abandoned or stuck:
+        self._let_go = loop.create_task(self._release_when_ended(held))
+        if not held:
+            await self._let_go
+        report = CloseReport(abandoned, len(self.interceptors.guard.stuck()), stuck, held)
+        if not report.clean:
             log.error(
-                "closing: %d call(s) still running (%s), %d callback(s) past their budget",
+                "closing: %d call(s) still running (%s)%s, callbacks past their budget: %s",
                 len(abandoned),
                 ", ".join(abandoned),
-                stuck,
+                "; their leases are kept until they end" if held else "",
+                ", ".join(stuck) or "none",
             )
-        return CloseReport(abandoned, stuck)
+        return report
+
+    async def wait_closed(self) -> None:
+        """After ``close()``: return when every call it left running has ended and its lease is
+        let go (at once if none was left)."""
+        if self._let_go is not None:
+            await asyncio.shield(self._let_go)
+
+    def _abandoned(self) -> set[str]:
+        """Calls whose implementation ignored cancellation past its grace and still runs
+        detached (their calls are settled: no lease is held for them)."""
+        return {
+            task.get_name()
+            for registration in self.tools.registrations()
+            for task in registration.detached
+            if not task.done()
+        }
+
+    async def _release_when_ended(self, held: tuple[str, ...]) -> None:
+        # Each one's end is recorded as it comes (its lease let go once that is written).
+        while self.calls.running or self.leases.holds(held):
+            await asyncio.sleep(0.05)
+        self.calls.stop_recording()
+        self.leases.close()
+        await self.io(self.store.renew, self.owner, 0.0)
+        await self.io(self.store.detach, self.owner)
+        self.io.close()
 
 
 class ProjectionUnavailable(LookupError):
@@ -541,6 +582,16 @@ class CloseReport:
     """What ``Runtime.close`` could not wait for."""
 
     abandoned: tuple[str, ...]
-    """Ids of calls still running (they ignored cancellation past the timeout)."""
+    """Ids of calls whose implementation still runs (it ignored cancellation)."""
     stuck_callbacks: int
     """Hook and permission callbacks still running past their budget."""
+    stuck_events: tuple[str, ...] = ()
+    """The events (``pre_tool_use``, ``permission``...) of those callbacks."""
+    leases_kept: tuple[str, ...] = ()
+    """Of ``abandoned``, the calls whose lease this runtime keeps renewing until their
+    implementation ends (``wait_closed``), so that no other worker runs them meanwhile."""
+
+    @property
+    def clean(self) -> bool:
+        """Whether everything ended within the timeout."""
+        return not self.abandoned and not self.stuck_callbacks

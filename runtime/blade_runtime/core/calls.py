@@ -112,7 +112,7 @@ from blade_runtime.core.store import (
     now,
     storable_id,
 )
-from blade_runtime.core.tools import Tools
+from blade_runtime.core.tools import ChildEnabledFailed, Tools
 from blade_runtime.core.validation import unreadable
 
 _FATAL_IN_CHILDREN = frozenset(
@@ -275,8 +275,10 @@ class CallRunner:
                                 result = self._cancelled(call, scope)
                             else:
                                 result = self._output(registration, call, output, ctx._display)
-                                if registration.project is not None and isinstance(
-                                    result, ToolSuccess
+                                if (
+                                    registration.project is not None
+                                    and call.parent is None
+                                    and isinstance(result, ToolSuccess)
                                 ):
                                     result = await self._project(registration, ctx, result)
                 elif valid is False:
@@ -490,6 +492,12 @@ class CallRunner:
                 call.behavior = registration.narrowed(arguments)
             except Exception as error:
                 return policy_failed(call, "its behavior callback", error)
+        disabled: frozenset[str] = frozenset()
+        if registration.children and self.tools.dynamic:
+            try:  # decided once, before anything of the parent runs or is recorded
+                disabled = self.tools.disabled_children(registration, call, strict=True)
+            except ChildEnabledFailed as failed:
+                return policy_failed(call, str(failed), failed.error)
         context = None
         policy = (registration.permission or self.interceptors.permission) if admitting else None
         if registration.context is not None:
@@ -559,11 +567,7 @@ class CallRunner:
                 call,
                 entry.action.action_id if isinstance(entry, ResumeEntry) else "",
                 registration.children,
-                (
-                    self.tools.disabled_children(registration, call)
-                    if self.tools.dynamic
-                    else frozenset()
-                ),
+                disabled,
                 self.tools.refused_children(registration),
             )
         running: Awaitable[Any]
@@ -586,14 +590,19 @@ class CallRunner:
             return self._failed(call, error)
         finally:
             scope.stop()
-            if claim is not None and registration.children:
-                self.held.pop(call.call_id, None)
+            if registration.children:
+                if claim is not None:
+                    self.held.pop(call.call_id, None)
+                if isinstance(ctx.tools, ChildTools):
+                    ctx.tools.end()  # children it started and did not await are cancelled
         if registration.children and call.call_id in self.fatal:  # it caught the failure
             return self.fatal.pop(call.call_id)
         if scope.reason is not None:  # it swallowed its cancellation: the call still ended
             return self._cancelled(call, scope)
         done = self._output(registration, call, output, ctx._display)
-        if registration.project is None or not isinstance(done, ToolSuccess):
+        if registration.project is None or call.parent is not None:
+            return done  # a child's output goes to its parent, not to a model: never projected
+        if not isinstance(done, ToolSuccess):
             return done
         return await self._project(registration, ctx, done)
 
@@ -795,7 +804,6 @@ class CallRunner:
             if self.events.active:
                 self.events.publish(self._event(call, "result", stored))
             return result
-        self.leases.release(call.call_id)
         event = self._event(call, "result", stored)
         try:
             await self._emit(self.store.settle, claim, event.payload, event)
@@ -811,6 +819,8 @@ class CallRunner:
             if isinstance(error, StoreUnavailable):
                 self._record_later(call, claim, event)
             return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNRECORDED)
+        finally:  # held until its end is written: a closing runtime waits for that
+            self.leases.release(call.call_id)
         return result
 
     def _record_later(self, call: CallInfo, claim: Claim, event: Event) -> None:

@@ -184,7 +184,9 @@ class CancelScope:
 
     def _abandon(self, coroutine: Coroutine[Any, Any, Any], error: BaseException) -> None:
         self.running = False
-        detached = asyncio.get_running_loop().create_task(_finish_detached(coroutine, error))
+        detached = asyncio.get_running_loop().create_task(
+            _finish_detached(coroutine, error), name=self.call.call_id
+        )
         if self._owner is not None:
             self._owner.track(detached)
 

@@ -107,12 +107,13 @@ def event_of(call: CallInfo, kind: str, payload: JsonValue, at: str | None = Non
 class CancellationSignal:
     """Set when the call is cancelled or times out; implementations check it or await it."""
 
-    __slots__ = ("_cancelled", "_event", "_reason")
+    __slots__ = ("_cancelled", "_children", "_event", "_reason")
 
     def __init__(self) -> None:
         self._cancelled = False
         self._reason: str | None = None
         self._event: asyncio.Event | None = None  # made on the first wait: most calls never wait
+        self._children: list[CancellationSignal] | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -128,6 +129,19 @@ class CancellationSignal:
             self._reason = reason
             if self._event is not None:
                 self._event.set()
+            for child in self._children or ():
+                child.cancel(reason)
+
+    def child(self) -> CancellationSignal:
+        """A signal cancelled with this one, and also on its own (a hook's, at its deadline)."""
+        made = CancellationSignal()
+        if self._cancelled:
+            made.cancel(self._reason or "cancelled")
+        elif self._children is None:
+            self._children = [made]
+        else:
+            self._children.append(made)
+        return made
 
     async def wait(self) -> None:
         if self._cancelled:

@@ -7,6 +7,7 @@ suspension history, ToolData channels, ``fail``, ``suspend`` and ``display``.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import math
@@ -164,7 +165,17 @@ class ChildTools:
     Each child call is a full call of its registration (hooks, validation, timeout), in the same
     run, with a call id under the parent's; cancelling the parent cancels it."""
 
-    __slots__ = ("_allowed", "_call", "_caller", "_count", "_disabled", "_entry", "_refused")
+    __slots__ = (
+        "_allowed",
+        "_call",
+        "_caller",
+        "_count",
+        "_disabled",
+        "_ended",
+        "_entry",
+        "_refused",
+        "_tasks",
+    )
 
     def __init__(
         self,
@@ -184,6 +195,18 @@ class ChildTools:
         # Child ids are the parent's entry's: the initial entry's, or the resume of an action's
         # (a counter per entry, so that a resumed parent calling a child again gets a new id).
         self._entry = entry
+        self._tasks: set[asyncio.Task[Any]] = set()  # tasks running one of its children
+        self._ended = False
+
+    def end(self) -> None:
+        """The parent's entry ended: a child started in a task it did not await is cancelled
+        (it settles CANCELLED), and none starts from now on."""
+        self._ended = True
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current and not task.done():
+                task.cancel("its parent call ended")
+        self._tasks.clear()
 
     def enabled(self, tool: ToolSpec[Any, Any, Any], /) -> bool:
         """Whether ``tool`` may be called here: a declared child, registered, and enabled for
@@ -207,6 +230,8 @@ class ChildTools:
             )
         if tool.id in self._disabled:
             raise ChildToolError(tool.id, "TOOL_NOT_ALLOWED", "not enabled for this call")
+        if self._ended:
+            raise ChildToolError(tool.id, "CANCELLED", "its parent call has ended")
         child = CallInfo(
             child_id(self._call.call_id, self._entry, tool.name, next(self._count)),
             self._call.run_id,
@@ -215,7 +240,14 @@ class ChildTools:
             self._call.context,
             self._call.call_id,
         )
-        return await self._caller(tool, input, child)
+        task = asyncio.current_task()
+        if task is None:
+            return await self._caller(tool, input, child)
+        self._tasks.add(task)
+        try:
+            return await self._caller(tool, input, child)
+        finally:
+            self._tasks.discard(task)
 
 
 class ChildHookFailed(BaseException):

@@ -46,14 +46,21 @@ class Guard:
     def stuck(self) -> list[asyncio.Task[Any]]:
         return [task for tasks in self._stuck.values() for task in tasks]
 
+    def stuck_events(self) -> list[str]:
+        """The events with a callback still running past its budget."""
+        return [event for event, tasks in self._stuck.items() if tasks]
+
     async def run(
         self,
         event: str,
         awaitable: Awaitable[T],
         timeout_s: float | None,
         signal: CancellationSignal | None = None,
+        stops: CancellationSignal | None = None,
     ) -> T:
-        """``awaitable``'s result, or ``Overran`` (``Blocked`` before it even starts)."""
+        """``awaitable``'s result, or ``Overran`` (``Blocked`` before it even starts).
+        ``stops``: the callback's own signal, cancelled when its budget runs out (before its
+        task is), so that a callback that checks it stops of its own accord."""
         if self._stuck.get(event):
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
@@ -74,7 +81,13 @@ class Guard:
                 cancelled.cancel()
         if task.done():
             return task.result()
-        await self._stop(event, task)
+        if stops is not None:  # its own signal first: a callback that honours it ends here
+            stops.cancel(f"the {event} callback ran past its budget of {timeout_s} s")
+            await asyncio.wait({task}, timeout=GRACE_S)
+        if not task.done():
+            await self._stop(event, task)
+        elif not task.cancelled():
+            task.exception()  # too late all the same: what it raised is not reported twice
         why = "its call was cancelled" if signal is not None and signal.cancelled else "budget"
         raise Overran(event, f"the callback did not finish ({why})")
 

@@ -11,7 +11,7 @@ the model reads, never the typed output.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Literal, TypeAlias
 
@@ -125,8 +125,11 @@ async def dispatch(
                 raise HookRaised(position, error) from error
         return outputs
 
+    # The callbacks' signal: the call's, and also cancelled at the callbacks' deadline.
+    own = hook_input.signal.child()
+    hook_input = replace(hook_input, signal=own)
     try:
-        outputs = await guard.run(str(hook_input.event), run_all(), timeout_s)
+        outputs = await guard.run(str(hook_input.event), run_all(), timeout_s, stops=own)
     except Overran as overran:
         raise HookTimedOut(f"{hook_input.event} hooks exceeded {timeout_s} s ({overran})") from None
     return merge(outputs, hook_input.input)

@@ -67,6 +67,11 @@ class Leases:
             self._held.pop(call_id, None)
             self._since.pop(call_id, None)
 
+    def holds(self, call_ids: tuple[str, ...]) -> bool:
+        """Whether any of ``call_ids`` is still held (running, or its end being written)."""
+        with self._lock:
+            return any(call_id in self._held for call_id in call_ids)
+
     def unconfirmed(self, now: float) -> None:
         """Renewals failed: cancel each call whose lease no renewal has confirmed for a whole
         lease (another worker may hold it now; its outcome is the one the store records)."""

@@ -121,11 +121,13 @@ class _Unbound:
 
 
 PolicyAnswer: TypeAlias = Decision | str | None
-"""``None`` or ``Allow()`` allows; a sentence or ``Deny(sentence)`` denies; ``Ask()`` asks."""
+"""``None``, ``Allow()`` or ``"allow"`` allows; ``Ask()`` or ``"ask"`` asks; ``Deny(sentence)``,
+``"deny"`` or any other sentence denies (the sentence is what the model reads)."""
 Policy: TypeAlias = Callable[[PermissionRequest], PolicyAnswer | Awaitable[PolicyAnswer]]
 
 
 DECISIONS = (Allow, Deny, Ask)
+_WORDS: dict[str, Decision] = {"allow": ALLOW, "deny": Deny(), "ask": ASK}
 _LABELS = {Allow: "allow", Deny: "deny", Ask: "ask"}
 
 
@@ -144,7 +146,10 @@ def decision_of(answer: PolicyAnswer) -> Decision:
     if type(answer) in DECISIONS:
         return answer  # type: ignore[return-value]  # narrowed by the line above
     if isinstance(answer, str):
-        return Deny(answer)
+        # A decision's own word is that decision ("allow" allows), never a denial reading
+        # "allow"; any other sentence denies, and is what the model reads.
+        word = _WORDS.get(answer.strip().lower())
+        return Deny(answer) if word is None else word
     if isinstance(answer, Allow | Deny | Ask):
         return answer
     raise TypeError(f"a permission policy returned {answer!r}; return Allow(), Deny() or Ask()")

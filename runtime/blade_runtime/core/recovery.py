@@ -71,12 +71,14 @@ class Recovery:
         self.retention: Retention | None = None  # swept by run_recovery
         _LIVE[owner] = self
 
-    async def end(self) -> None:
-        """This runtime stops: its leases end now, so another worker may claim its calls at
-        once (a late result of an abandoned call is then refused by the store, LeaseLost)."""
+    async def end(self, *, release: bool = True) -> None:
+        """This runtime stops recovering. ``release``: its leases end now, so another worker may
+        claim its calls at once (none of its implementations may still act: see
+        ``Runtime.close``)."""
         self.closed = True
         _LIVE.pop(self.owner, None)
-        await self.io(self.store.renew, self.owner, 0.0)
+        if release:
+            await self.io(self.store.renew, self.owner, 0.0)
 
     async def recover(self, *, replay: bool = True, limit: int = 100) -> list[ToolResult[Any]]:
         """One sweep: claim what needs a runtime and take it up here; returns the results.

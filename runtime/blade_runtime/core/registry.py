@@ -7,6 +7,9 @@ schema; each generated type gets one pydantic ``TypeAdapter`` for serialization 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import inspect
 import json
 import logging
 import re
@@ -58,7 +61,7 @@ class Child:
     A declared child without one runs the runtime's own registration of that spec."""
 
     spec: Any  # the child's BackendToolSpec
-    implementation: Callable[[Any], Awaitable[Any]]
+    implementation: Callable[[Any], Awaitable[Any]] | Callable[[Any], Any]
     context: ContextProvider[Any] | None = None
     enabled: Callable[[CallInfo], bool] | None = None
     permission: Any = None
@@ -72,6 +75,60 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")  # the spec format's rule for name
 
 class RegistrationError(ValueError):
     """A registration the runtime refuses; the message says why and what to do."""
+
+
+def asynchronous(implementation: Callable[[Any], Any], where: str) -> Callable[[Any], Any]:
+    """The implementation as the call path runs it: an ``async def`` (or a callable whose
+    ``__call__`` is one) as it is; a plain function in a worker thread, so that it blocks no
+    other call (see ``in_thread``). A generator of either kind is refused: a tool returns its
+    output once, and reports along the way with ``ctx.progress`` and ``ctx.message``."""
+    call = getattr(implementation, "__call__", None)  # noqa: B004 (the method, not callable())
+    if inspect.isasyncgenfunction(implementation) or inspect.isgeneratorfunction(implementation):
+        kind = "an async generator" if inspect.isasyncgenfunction(implementation) else "a generator"
+        raise RegistrationError(
+            f"{where}: the implementation is {kind}; a tool returns its output once (use "
+            "ctx.progress or ctx.message for what it reports along the way)"
+        )
+    if inspect.iscoroutinefunction(implementation) or inspect.iscoroutinefunction(call):
+        return implementation
+    return in_thread(implementation)
+
+
+def in_thread(function: Callable[[Any], Any]) -> Callable[[Any], Awaitable[Any]]:
+    """Run a synchronous implementation in a worker thread (the loop's default executor) with
+    the caller's context variables. ``ctx.signal`` tells it the call was cancelled or timed out;
+    Python cannot stop a thread, so a cancelled call waits for it as for a coroutine that
+    ignores its cancellation (the runtime's cleanup grace, then it is reported as abandoned and
+    its registration refuses calls until it returns). Events it announces (``ctx.progress``,
+    ``ctx.message``) reach the loop safely. A function that returns an awaitable (a lambda around
+    an ``async def``) has it awaited on the loop."""
+
+    @functools.wraps(function)
+    async def implementation(ctx: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        publish = getattr(ctx, "_publish", None)
+        if publish is not None:
+            ctx._publish = lambda event: loop.call_soon_threadsafe(publish, event)
+        running = loop.run_in_executor(
+            None, functools.partial(contextvars.copy_context().run, function, ctx)
+        )
+        try:
+            answer = await asyncio.shield(running)
+        except asyncio.CancelledError:
+            while not running.done():  # the thread runs on: so does this call, until it ends
+                try:
+                    await asyncio.wait({running})
+                except asyncio.CancelledError:
+                    continue
+            raise
+        finally:
+            if publish is not None:
+                ctx._publish = publish
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return answer
+
+    return implementation
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from blade_runtime.core.registry import (
     ContextProvider,
     Registration,
     RegistrationError,
+    asynchronous,
     compiled,
     registration,
 )
@@ -45,6 +46,16 @@ def enabled_for(registration: Registration[Any], call: CallInfo) -> bool:
     except Exception:
         log.exception("%s: its enabled callback raised; the tool is left out", registration.name)
         return False
+
+
+class ChildEnabledFailed(Exception):
+    """A child's ``enabled`` callback raised when its parent started: the parent does not run
+    (PAI: a resolution failure prevents the parent from starting)."""
+
+    def __init__(self, child: str, error: BaseException) -> None:
+        super().__init__(f"the enabled callback of the child tool {child!r} raised: {error!r}")
+        self.child = child
+        self.error = error
 
 
 def takes_children(describe: Callable[..., str]) -> bool:
@@ -198,7 +209,7 @@ class Tools:
             compiled_child = registration(
                 child_spec,
                 child_spec.name,
-                child.implementation,
+                asynchronous(child.implementation, at),
                 child.context,
                 limit or DEFAULT_TIMEOUT_MS,
             )
@@ -272,13 +283,26 @@ class Tools:
         registration of that child, else the runtime's registration of the spec."""
         return parent.own_children.get(spec_id) or self.by_spec.get(spec_id)
 
-    def disabled_children(self, parent: Registration[Any], call: CallInfo) -> frozenset[str]:
+    def disabled_children(
+        self, parent: Registration[Any], call: CallInfo, *, strict: bool = False
+    ) -> frozenset[str]:
         """The declared children whose ``enabled`` leaves them out of this parent call: decided
-        once, when the parent starts."""
+        once, when the parent starts. ``strict`` (the parent's start): a callback that raises
+        is ``ChildEnabledFailed``, which stops the parent; otherwise (a listing) it leaves the
+        child out."""
         disabled = set()
         for spec_id in parent.children:
             child = self.child(parent, spec_id)
-            if child is not None and child.enabled is not None and not enabled_for(child, call):
+            if child is None or child.enabled is None:
+                continue
+            if strict:
+                try:
+                    there = bool(child.enabled(call))
+                except Exception as error:
+                    raise ChildEnabledFailed(child.name, error) from error
+            else:
+                there = enabled_for(child, call)
+            if not there:
                 disabled.add(spec_id)
         return frozenset(disabled)
 

@@ -13,7 +13,7 @@ from conftest import _import_package, add_spec, run_mypy, spec
 
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
-from blade_runtime import ChildToolError, Runtime, ToolError, ToolSuccess
+from blade_runtime import Child, ChildToolError, Runtime, ToolError, ToolSuccess
 
 NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
@@ -428,3 +428,117 @@ def test_a_child_the_runtime_refuses_by_name_is_not_enabled_and_its_own_timeout_
         assert seen["error"] == "TIMEOUT: The tool did not finish within 0.1 s.", seen
 
     asyncio.run(scenario())
+
+
+def test_a_child_whose_enabled_raises_stops_its_parent_before_it_runs(
+    kin: tuple[Path, Any],
+) -> None:
+    """PAI: a failure resolving the parent's children prevents the parent from starting."""
+    from kin_pkg.kin import child_v1, parent_v1
+
+    entered: list[str] = []
+
+    async def child(ctx: Any) -> Any:
+        entered.append("child")
+        return child_v1.ChildOutput(double=2)
+
+    async def parent(ctx: Any) -> Any:
+        entered.append("parent")
+        return parent_v1.ParentOutput(sum=0)
+
+    def broken(call: Any) -> bool:
+        raise RuntimeError("the directory is down")
+
+    async def scenario() -> Any:
+        runtime = Runtime()
+        runtime.register(
+            parent_v1.SPEC, parent, children=[Child(child_v1.SPEC, child, enabled=broken)]
+        )
+        return await runtime.call("parent", {"n": 1})
+
+    result = asyncio.run(scenario())
+    assert isinstance(result, ToolError) and result.code.value == "POLICY_FAILED", result
+    assert entered == []
+
+
+def test_a_childs_projection_never_runs_and_its_parent_gets_the_whole_output(
+    kin: tuple[Path, Any],
+) -> None:
+    """PAI: a child's toModelOutput does not run (its output goes to the parent, not a model);
+    called directly, the same registration's projection does."""
+    from kin_pkg.kin import child_v1, parent_v1
+
+    projected: list[int] = []
+
+    async def child(ctx: Any) -> Any:
+        return child_v1.ChildOutput(double=ctx.input.n * 2)
+
+    def project(output: Any) -> str:
+        projected.append(output.double)
+        raise ValueError("a projection for models only")
+
+    async def parent(ctx: Any) -> Any:
+        out = await ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=ctx.input.n))
+        return parent_v1.ParentOutput(sum=out.double)
+
+    async def scenario() -> tuple[Any, Any]:
+        runtime = Runtime()
+        runtime.register(child_v1.SPEC, child, project=project)
+        runtime.register(parent_v1.SPEC, parent)
+        through_parent = await runtime.call("parent", {"n": 4})
+        direct = await runtime.call("child", {"n": 1})
+        return through_parent, direct
+
+    through_parent, direct = asyncio.run(scenario())
+    assert isinstance(through_parent, ToolSuccess) and through_parent.output.sum == 8
+    assert isinstance(direct, ToolError)  # the raising projection ran for the direct call only
+    assert projected == [2]
+
+
+def test_children_a_parent_started_and_did_not_await_are_cancelled_when_it_ends(
+    kin: tuple[Path, Any],
+) -> None:
+    from kin_pkg.kin import child_v1, parent_v1
+
+    child_ended: list[str] = []
+    started = asyncio.Event
+
+    async def child(ctx: Any) -> Any:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            child_ended.append("cancelled")
+            raise
+        child_ended.append("finished")
+        return child_v1.ChildOutput(double=0)
+
+    async def scenario() -> tuple[Any, list[Any], Any]:
+        began = started()
+        tasks: list[asyncio.Task[Any]] = []
+
+        async def parent(ctx: Any) -> Any:
+            call = ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=1))
+            tasks.append(asyncio.create_task(call))  # started, never awaited
+            await asyncio.sleep(0.05)  # it runs meanwhile
+            late = ctx.tools.call(child_v1.SPEC, child_v1.ChildInput(n=2))
+            tasks.append(asyncio.create_task(late))  # not even begun when the parent returns
+            began.set()
+            return parent_v1.ParentOutput(sum=1)
+
+        runtime = Runtime()
+        runtime.register(child_v1.SPEC, child)
+        runtime.register(parent_v1.SPEC, parent)
+        result = await runtime.call("parent", {"n": 1})
+        await asyncio.wait(tasks, timeout=10)
+        outcomes = []
+        for task in tasks:
+            error = task.exception() if not task.cancelled() else asyncio.CancelledError()
+            outcomes.append(error)
+        return result, outcomes, began.is_set()
+
+    result, outcomes, began = asyncio.run(scenario())
+    assert isinstance(result, ToolSuccess) and began
+    assert child_ended == ["cancelled"]  # the running child: cancelled, not left to finish
+    running, late = outcomes
+    assert isinstance(running, asyncio.CancelledError), running  # its task, cancelled
+    assert isinstance(late, ChildToolError) and late.code == "CANCELLED", late

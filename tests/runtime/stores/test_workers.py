@@ -1020,24 +1020,34 @@ def test_a_runtime_closed_with_calls_running_settles_them_cancelled(cluster: Clu
     store.close()
 
 
-def test_a_call_abandoned_by_close_is_claimable_at_once(cluster: Cluster) -> None:
-    lease_s = 60.0  # far longer than the wait: only the close can free the call
+def test_a_call_close_could_not_stop_is_never_run_elsewhere_while_its_process_lives(
+    cluster: Cluster,
+) -> None:
+    """close() fails closed: the implementation that ignores its cancellation keeps its call's
+    lease (renewed) while its process lives, however short the lease; once the process is gone,
+    the lease lapses and another worker takes the call up by its contract."""
+    lease_s = 1.0
     survivor = cluster.spawn(lease_s=lease_s, host="host-b", loop=0.1, stop=str(cluster.stop))
     wait_until(lambda: cluster.ready_count() == 1, 30, "the surviving worker", cluster)
     closing = cluster.spawn(
         lease_s=lease_s,
-        host="host-a",
-        stubborn=["fetch"],  # ignores the cancellation: close abandons it
+        host="host-a",  # another host: its pid cannot be looked up, only its lease counts
+        stubborn=["fetch"],  # ignores the cancellation: close cannot stop it
         close_after=1,
         close_timeout_s=0.3,
+        linger_s=4 * lease_s,  # alive, the implementation running, for four leases
         calls=[["ab-fetch", "fetch", {"n": 1}]],
     )
-    out, err = closing.communicate(timeout=30)
-    assert closing.returncode == 0, err
-    assert json.loads(out.splitlines()[-1]) == {"abandoned": ["ab-fetch"]}
     store = open_store(cluster.url)
     try:
-        wait_until(lambda: settled(store, ["ab-fetch"]), 10, "the abandoned call's take-over")
+        while closing.poll() is None:  # not one entry elsewhere while it may still act
+            elsewhere = [e for e in cluster.entries() if e[0] == "ab-fetch" and e[3] != closing.pid]
+            assert elsewhere == [], "another worker ran the call while its implementation ran"
+            time.sleep(0.05)
+        out, err = closing.communicate(timeout=30)
+        assert closing.returncode == 0, err
+        assert json.loads(out.splitlines()[-1]) == {"abandoned": ["ab-fetch"], "kept": ["ab-fetch"]}
+        wait_until(lambda: settled(store, ["ab-fetch"]), 30, "the call taken up after the process")
         record = store.call("ab-fetch")
         assert record is not None and record.result == {
             "status": "success",

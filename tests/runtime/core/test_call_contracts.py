@@ -1,0 +1,252 @@
+"""The seeds' smaller contracts of a call: close() fails closed and says what it left running, a
+hook's signal fires at its deadline, synchronous implementations run in a worker thread, and a
+policy's decision word is that decision."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import _import_package, add_spec, spec
+
+from blade_codegen.build import build
+from blade_runtime import HookEvent, HookInput, Runtime
+from blade_runtime.core.registry import RegistrationError
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
+from blade_runtime.stores.sqlite import SQLiteStore
+
+COUNT = {
+    "name": "count",
+    "kind": "write",
+    "sideEffect": "idempotent",
+    "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+}
+
+
+@pytest.fixture(scope="module")
+def count(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("contracts")
+    add_spec(root / "specs", spec("ops.count.v1", **COUNT))
+    build(root / "specs", root / "out", "contracts_pkg")
+    _import_package(root / "out", "contracts_pkg")
+    return importlib.import_module("contracts_pkg.ops.count_v1")
+
+
+# -- close() -------------------------------------------------------------------------------------
+
+
+def test_close_names_a_call_abandoned_after_its_grace_and_a_stuck_hook(
+    count: Any, tmp_path: Path
+) -> None:
+    """cleanup_grace_s shorter than close's timeout: the implementation is detached (its call
+    settled CANCELLED), still running, and the report names it; a hook past its budget too."""
+    release = threading.Event()
+
+    async def stubborn(ctx: Any) -> Any:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue
+        return count.SPEC.output_type(n=ctx.input.n)
+
+    async def stuck_hook(event: HookInput) -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue
+
+    async def scenario() -> tuple[Any, Any, Any, str]:
+        store = SQLiteStore(tmp_path / "close.db")
+        runtime = Runtime(store=store, lease_s=1.0, cleanup_grace_s=0.1, hook_timeout_ms=50)
+        runtime.register(count.SPEC, stubborn)
+        runtime.on(HookEvent.POST_TOOL_USE_FAILURE, stuck_hook)
+        calling = asyncio.ensure_future(runtime.call("count", {"n": 1}, call_id="stubborn-1"))
+        await asyncio.sleep(0.2)
+        report = await runtime.close(timeout_s=1.0)
+        result = await calling
+        record = store.call("stubborn-1")
+        release.set()
+        await runtime.wait_closed()
+        store.close()
+        assert record is not None
+        return report, result, record.result, record.state
+
+    report, result, stored, state = asyncio.run(scenario())
+    assert report.abandoned == ("stubborn-1",) and not report.clean
+    assert report.leases_kept == ()  # its call settled when it was detached: nothing to keep
+    assert report.stuck_events == ("post_tool_use_failure",) and report.stuck_callbacks == 1
+    assert isinstance(result, ToolError) and result.code is ErrorCode.CANCELLED
+    assert state == "settled" and stored["code"] == "CANCELLED"
+
+
+def test_close_keeps_the_lease_of_a_call_still_running_until_it_ends(
+    count: Any, tmp_path: Path
+) -> None:
+    """Within its grace, a call that ignores cancellation keeps its lease, renewed past
+    several lease lengths, and its end is recorded when it comes; only then is it let go."""
+    release = threading.Event()
+
+    async def stubborn(ctx: Any) -> Any:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue
+        return count.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> tuple[Any, float, str, Any]:
+        store = SQLiteStore(tmp_path / "kept.db")
+        runtime = Runtime(store=store, lease_s=0.3, cleanup_grace_s=30)
+        runtime.register(count.SPEC, stubborn)
+        calling = asyncio.ensure_future(runtime.call("count", {"n": 2}, call_id="kept-1"))
+        await asyncio.sleep(0.1)
+        report = await runtime.close(timeout_s=0.1)
+        await asyncio.sleep(1.2)  # four lease lengths
+        record = store.call("kept-1")
+        assert record is not None and record.state == "running"
+        lease_left = record.lease_until - time.time()
+        release.set()
+        result = await calling
+        await asyncio.wait_for(runtime.wait_closed(), 10)
+        settled = store.call("kept-1")
+        store.close()
+        assert settled is not None
+        return report, lease_left, settled.state, result
+
+    report, lease_left, state, result = asyncio.run(scenario())
+    assert report.abandoned == ("kept-1",) and report.leases_kept == ("kept-1",)
+    assert lease_left > 0, "the lease lapsed while the implementation still ran"
+    assert state == "settled"
+    assert isinstance(result, ToolError) and result.code is ErrorCode.CANCELLED
+
+
+# -- hooks ---------------------------------------------------------------------------------------
+
+
+def test_a_hooks_signal_fires_at_its_deadline(count: Any) -> None:
+    seen: list[tuple[bool, str | None]] = []
+
+    async def patient(event: HookInput) -> None:
+        await event.signal.wait()  # a hook that honours its signal stops at the deadline
+        seen.append((event.signal.cancelled, event.signal.reason))
+
+    async def run(ctx: Any) -> Any:
+        return count.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> Any:
+        runtime = Runtime(hook_timeout_ms=100)
+        runtime.register(count.SPEC, run)
+        runtime.on(HookEvent.PRE_TOOL_USE, patient)
+        return await runtime.call("count", {"n": 1})
+
+    result = asyncio.run(scenario())
+    assert isinstance(result, ToolError) and result.code is ErrorCode.HOOK_TIMEOUT
+    assert len(seen) == 1 and seen[0][0] is True
+    assert "budget" in (seen[0][1] or "")
+
+
+# -- synchronous implementations -----------------------------------------------------------------
+
+
+def test_a_synchronous_implementation_runs_in_a_worker_thread(count: Any) -> None:
+    threads: list[int] = []
+
+    def blocking(ctx: Any) -> Any:
+        threads.append(threading.get_ident())
+        ctx.progress("half way", completed=1, total=2)
+        time.sleep(0.05)  # blocks its thread, not the loop
+        return count.SPEC.output_type(n=ctx.input.n + 1)
+
+    async def scenario() -> tuple[Any, int, int]:
+        runtime = Runtime()
+        runtime.register(count.SPEC, blocking)
+        ticks = 0
+
+        async def ticking() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(ticking())
+        result = await runtime.call("count", {"n": 41})
+        ticker.cancel()
+        return result, ticks, threading.get_ident()
+
+    result, ticks, loop_thread = asyncio.run(scenario())
+    assert isinstance(result, ToolSuccess) and result.output.n == 42
+    assert threads and threads[0] != loop_thread
+    assert ticks >= 2  # the loop went on while the function blocked
+
+
+def test_a_synchronous_implementation_sees_its_timeout_on_the_signal(count: Any) -> None:
+    stopped: list[str | None] = []
+
+    def polite(ctx: Any) -> Any:
+        while not ctx.signal.cancelled:
+            time.sleep(0.01)
+        stopped.append(ctx.signal.reason)
+        return count.SPEC.output_type(n=0)
+
+    async def scenario() -> Any:
+        runtime = Runtime(timeout_ms=100)
+        runtime.register(count.SPEC, polite)
+        return await runtime.call("count", {"n": 1})
+
+    result = asyncio.run(scenario())
+    assert isinstance(result, ToolError) and result.code is ErrorCode.TIMEOUT, result
+    assert stopped and "deadline" in (stopped[0] or "")
+
+
+@pytest.mark.parametrize("kind", ["async generator", "generator"])
+def test_a_generator_is_refused_at_registration(count: Any, kind: str) -> None:
+    async def agen(ctx: Any) -> Any:
+        yield count.SPEC.output_type(n=1)
+
+    def gen(ctx: Any) -> Any:
+        yield count.SPEC.output_type(n=1)
+
+    runtime = Runtime()
+    with pytest.raises(RegistrationError, match=f"the implementation is an? {kind}"):
+        runtime.register(count.SPEC, agen if kind == "async generator" else gen)
+    assert list(runtime.registrations()) == []
+
+
+# -- the policy's words --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        ("allow", "ran"),
+        ("Allow", "ran"),
+        ("ask", "asked"),
+        ("deny", "The tool call was not permitted."),
+        ("Only on weekdays.", "Only on weekdays."),
+    ],
+)
+def test_a_policys_decision_word_is_that_decision(count: Any, answer: str, outcome: str) -> None:
+    async def run(ctx: Any) -> Any:
+        return count.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> Any:
+        runtime = Runtime(permission=lambda request: answer)
+        runtime.register(count.SPEC, run)
+        return await runtime.call("count", {"n": 3})
+
+    result = asyncio.run(scenario())
+    if outcome == "ran":
+        assert isinstance(result, ToolSuccess), result
+    elif outcome == "asked":
+        assert isinstance(result, ToolPending), result
+    else:
+        assert isinstance(result, ToolError) and result.code is ErrorCode.PERMISSION_DENIED
+        assert result.message == outcome
