@@ -264,3 +264,18 @@ def test_the_index_links_every_page() -> None:
     pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"}
     assert pages <= linked, pages - linked
     assert "[Temporal](temporal.md)" in index
+
+
+def test_the_docs_import_only_public_paths() -> None:
+    """Users import what the docs show: the package's top level and its documented modules
+    (client, serving, adapters, temporal), never the rings inside (core, stores), which are
+    the project's layout and may move."""
+    inner = re.compile(r"(?:from|import) blade_runtime\.(core|stores)\b")
+    found = [
+        f"{page.relative_to(ROOT).as_posix()}:{n}: {line.strip()}"
+        for page in PAGES
+        for n, line in enumerate(page.read_text("utf-8").splitlines(), 1)
+        if inner.search(line)
+    ]
+    imports = sum(page.read_text("utf-8").count("from blade_runtime") for page in PAGES)
+    assert imports >= 20 and found == [], found

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from blade_runtime.core.behavior import Behavior
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.capabilities import Binding, CapabilityUse, shared
+from blade_runtime.core.content import Image, Projected, ResourceLink, Text
 from blade_runtime.core.context import (
     ActionRef,
     CallInfo,
@@ -37,7 +39,17 @@ from blade_runtime.core.files import (
     SavedFile,
     UnknownFile,
 )
-from blade_runtime.core.hooks import HookEvent, HookInput, HookOutput
+from blade_runtime.core.hooks import HookCallback, HookEvent, HookInput, HookOutput
+from blade_runtime.core.permissions import (
+    Allow,
+    Ask,
+    Decision,
+    Deny,
+    PermissionAnswer,
+    PermissionPrompt,
+    Policy,
+    by_kind,
+)
 from blade_runtime.core.registry import Child
 from blade_runtime.core.results import (
     ErrorCode,
@@ -64,6 +76,7 @@ from blade_runtime.core.spec import (
 from blade_runtime.core.store import Pruned, Store, StoreError, StoreUnavailable
 from blade_runtime.core.triggers import Trigger, TriggerRejected
 from blade_runtime.runtime import (
+    CloseReport,
     FallbackCall,
     PermissionRequest,
     Registration,
@@ -101,17 +114,24 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ActionOrigin",
     "ActionRef",
+    "Allow",
+    "Ask",
     "BackendToolSpec",
     "Behavior",
+    "Binding",
     "CallContext",
     "CallInfo",
     "CancellationSignal",
     "CapabilitySpec",
+    "CapabilityUse",
     "Child",
     "ChildToolError",
     "ClientToolSpec",
+    "CloseReport",
     "DataChannel",
     "DataItem",
+    "Decision",
+    "Deny",
     "ErrorCode",
     "Execution",
     "ExecutionMode",
@@ -121,20 +141,27 @@ __all__ = [
     "FileBody",
     "FileRejected",
     "FolderFiles",
+    "HookCallback",
     "HookEvent",
     "HookInput",
     "HookOutput",
+    "Image",
     "InitialEntry",
     "JsonObject",
     "Lease",
     "LeaseNotHeld",
     "MemoryStore",
     "PendingAction",
+    "PermissionAnswer",
+    "PermissionPrompt",
     "PermissionRequest",
+    "Policy",
     "Principal",
+    "Projected",
     "Pruned",
     "Registration",
     "RegistrationError",
+    "ResourceLink",
     "ResumeEntry",
     "Retention",
     "Runtime",
@@ -147,6 +174,7 @@ __all__ = [
     "SuspendPoint",
     "Suspended",
     "SuspensionEpisode",
+    "Text",
     "ToolError",
     "ToolExport",
     "ToolFailed",
@@ -161,7 +189,9 @@ __all__ = [
     "UnknownFile",
     "WireNames",
     "__version__",
+    "by_kind",
     "export_tools",
     "load_schemas",
     "open_store",
+    "shared",
 ]

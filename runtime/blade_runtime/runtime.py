@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -36,9 +36,11 @@ from blade_runtime.core.cancel_scope import GRACE_S
 from blade_runtime.core.capabilities import Binding, services_of
 from blade_runtime.core.content import Projected, ProjectionWithContext, project, takes_context
 from blade_runtime.core.context import CallInfo
-from blade_runtime.core.events import WINDOW, EventHub, Subscription
+from blade_runtime.core.events import WINDOW, EventHub, PendingAction, Subscription
 from blade_runtime.core.execution import CallServices
+from blade_runtime.core.export import ExportFormat, ToolExport
 from blade_runtime.core.files import DEFAULT_MAX_FILE_BYTES, FileAccess, FileBackend
+from blade_runtime.core.hooks import HookCallback, HookEvent, HookEventName
 from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.jsonvalue import model_of
 from blade_runtime.core.leases import Leases
@@ -62,9 +64,9 @@ from blade_runtime.core.registry import (
     RegistrationError,
     asynchronous,
 )
-from blade_runtime.core.results import ErrorCode, ToolError
+from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.retention import Retention, sweep
-from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec
+from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
     DEFAULT_LEASE_S,
@@ -201,31 +203,154 @@ class Runtime:
             owner=self.owner,
             lease_s=lease_s,
         )
-        # The services' own methods, typed as they are (one obvious call each, no wrapper on
-        # the path of every call).
-        self.call = self.calls.call
-        self.unregister = self.tools.unregister
-        self.registrations = self.tools.registrations
-        self.registration_of = self.tools.registration_of
-        self.is_allowed = self.tools.is_allowed
-        self.export = self.tools.export
-        self.on = self.interceptors.on
-        self.observe = self.interceptors.observe
-        self.submit = self.actions.submit
-        self.cancel = self.actions.cancel
-        self.fail = self.actions.fail
-        self.expire = self.actions.expire
-        self.pending = self.actions.pending
-        self.recover = self.recovery.recover
-        self.grants = self.records.grants
-        self.revoke_grant = self.records.revoke_grant
         self.recovery.retention = retention
-        self.run_recovery = self.recovery.run_recovery
-        self.deliver_triggers = self.triggers.deliver
-        self.run_triggers = self.triggers.run
         self._closed = False
         self._let_go: asyncio.Task[None] | None = None
         self.store.attach(self.owner)
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def call(
+        self,
+        name: str,
+        arguments: JsonObject | str | bytes,
+        *,
+        call_id: str | None = None,
+        run_id: str = "default",
+        context: CallContext | None = None,
+    ) -> Coroutine[Any, Any, ToolResult[Any]]:
+        """Call the tool registered as ``name`` with the model's arguments (a JSON object or
+        its text); await it for the result. ``call_id``: the model's id for the call (else one
+        is made); ``run_id``: the run it belongs to; ``context``: who the call is for (stored
+        with the call and its actions). Never raises for an expected outcome: the result says
+        what happened. (A plain method returning the runner's coroutine: no second coroutine
+        on the path of every call.)"""
+        return self.calls.call(name, arguments, call_id=call_id, run_id=run_id, context=context)
+
+    # -- pending actions ---------------------------------------------------------------------
+
+    async def submit(
+        self,
+        action_id: str,
+        payload: JsonValue | BaseModel | str | bytes,
+        *,
+        principal: Principal | None = None,
+    ) -> ToolResult[Any]:
+        """Answer a pending action (validated against its resume schema) and resume its call
+        here; ``principal``: only an action it may see."""
+        return await self.actions.submit(action_id, payload, principal=principal)
+
+    async def cancel(
+        self, action_id: str, reason: str = "cancelled", *, principal: Principal | None = None
+    ) -> ToolResult[Any]:
+        """Cancel a pending action: its call settles CANCELLED with ``reason``."""
+        return await self.actions.cancel(action_id, reason, principal=principal)
+
+    async def fail(
+        self, action_id: str, error: str | BaseException, *, principal: Principal | None = None
+    ) -> ToolResult[Any]:
+        """Fail a pending action (a client tool that failed): its call settles with ``error``."""
+        return await self.actions.fail(action_id, error, principal=principal)
+
+    async def expire(self, action: ActionRecord) -> str:
+        """Expire ``action`` (past its deadline) as its spec says; what became of it."""
+        return await self.actions.expire(action)
+
+    def pending(
+        self,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        principal: Principal | None = None,
+    ) -> list[PendingAction[Any]]:
+        """The pending actions (of a run, of a registration name), typed where this runtime
+        knows the tool; ``principal``: only those it may see. It reads the store on the
+        calling thread and blocks it: from a coroutine, ``await runtime.apending()``."""
+        return self.actions.pending(run_id=run_id, name=name, principal=principal)
+
+    async def apending(
+        self,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        principal: Principal | None = None,
+    ) -> list[PendingAction[Any]]:
+        """``pending()`` for a coroutine: the store is read off the event loop."""
+        return await self.actions.apending(run_id=run_id, name=name, principal=principal)
+
+    async def grants(
+        self, *, principal: Principal | None = None, tool: str | None = None
+    ) -> list[GrantRecord]:
+        """The standing grants ``principal`` may see (of a tool)."""
+        return await self.records.grants(principal=principal, tool=tool)
+
+    async def revoke_grant(
+        self, grant_id: str, *, principal: Principal | None = None
+    ) -> GrantRecord | None:
+        """Revoke a standing grant; the revoked grant, or None if there is none it may see."""
+        return await self.records.revoke_grant(grant_id, principal=principal)
+
+    # -- recovery and triggers -----------------------------------------------------------------
+
+    async def recover(self, *, replay: bool = True, limit: int = 100) -> list[ToolResult[Any]]:
+        """One recovery sweep: claim what needs a runtime (answered actions, calls of dead
+        workers, expired actions) and take it up here by its contract; the results.
+        ``replay=False``: running pure and idempotent calls are not run again either."""
+        return await self.recovery.recover(replay=replay, limit=limit)
+
+    async def run_recovery(self, interval_s: float = 1.0) -> None:
+        """Recover every ``interval_s`` until cancelled (and prune by ``retention``)."""
+        await self.recovery.run_recovery(interval_s)
+
+    async def deliver_triggers(self, limit: int = 100) -> int:
+        """Deliver the triggers due now to ``on_trigger``; how many were delivered."""
+        return await self.triggers.deliver(limit)
+
+    async def run_triggers(self, interval_s: float = 0.5) -> None:
+        """Deliver triggers every ``interval_s`` until cancelled."""
+        await self.triggers.run(interval_s)
+
+    # -- the registry, hooks and observers --------------------------------------------------
+
+    def unregister(self, name: str) -> Registration[Any]:
+        """Remove the registration ``name``; it is returned."""
+        return self.tools.unregister(name)
+
+    def registrations(self) -> Iterator[Registration[Any]]:
+        """Every registration, in the order made."""
+        return self.tools.registrations()
+
+    def registration_of(self, spec_id: str) -> Registration[Any] | None:
+        """The registration of ``spec_id`` (the first, if it has several names)."""
+        return self.tools.registration_of(spec_id)
+
+    def is_allowed(self, name: str) -> bool:
+        """Whether ``allowed`` and ``disallowed`` let the name ``name`` be called."""
+        return self.tools.is_allowed(name)
+
+    def export(
+        self,
+        format: ExportFormat = "blade",
+        *,
+        context: CallContext | None = None,
+        run_id: str = "default",
+    ) -> ToolExport:
+        """The tools a model may call now, for ``context`` and ``run_id``, in ``format``."""
+        return self.tools.export(format, context=context, run_id=run_id)
+
+    def on(
+        self,
+        event: HookEvent | HookEventName,
+        callback: HookCallback,
+        *,
+        tools: Collection[str] | None = None,
+    ) -> None:
+        """Run ``callback`` on ``event`` (of the names in ``tools``, else of every tool)."""
+        self.interceptors.on(event, callback, tools=tools)
+
+    def observe(self, observer: object) -> None:
+        """Add a lifecycle observer (its scheduled / execution_started / settled methods)."""
+        self.interceptors.observe(observer)
 
     # -- registry --------------------------------------------------------------------------
 

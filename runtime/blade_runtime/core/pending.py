@@ -232,9 +232,9 @@ class PendingActions:
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
         history: Callable[[], tuple[SuspensionEpisode, ...]]
-        if self.io.waits and not self.io.inline_first:
-            # A store that may wait for a connection is read now, off the loop: the tool reads
-            # its history (a property) without awaiting.
+        if self.io.waits:
+            # A store on disk or a server is read now, off the loop (the tool reads its history,
+            # a property, without awaiting): never a read on the event loop.
             history = functools.partial(tuple, await self.io(self._history, call))
         else:  # read when the tool asks: it never waits (an in-memory or WAL read)
             history = functools.partial(self._history, call)
@@ -339,6 +339,17 @@ class PendingActions:
         this runtime knows the tool. ``principal``: only those it may see, of its tenant and
         of calls made for it (an operator's: all)."""
         found = self.records.actions_blocking(run_id=run_id, name=name, principal=principal)
+        return [self.view(a) for a in found]
+
+    async def apending(
+        self,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        principal: Principal | None = None,
+    ) -> list[PendingAction[Any]]:
+        """``pending``, with the store read off the event loop."""
+        found = await self.records.actions(run_id=run_id, name=name, principal=principal)
         return [self.view(a) for a in found]
 
     def view(self, action: ActionRecord) -> PendingAction[Any]:

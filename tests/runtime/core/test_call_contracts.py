@@ -250,3 +250,35 @@ def test_a_policys_decision_word_is_that_decision(count: Any, answer: str, outco
     else:
         assert isinstance(result, ToolError) and result.code is ErrorCode.PERMISSION_DENIED
         assert result.message == outcome
+
+
+# -- the public API ------------------------------------------------------------------------------
+
+
+def test_the_runtimes_api_is_its_methods_and_pending_has_an_async_twin(
+    count: Any, tmp_path: Path
+) -> None:
+    """help(Runtime), pydoc and editors read the class: every public call is a method of it."""
+    for name in ("call", "submit", "cancel", "fail", "pending", "apending", "recover"):
+        assert callable(getattr(Runtime, name, None)), name
+        assert (getattr(Runtime, name).__doc__ or "").strip(), name
+    for name in ("grants", "revoke_grant", "run_recovery", "export", "on", "observe"):
+        assert callable(getattr(Runtime, name, None)), name
+
+    async def asks(ctx: Any) -> Any:
+        return count.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        store = SQLiteStore(tmp_path / "pending.db")
+        runtime = Runtime(store=store, permission=lambda request: "ask")
+        runtime.register(count.SPEC, asks)
+        await runtime.call("count", {"n": 5}, run_id="r-1")
+        listed = await runtime.apending(run_id="r-1")
+        blocking = runtime.pending(run_id="r-1")
+        await runtime.close()
+        store.close()
+        return listed, blocking
+
+    listed, blocking = asyncio.run(scenario())
+    assert [a.action_id for a in listed] == [a.action_id for a in blocking]
+    assert len(listed) == 1 and listed[0].name == "count.@permission"
