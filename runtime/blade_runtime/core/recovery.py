@@ -134,6 +134,7 @@ class Recovery:
             names=names,
             limit=limit,
             waited_s=time.monotonic() - began,
+            running=frozenset(self.runner.running),
         )
         return claimed
 

@@ -329,11 +329,16 @@ def claimable(
     lapsed: float,
     dead: Collection[str],
     names: Collection[str] | Mapping[str, str] | None,
+    owner: str = "",
+    running: Collection[str] = (),
 ) -> bool:
     """The one rule of a claim: a resumable call, or a running one whose lease ended before
     ``lapsed`` (see ``lapsed_before``) or whose owner is known ``dead``; of a registration in
-    ``names`` when given (the tools the claiming runtime can run)."""
+    ``names`` when given (the tools the claiming runtime can run); never a call the claiming
+    ``owner`` is ``running`` itself (a late heartbeat of its own is no reason to run it twice)."""
     if names is not None and not made_by(call, names):
+        return False
+    if call.owner == owner and call.call_id in running:
         return False
     if call.state == "resumable":
         return True
@@ -545,6 +550,7 @@ class Store(Protocol):
         call_id: str | None = None,
         limit: int = 100,
         waited_s: float = 0.0,
+        running: Collection[str] = (),
     ) -> list[Claimed]:
         """Take over calls another runtime cannot finish (``claimable``), each with a
         ``claimed`` event, in one transaction per sweep: resumable calls, and running calls
@@ -554,7 +560,9 @@ class Store(Protocol):
         expired only if it had expired before the sweep began waiting for the store
         (``waited_s`` before its claim was sent, for its earlier reads), and a sweep that waited
         longer than ``patience(lease_s)`` claims no lapsed lease at all (``lapsed_before``).
-        The claimed calls' leases run ``lease_s`` from the commit; their fencing tokens go up."""
+        The claimed calls' leases run ``lease_s`` from the commit; their fencing tokens go up.
+        ``running``: ids of calls ``owner`` is running itself: never claimed by it (its own
+        heartbeat was late, it did not lose them), whatever their lease says."""
         ...
 
     def renew(self, owner: str, lease_s: float) -> set[str]:

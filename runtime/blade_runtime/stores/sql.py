@@ -532,6 +532,7 @@ class SQLStore:
         call_id: str | None = None,
         limit: int = 100,
         waited_s: float = 0.0,
+        running: Collection[str] = (),
     ) -> list[Claimed]:
         if call_id is not None and not self._holdable(call_id):
             return []
@@ -540,7 +541,7 @@ class SQLStore:
             found = self._candidates(tx, call_id=call_id, names=names, dead=dead, limit=limit)
             lapsed = lapsed_before(found.began, found.granted, waited_s, lease_s)
             for call, order in found.calls:
-                if len(taken) < limit and claimable(call, lapsed, dead, names):
+                if len(taken) < limit and claimable(call, lapsed, dead, names, owner, running):
                     lease = tx.run(
                         "UPDATE blade_calls SET state = 'running', owner = :owner, "
                         "lease_until = {now} + :lease_s, fence = fence + 1 "

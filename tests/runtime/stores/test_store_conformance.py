@@ -331,6 +331,18 @@ def test_a_call_that_lost_its_lease_is_not_settled_by_its_old_owner(store: Store
     assert stored is not None and stored.result == "mine"
 
 
+def test_a_runtime_never_claims_a_call_it_is_running_itself(store: Store) -> None:
+    """Its own heartbeat was late (a loaded machine): the lapsed lease is no reason for its own
+    sweep to run the call a second time; another runtime still takes it over."""
+    call = begun(store, owner="w1", lease_s=-1.0)
+    assert store.claim("w1", 30.0, running={call.call_id}) == []
+    [mine] = store.claim("w1", 30.0)  # not running there any more (a lost entry): taken up
+    assert mine.call.owner == "w1" and mine.call.fence == call.fence + 1
+    other = begun(store, owner="w1", lease_s=-1.0)
+    [taken] = store.claim("w2", 30.0, running={other.call_id})  # w2 runs no such call
+    assert taken.call.call_id == other.call_id and taken.call.owner == "w2"
+
+
 def test_settling_a_call_never_recorded(store: Store) -> None:
     call = a_call()
     with pytest.raises(LeaseLost):

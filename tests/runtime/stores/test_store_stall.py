@@ -75,7 +75,7 @@ class Lateness:
         return worst
 
 
-# Alone: the 50 ms bound is the store's share of the loop, and on 2 cores the other workers of a
+# Alone: the bound is the store's share of the loop, and on 2 cores the other workers of a
 # run (a SchemaStore build, a browser) take more than that from any thread of this process.
 @pytest.mark.alone
 def test_a_locked_store_stalls_no_loop_and_takes_no_live_lease(
@@ -140,7 +140,11 @@ def test_a_locked_store_stalls_no_loop_and_takes_no_live_lease(
         assert record.result == {"status": "success", "content": result.content}
     claimed = [e for e in store.events("default") if e.kind == "claimed"]
     assert claimed == []
-    assert worst < 0.05, f"a 5 ms sleep on the worker's loop overslept by {worst * 1000:.0f} ms"
+    # A loop the locked store blocked would be late by the lock's seconds (LOCK_S, or the
+    # store's busy timeout); a loaded machine's scheduler and the GIL's 5 ms switches between
+    # this process's threads make it late by tens of milliseconds alone (75 ms seen at a load
+    # of 15-21 on 2 cores), which the thread beside it does not always feel.
+    assert worst < 0.25, f"a 5 ms sleep on the worker's loop overslept by {worst * 1000:.0f} ms"
     store.close()
 
 

@@ -833,10 +833,12 @@ def test_a_subscription_receives_another_process_s_events_in_commit_order_and_re
 
 
 def test_a_call_longer_than_its_lease_keeps_it_by_the_heartbeat(cluster: Cluster) -> None:
-    sweeper = cluster.spawn(lease_s=1.0, loop=0.1, stop=str(cluster.stop))
+    # A lease of 2 s: renewed every 0.67 s by a thread, which a machine at a load of 20 still
+    # schedules in time (with 1 s, a heartbeat 0.67 s late on such a machine lost the call).
+    sweeper = cluster.spawn(lease_s=2.0, loop=0.1, stop=str(cluster.stop))
     wait_until(lambda: cluster.ready_count() == 1, 30, "the sweeping worker", cluster)
-    owner = cluster.spawn(lease_s=1.0, calls=[["long", "charge", {"n": 7, "sleep_ms": 3500}]])
-    [result] = cluster.results(owner)  # 3.5 leases long; renewed every third of one
+    owner = cluster.spawn(lease_s=2.0, calls=[["long", "charge", {"n": 7, "sleep_ms": 6000}]])
+    [result] = cluster.results(owner)  # 3 leases long; renewed every third of one
     assert result == {"call_id": "long", "status": "success", "code": None}
     store = open_store(cluster.url)
     kinds = [e.kind for e in store.events("default") if e.call_id == "long"]
