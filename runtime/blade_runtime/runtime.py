@@ -204,6 +204,9 @@ class Runtime:
             lease_s=lease_s,
         )
         self.recovery.retention = retention
+        # The method below, as the runner's own bound method: what the class documents, without
+        # a second Python call on the path of every call.
+        self.call = self.calls.call  # type: ignore[method-assign]
         self._closed = False
         self._let_go: asyncio.Task[None] | None = None
         self.store.attach(self.owner)
@@ -223,8 +226,7 @@ class Runtime:
         its text); await it for the result. ``call_id``: the model's id for the call (else one
         is made); ``run_id``: the run it belongs to; ``context``: who the call is for (stored
         with the call and its actions). Never raises for an expected outcome: the result says
-        what happened. (A plain method returning the runner's coroutine: no second coroutine
-        on the path of every call.)"""
+        what happened. (Each instance binds this name to the runner's own method.)"""
         return self.calls.call(name, arguments, call_id=call_id, run_id=run_id, context=context)
 
     # -- pending actions ---------------------------------------------------------------------
@@ -422,18 +424,23 @@ class Runtime:
         self.tools.check_children(spec, where)
         bindings = self.tools.bindings(spec, where, capability_config or {})
         own = self.tools.own_children(spec, where, children)
-        added = self.tools.add(spec, registered, runnable, context, timeout_ms)
-        added.own_children = own
-        added.bindings = bindings
-        added.services = services_of(bindings) if bindings else None
-        added.project = project
-        added.project_context = project is not None and takes_context(project)
-        added.enabled = enabled
-        added.describe = describe
-        added.describe_children = describe is not None and takes_children(describe)
-        added.permission = permission
-        added.behavior = behavior
-        added.fenced = spec.lease
+        added = self.tools.add(
+            spec,
+            registered,
+            runnable,
+            context,
+            timeout_ms,
+            own_children=own,
+            bindings=bindings,
+            services=services_of(bindings) if bindings else None,
+            project=project,
+            project_context=project is not None and takes_context(project),
+            enabled=enabled,
+            describe=describe,
+            describe_children=describe is not None and takes_children(describe),
+            permission=permission,
+            behavior=behavior,
+        )
         self.tools.dynamic = (
             self.tools.dynamic
             or enabled is not None
@@ -458,10 +465,16 @@ class Runtime:
                 f"registering {spec.id} as {registered!r}: the backend executes it; use register"
             )
         self.tools.check_children(spec, f"registering {spec.id} as {registered!r}")
-        added = self.tools.add(spec, registered, None, None, timeout_ms)
-        added.enabled = enabled
-        added.describe = describe
-        added.describe_children = describe is not None and takes_children(describe)
+        added = self.tools.add(
+            spec,
+            registered,
+            None,
+            None,
+            timeout_ms,
+            enabled=enabled,
+            describe=describe,
+            describe_children=describe is not None and takes_children(describe),
+        )
         self.tools.dynamic = self.tools.dynamic or enabled is not None
         return added
 

@@ -18,7 +18,7 @@ import itertools
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 
@@ -137,6 +137,15 @@ class Attempt:
         return self.claim is not None
 
 
+class _Entered(NamedTuple):
+    """What an entry runs with once ``_enter`` let it: its recorded attempt (None where nothing
+    records it), the registration's server context, and the children left out of it."""
+
+    attempt: Attempt | None
+    context: Any
+    disabled: frozenset[str]
+
+
 class CallRunner:
     """Runs calls: the runtime's ``call``, and the claimed entries that pending actions and
     recovery resume (``run_claimed``)."""
@@ -234,53 +243,7 @@ class CallRunner:
                     result = verdict
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
-                    plain = registration.plain
-                    if plain is None:
-                        plain = registration.settle_plain()
-                    if self.durable or not (plain and self.interceptors.bare):
-                        result = await self._run(registration, call, admitted, scope)
-                    else:  # _run without what neither the registration nor the runtime uses
-                        if self.events.active:
-                            self.events.publish(self._event(call, "started", None))
-                        ctx = ToolContext(
-                            registration.build_input, admitted, call, scope, registration.points
-                        )
-                        ctx._publish = self.events.publish
-                        ctx._services = self.services
-                        ctx._steps = self
-                        ctx._registration = registration
-                        if registration.services is not None:  # every binding shared
-                            ctx.capabilities = registration.services
-                        running = registration.implementation(ctx)  # type: ignore[misc]
-                        try:
-                            if type(running) is COROUTINE:  # its first step here: most end in it
-                                scope.arm(registration.timeout_s)
-                                try:
-                                    yielded = running.send(None)
-                                except StopIteration as finished:
-                                    output = finished.value
-                                else:
-                                    output = await scope.resume(running, yielded)
-                            else:
-                                output = await scope.run(running, registration.timeout_s)
-                        except Suspended as suspended:
-                            result = await self._suspend(
-                                registration, call, admitted, suspended, None
-                            )
-                        except _FAILURES as error:
-                            result = self._failed(call, error)
-                        else:
-                            scope.stop()  # as in _run: no timer reaches the projection
-                            if scope.reason is not None:  # it swallowed its cancellation
-                                result = self._cancelled(call, scope)
-                            else:
-                                result = self._output(registration, call, output, ctx._display)
-                                if (
-                                    registration.project is not None
-                                    and call.parent is None
-                                    and isinstance(result, ToolSuccess)
-                                ):
-                                    result = await self._project(registration, ctx, result)
+                    result = await self._run(registration, call, admitted, scope)
                 elif valid is False:
                     admitted = verdict
                     result = self._invalid(registration, call, admitted)
@@ -470,20 +433,105 @@ class CallRunner:
         claimed: bool = False,
         fence: int = 0,
     ) -> ToolResult[Any]:
-        """Run one entry of the implementation (or open a client tool's pending action). The
-        result is not recorded here: ``settle`` does it, after the post-hooks. ``claimed``:
-        the store records the call as running under this runtime already (a resume, a replay)."""
+        """Run one entry of the implementation (or open a client tool's pending action): enter
+        it (``_enter``: what the registration and the runtime ask for before it runs; a plain
+        registration on a runtime without policy, observers or a durable store needs none of
+        it), then run it under its deadline and make its result. The result is not recorded
+        here: ``settle`` does it, after the post-hooks. ``claimed``: the store records the call
+        as running under this runtime already (a resume, a replay)."""
+        if registration.plain and self.interceptors.bare and not (self.durable or claimed):
+            attempt = context = None
+            disabled: frozenset[str] = frozenset()
+            if self.events.active:
+                self.events.publish(self._event(call, "started", None))
+        else:
+            entered = await self._enter(registration, call, arguments, scope, entry, claimed, fence)
+            if not isinstance(entered, _Entered):
+                return entered
+            attempt, context, disabled = entered
+        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
+        ctx._publish = self.events.publish
+        ctx._services = self.services
+        ctx._steps = self
+        ctx._registration = registration
+        if entry is not INITIAL:
+            ctx.entry = entry
+        if history is not None:
+            ctx._history = history
+        claim = None
+        if not registration.plain or attempt is not None:
+            claim = self._prepare(registration, call, ctx, attempt, context, disabled)
+        implementation = registration.implementation
+        assert implementation is not None  # a client tool's call ends in _enter
+        running: Awaitable[Any]
+        if registration.services is not None:  # every binding shared: nothing to acquire
+            ctx.capabilities = registration.services
+            running = implementation(ctx)
+        elif registration.bindings:  # acquired under the deadline, released however it ends
+            running = with_capabilities(
+                registration.bindings, call, scope.signal, ctx, implementation
+            )
+        else:
+            running = implementation(ctx)
+        children = registration.children
+        if claim is not None and children:
+            self.held[call.call_id] = claim  # its children write under this entry's claim
+        try:
+            if type(running) is COROUTINE:  # its first step here: most calls end in it
+                scope.arm(registration.timeout_s)
+                try:
+                    yielded = running.send(None)
+                except StopIteration as finished:
+                    output = finished.value
+                else:
+                    output = await scope.resume(running, yielded)
+            else:
+                output = await scope.run(running, registration.timeout_s)
+        except Suspended as suspended:
+            return await self._suspend(registration, call, arguments, suspended, attempt)
+        except _FAILURES as error:
+            return self._failed(call, error)
+        finally:
+            scope.stop()  # no timer reaches what follows (the projection)
+            if children:
+                if claim is not None:
+                    self.held.pop(call.call_id, None)
+                if isinstance(ctx.tools, ChildTools):
+                    ctx.tools.end()  # children it started and did not await are cancelled
+        if children and call.call_id in self.fatal:  # it caught the failure
+            return self.fatal.pop(call.call_id)
+        if scope.reason is not None:  # it swallowed its cancellation: the call still ended
+            return self._cancelled(call, scope)
+        done = self._output(registration, call, output, ctx._display)
+        if registration.project is None or call.parent is not None:
+            return done  # a child's output goes to its parent, not to a model: never projected
+        if not isinstance(done, ToolSuccess):
+            return done
+        return await self._project(registration, ctx, done)
+
+    async def _enter(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        arguments: JsonObject,
+        scope: CancelScope,
+        entry: InitialEntry | ResumeEntry[Any, Any],
+        claimed: bool,
+        fence: int,
+    ) -> _Entered | ToolResult[Any]:
+        """Everything before the implementation runs, each step only where the registration or
+        the runtime asks for it: the ``scheduled`` observers, the narrowed behaviour, the
+        children's ``enabled`` callbacks, the server context, the permission policy, a client
+        tool's pending action, the recorded start, the ``execution_started`` observers. A
+        result ends the call here; else what the entry runs with."""
         admitting = not claimed and entry is INITIAL  # a new invocation, not a re-entry
-        if self.interceptors.observers.any:
+        observers = self.interceptors.observers
+        if observers.any:
             scope.observed = True  # an entry that observers see start is seen settling too
-            if admitting and self.interceptors.observers.scheduled:
+            if admitting and observers.scheduled:
                 try:
                     await self.interceptors.observing(
-                        "scheduled",
-                        self.interceptors.observers.scheduled,
-                        registration,
-                        call,
-                        arguments,
+                        "scheduled", observers.scheduled, registration, call, arguments
                     )
                 except Exception as error:
                     return self.interceptors.observer_failed("scheduled", call, error)
@@ -533,22 +581,26 @@ class CallRunner:
                 )
         elif self.events.active:
             self.events.publish(self._event(call, "started", None))
-        if self.interceptors.observers.execution_started:
+        if observers.execution_started:
             try:
                 await self.interceptors.observing(
-                    "execution_started",
-                    self.interceptors.observers.execution_started,
-                    registration,
-                    call,
-                    arguments,
+                    "execution_started", observers.execution_started, registration, call, arguments
                 )
             except Exception as error:
                 return self.interceptors.observer_failed("execution_started", call, error)
-        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
-        ctx._publish = self.events.publish
-        ctx._services = self.services
-        ctx._steps = self
-        ctx._registration = registration
+        return _Entered(attempt, context, disabled)
+
+    def _prepare(
+        self,
+        registration: Registration[Any],
+        call: CallInfo,
+        ctx: ToolContext,
+        attempt: Attempt | None,
+        context: Any,
+        disabled: frozenset[str],
+    ) -> Claim | None:
+        """What ``ctx`` gets beyond a plain call's: the server context, ToolData, the claim its
+        writes carry, the lease, the children; the claim."""
         if context is not None:
             ctx.context = context
         claim = self._claim(call, attempt)
@@ -557,11 +609,8 @@ class CallRunner:
         ctx._claim = claim
         if registration.fenced and claim is not None:
             ctx.lease = Lease(self.io, claim)
-        if entry is not INITIAL:
-            ctx.entry = entry
-        if history is not None:
-            ctx._history = history
         if registration.children:
+            entry = ctx.entry
             ctx.tools = ChildTools(
                 functools.partial(self._call_child, registration),
                 call,
@@ -570,41 +619,7 @@ class CallRunner:
                 disabled,
                 self.tools.refused_children(registration),
             )
-        running: Awaitable[Any]
-        if registration.services is not None:  # every binding shared: nothing to acquire
-            ctx.capabilities = registration.services
-            running = registration.implementation(ctx)
-        elif registration.bindings:  # acquired under the deadline, released however it ends
-            running = with_capabilities(
-                registration.bindings, call, scope.signal, ctx, registration.implementation
-            )
-        else:
-            running = registration.implementation(ctx)
-        if claim is not None and registration.children:
-            self.held[call.call_id] = claim  # its children write under this entry's claim
-        try:
-            output = await scope.run(running, registration.timeout_s)
-        except Suspended as suspended:
-            return await self._suspend(registration, call, arguments, suspended, attempt)
-        except _FAILURES as error:
-            return self._failed(call, error)
-        finally:
-            scope.stop()
-            if registration.children:
-                if claim is not None:
-                    self.held.pop(call.call_id, None)
-                if isinstance(ctx.tools, ChildTools):
-                    ctx.tools.end()  # children it started and did not await are cancelled
-        if registration.children and call.call_id in self.fatal:  # it caught the failure
-            return self.fatal.pop(call.call_id)
-        if scope.reason is not None:  # it swallowed its cancellation: the call still ended
-            return self._cancelled(call, scope)
-        done = self._output(registration, call, output, ctx._display)
-        if registration.project is None or call.parent is not None:
-            return done  # a child's output goes to its parent, not to a model: never projected
-        if not isinstance(done, ToolSuccess):
-            return done
-        return await self._project(registration, ctx, done)
+        return claim
 
     def _failed(self, call: CallInfo, error: BaseException) -> ToolError:
         """The result of an implementation that raised ``error`` (one of ``_FAILURES``)."""

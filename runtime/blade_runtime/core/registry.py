@@ -150,9 +150,11 @@ class Point:
     expires_after_s: float | None = None
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, frozen=True, slots=True)
 class Registration(Generic[OutputT]):
-    """One name bound to one spec: a backend implementation, or a client-executed tool."""
+    """One name bound to one spec: a backend implementation, or a client-executed tool. Made
+    whole when registered and frozen, with what a call of it needs decided then (``plain``):
+    nothing about it changes at a call."""
 
     name: str
     spec: ToolSpec[Any, Any, OutputT]
@@ -187,16 +189,17 @@ class Registration(Generic[OutputT]):
     bindings: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     """The capabilities its implementation gets: name -> (binding, its configuration)."""
     services: Any = None
+    """``ctx.capabilities`` made once, when every binding is shared (else made per call)."""
     fenced: bool = False  # the spec asks for lease fencing: ctx.lease, and a stored start
     behavior: Any = None  # the input's narrowed kind and side effect (core.behavior)
-    """``ctx.capabilities`` made once, when every binding is shared (else made per call)."""
     own_children: Mapping[str, Registration[Any]] = field(default_factory=dict)
     """The parent's own registrations of its children, by spec id (else the runtime's)."""
     on_output: OutputObserver | None = None
     """A parent's own child registration: sees each output it delivers to the parent."""
-    plain: bool | None = None
-    """Whether a call of it needs nothing but its implementation (``settle_plain``); None:
-    not decided yet (the options above are set after the registration is built)."""
+    plain: bool = field(init=False)
+    """Whether a call of it needs nothing but its implementation: a backend implementation
+    without server context, behavior, own permission policy, ToolData, lease fencing, children
+    or capabilities acquired per call, whose calls skip what those need."""
 
     @property
     def checked(self) -> bool:
@@ -204,32 +207,31 @@ class Registration(Generic[OutputT]):
         return bool(self.detached) or self.enabled is not None
 
     def __post_init__(self) -> None:
-        self.timeout_s = self.timeout_ms / 1000
-        self.input_validator = self.input.validator
-        self.build_input = self.input.adapter.validator.validate_python
-        self.output_validator = None if self.output is None else self.output.validator
-        self.children = getattr(self.spec, "children", ())
-
-    def narrowed(self, arguments: JsonObject) -> Behavior:
-        """The ``behavior`` callback's answer for ``arguments`` (set), checked against the spec
-        and completed with its values; ``BehaviorRejected`` or the callback's own error."""
-        return narrowed(self.spec, self.name, self.behavior(model_of(self.build_input, arguments)))
-
-    def settle_plain(self) -> bool:
-        """Decide ``plain``, at its first call: a backend implementation without server
-        context, behavior, own permission policy, ToolData, lease fencing, children or
-        capabilities acquired per call, whose calls skip what those need."""
-        self.plain = (
+        # Frozen: the fields derived from the others are set once, here.
+        derived = {
+            "timeout_s": self.timeout_ms / 1000,
+            "input_validator": self.input.validator,
+            "build_input": self.input.adapter.validator.validate_python,
+            "output_validator": None if self.output is None else self.output.validator,
+            "children": getattr(self.spec, "children", ()),
+        }
+        derived["plain"] = (
             self.implementation is not None
             and self.context is None
             and self.behavior is None
             and self.permission is None
             and not self.data
             and not self.fenced
-            and not self.children
+            and not derived["children"]
             and (not self.bindings or self.services is not None)
         )
-        return self.plain
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    def narrowed(self, arguments: JsonObject) -> Behavior:
+        """The ``behavior`` callback's answer for ``arguments`` (set), checked against the spec
+        and completed with its values; ``BehaviorRejected`` or the callback's own error."""
+        return narrowed(self.spec, self.name, self.behavior(model_of(self.build_input, arguments)))
 
     def track(self, task: asyncio.Task[None]) -> None:
         """Refuse calls until the abandoned implementation running in ``task`` exits."""
@@ -283,8 +285,10 @@ def registration(
     implementation: Callable[[Any], Awaitable[Any]] | None,
     context: ContextProvider[Any] | None,
     timeout_ms: int,
+    **options: Any,
 ) -> Registration[Any]:
-    """Compile what a call of ``spec`` needs (validators and adapters), once."""
+    """Compile what a call of ``spec`` needs (validators and adapters), once; ``options``: the
+    registration's other fields (its projection, callbacks, policy, capabilities...)."""
     points: dict[str, Point] = {}
     for point in getattr(spec, "suspend", {}).values():
         points[point.name] = Point(
@@ -305,6 +309,8 @@ def registration(
         output_adapter=adapter(Any if spec.output_type is None else spec.output_type),
         data={c.name: typed(c.schema, c.type) for c in spec.data.values()},
         points=points,
+        fenced=bool(getattr(spec, "lease", False)),
+        **options,
     )
 
 

@@ -206,20 +206,19 @@ class Tools:
             if child_spec.id in own:
                 raise RegistrationError(f"{at}: registered twice; pass one Child per spec")
             limit = child.timeout_ms or self.timeout_ms or child_spec.timeout_ms
+            bindings = self.bindings(child_spec, at, child.capability_config or {})
             compiled_child = registration(
                 child_spec,
                 child_spec.name,
                 asynchronous(child.implementation, at),
                 child.context,
                 limit or DEFAULT_TIMEOUT_MS,
+                bindings=bindings,
+                services=services_of(bindings) if bindings else None,
+                enabled=child.enabled,
+                permission=child.permission,
+                on_output=child.on_output,
             )
-            compiled_child.bindings = self.bindings(child_spec, at, child.capability_config or {})
-            compiled_child.services = (
-                services_of(compiled_child.bindings) if compiled_child.bindings else None
-            )
-            compiled_child.enabled = child.enabled
-            compiled_child.permission = child.permission
-            compiled_child.on_output = child.on_output
             own[child_spec.id] = compiled_child
         return own
 
@@ -230,7 +229,9 @@ class Tools:
         implementation: Callable[[Any], Awaitable[Any]] | None,
         context: ContextProvider[Any] | None,
         timeout_ms: int | None,
+        **options: Any,
     ) -> Registration[Any]:
+        """Register ``spec`` as ``name``, whole (``options``: the registration's other fields)."""
         where = f"registering {spec.id} as {name!r}"
         if name in self.by_name:
             other = self.by_name[name].spec.id
@@ -241,7 +242,7 @@ class Tools:
         if not NAME.fullmatch(name):
             raise RegistrationError(f"{where}: a name must match {NAME.pattern}")
         limit = timeout_ms or self.timeout_ms or spec.timeout_ms or DEFAULT_TIMEOUT_MS
-        added = registration(spec, name, implementation, context, limit)
+        added = registration(spec, name, implementation, context, limit, **options)
         self.by_name[name] = added
         self.by_spec.setdefault(spec.id, added)
         self.generation += 1

@@ -154,8 +154,8 @@ def test_a_racing_approve_and_deny_one_wins(deploy: Any, tmp_path: Path) -> None
     start = threading.Barrier(2)
 
     def answer(value: dict[str, Any]) -> None:
-        other, _ = runtime_of(deploy, SQLiteStore(path))
-        other.tools.by_name["deploy_service"].implementation = deploys  # count every entry
+        other = Runtime(store=SQLiteStore(path), permission=by_kind())
+        other.register(deploy.SPEC, deploys)  # the same counter: every entry is counted
         start.wait()
         outcomes.append(run(other.submit(action.action_id, value)))
 

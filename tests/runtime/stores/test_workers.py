@@ -1009,7 +1009,7 @@ def test_a_runtime_closed_with_calls_running_settles_them_cancelled(cluster: Clu
     )
     out, err = closing.communicate(timeout=30)
     assert closing.returncode == 0, err
-    assert json.loads(out.splitlines()[-1]) == {"abandoned": []}
+    assert json.loads(out.splitlines()[-1]) == {"abandoned": [], "kept": []}
     store = open_store(cluster.url)
     for call_id in ("cc-fetch", "cc-charge"):
         record = store.call(call_id)
