@@ -346,19 +346,10 @@ async def seed(port: int) -> None:
 @contextlib.contextmanager
 def postgres_database(dsn: str | None) -> Iterator[str]:
     sys.path.insert(0, str(ROOT / "tests"))
-    from postgres import start_cluster, temporary_database  # type: ignore[import-not-found]
+    from postgres import server, temporary_database  # type: ignore[import-not-found]
 
-    cluster = None
-    server = dsn
-    if server is None:
-        cluster = start_cluster(durable=True)
-        server = str(cluster.url)
-    try:
-        with temporary_database(server, f"blade_http_bench_{os.getpid()}") as url:
-            yield str(url)
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with server(dsn) as url, temporary_database(url, f"blade_http_bench_{os.getpid()}") as db:
+        yield str(db)
 
 
 # -- blade-runtime serve: keep-alive latency, memory after refusals ----------------------------

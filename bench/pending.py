@@ -483,17 +483,11 @@ def in_processes(out: Path, kind: str, url: str, processes: int, count: int) -> 
 @contextlib.contextmanager
 def postgres_server(dsn: str | None) -> Iterator[str]:
     """The server URL to work on: ``dsn``, else a private durable cluster (tests/postgres.py)."""
-    if dsn:
-        yield dsn
-        return
     sys.path.insert(0, str(ROOT / "tests"))
-    from postgres import start_cluster  # type: ignore[import-not-found]
+    from postgres import server  # type: ignore[import-not-found]
 
-    cluster = start_cluster(durable=True)
-    try:
-        yield str(cluster.url)
-    finally:
-        cluster.stop()
+    with server(dsn) as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -216,6 +216,20 @@ def postgres_dsn() -> Iterator[str]:
 
 
 @contextlib.contextmanager
+def server(dsn: str | None) -> Iterator[str]:
+    """A server URL to work on: ``dsn``, else a private durable cluster's for the block (the
+    benchmarks' servers)."""
+    if dsn:
+        yield dsn
+        return
+    cluster = start_cluster(durable=True)
+    try:
+        yield str(cluster.url)
+    finally:
+        cluster.stop()
+
+
+@contextlib.contextmanager
 def temporary_database(server_url: str, name: str) -> Iterator[str]:
     """A new empty database ``name`` on the server, its URL; dropped afterwards (the tests'
     databases and the benchmarks' alike)."""

@@ -41,6 +41,15 @@ def count(tmp_path_factory: pytest.TempPathFactory) -> Any:
 # -- close() -------------------------------------------------------------------------------------
 
 
+async def ignoring_cancellation_until(release: threading.Event) -> None:
+    """What a stubborn implementation or hook does: it swallows every cancellation."""
+    while not release.is_set():
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            continue
+
+
 def test_close_names_a_call_abandoned_after_its_grace_and_a_stuck_hook(
     count: Any, tmp_path: Path
 ) -> None:
@@ -49,19 +58,11 @@ def test_close_names_a_call_abandoned_after_its_grace_and_a_stuck_hook(
     release = threading.Event()
 
     async def stubborn(ctx: Any) -> Any:
-        while not release.is_set():
-            try:
-                await asyncio.sleep(0.01)
-            except asyncio.CancelledError:
-                continue
+        await ignoring_cancellation_until(release)
         return count.SPEC.output_type(n=ctx.input.n)
 
     async def stuck_hook(event: HookInput) -> None:
-        while not release.is_set():
-            try:
-                await asyncio.sleep(0.01)
-            except asyncio.CancelledError:
-                continue
+        await ignoring_cancellation_until(release)
 
     async def scenario() -> tuple[Any, Any, Any, str]:
         store = SQLiteStore(tmp_path / "close.db")
@@ -95,11 +96,7 @@ def test_close_keeps_the_lease_of_a_call_still_running_until_it_ends(
     release = threading.Event()
 
     async def stubborn(ctx: Any) -> Any:
-        while not release.is_set():
-            try:
-                await asyncio.sleep(0.01)
-            except asyncio.CancelledError:
-                continue
+        await ignoring_cancellation_until(release)
         return count.SPEC.output_type(n=ctx.input.n)
 
     async def scenario() -> tuple[Any, float, str, Any]:
