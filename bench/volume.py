@@ -7,8 +7,9 @@ measured the same way; the large/small ratio of each figure is printed beside it
 
   - a call (median of a pure call that settles, in this process), and a suspend-submit cycle;
   - the first and the last page of the pending actions through the HTTP API (in process, over
-    ASGI; the median of 7), as an operator (pages of 100) and as a tenant's principal (pages of
-    what a tenant has at the small volume: the same size at both volumes), and the most store
+    ASGI; the median of 7), as an operator and as a tenant's principal, pages of 100 (a tenant has
+    fewer than 100 at the small volume: its page there is shorter), and as that tenant again in
+    pages of what it has at the small volume (the same size at both volumes), and the most store
     queries a page made;
   - the CPU an idle event stream costs (this process, the server, over 5 s, against the same 5 s
     without the stream), and this process's memory after paging through every action;
@@ -312,7 +313,8 @@ async def measure(
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         for who, token, size in (
-            ("tenant", f"token-{alice.id}", tenant_page),
+            ("tenant", f"token-{alice.id}", PAGE),
+            (f"tenant, {tenant_page} a page", f"token-{alice.id}", tenant_page),
             ("operator", "token-ops", PAGE),
         ):
             first, last, queries, count = await pages(http, token, counter, size)
