@@ -232,9 +232,10 @@ class PendingActions:
             ActionRef(action.action_id, call.call_id, call.run_id, action.point),
         )
         history: Callable[[], tuple[SuspensionEpisode, ...]]
-        if self.io.waits:
-            # A store on disk or a server is read now, off the loop (the tool reads its history,
-            # a property, without awaiting): never a read on the event loop.
+        if self.io.waits and not self.io.inline_first:
+            # A store that may wait for a connection is read now, off the loop (the tool reads
+            # its history, a property, without awaiting). SQLite's WAL read never waits for a
+            # writer: read when the tool asks, as every uncontended SQLite read is (StoreAccess).
             history = functools.partial(tuple, await self.io(self._history, call))
         else:  # read when the tool asks: it never waits (an in-memory or WAL read)
             history = functools.partial(self._history, call)
