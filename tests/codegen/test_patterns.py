@@ -98,7 +98,8 @@ def test_a_translated_pattern_accepts_every_string_the_runtime_accepts(
         ("(?<year>\\d{4})", "(?P<year>[0-9]{4})"),
         (
             "^\\s$",
-            "^[\\t\\n\\x0B\\x0C\\r \\xA0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000\\uFEFF]$",
+            "^[\\t\\n\\x0B\\x0C\\r \\xA0\\u1680\\u2000-\\u200A"
+            "\\u2028\\u2029\\u202F\\u205F\\u3000\\uFEFF]$",
         ),
         ("\\u{1F600}\\x{41}\\cJ", "\\U0001F600\\x41\\x0A"),
         ("[\\b]", "[\\x08]"),  # in a class, the backspace
