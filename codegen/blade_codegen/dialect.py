@@ -113,6 +113,7 @@ def convert(schema: Any) -> Converted:
         document = {k: v for k, v in schema.items() if k != "$schema"}
     converter = _Converter(dialect, declared, refusals, notes)
     document = converter.convert(document, "", root=True)
+    converter.convert_targets(document)
     if not refusals:
         document = _inline_root_ref(document)
         refusals.extend(
@@ -175,6 +176,7 @@ class _Converter:
         # id of each converted node -> its source pointer (and the node, kept alive: an id is
         # only unique among objects that live)
         self.origins: dict[int, tuple[str, Any]] = {}
+        self.refs: list[str] = []  # every local $ref met, as converted (shared with nested ones)
 
     def convert(self, node: Any, at: str, root: bool = False) -> Any:
         converted = self._convert(node, at, root)
@@ -207,6 +209,8 @@ class _Converter:
                 kept = ("$ref", "definitions", "$defs", *ANNOTATIONS)
                 node = {k: v for k, v in node.items() if k in kept}
         ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/"):
+            self.refs.append(_definitions_to_defs(ref) if self.rename_definitions else ref)
         if isinstance(ref, str) and not ref.startswith("#"):
             self.refusals.append(
                 Refusal(
@@ -246,6 +250,39 @@ class _Converter:
                 node.setdefault(target, {})[name] = value
         return node
 
+    def convert_targets(self, document: Any) -> None:
+        """Convert, in place, each subschema that only a ``$ref`` reaches: one inside a folder
+        no keyword names as a schema (``definitions/a/full``, as generators group definitions)
+        was copied as data, its ``$schema`` and older keywords unconverted, and a root ``$ref``
+        would bring them to the root."""
+        done: set[str] = set()
+        while pending := [ref for ref in dict.fromkeys(self.refs) if ref not in done]:
+            for ref in pending:
+                done.add(ref)
+                parts = [
+                    p.replace("%25", "%").replace("~1", "/").replace("~0", "~")
+                    for p in ref[2:].split("/")
+                ]
+                parent, node = None, document
+                for part in parts:
+                    parent = node
+                    if isinstance(node, dict) and part in node:
+                        node = node[part]
+                    elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                        node = node[int(part)]
+                    else:
+                        node = None
+                        break
+                if not isinstance(node, dict) or id(node) in self.origins:
+                    continue  # not there (validation says so), or converted as a subschema
+                at = _source_pointer(document, ref[1:], self.origins)
+                converted = self.convert(node, at)
+                key = parts[-1]
+                if isinstance(parent, dict):
+                    parent[key] = converted
+                elif isinstance(parent, list):
+                    parent[int(key)] = converted
+
     def _nested_dialect(self, node: dict[str, Any], at: str) -> Any:
         """A subschema declaring its own dialect (SchemaStore schemas do) is converted from it,
         as a root would be; the declaration itself goes (2020-12 allows it only on a resource)."""
@@ -258,6 +295,7 @@ class _Converter:
         nested = _Converter(dialect, True, self.refusals, self.notes)
         nested.rename_definitions = self.rename_definitions
         nested.origins = self.origins
+        nested.refs = self.refs
         return nested.convert(rest, at)
 
     def _older_forms(self, node: dict[str, Any], at: str) -> None:

@@ -11,6 +11,7 @@ than its schema. The runtime validates the JSON Schema first: it is the single t
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import tokenize
 import warnings
@@ -20,7 +21,9 @@ from typing import Any
 
 import jsonschema_rs
 
+from blade_codegen.aliases import distinct_field_names
 from blade_codegen.cheaper import bounds_per_member, by_name_only_with_aliases, inline_scalar_roots
+from blade_codegen.cycles import value_cycles_expanded
 from blade_codegen.patterns import model_pattern
 from blade_codegen.plan import pascal
 from blade_codegen.resolve import Slot, canonical_json
@@ -72,8 +75,10 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # no protected namespaces where a field is named model_dump_ or model_validate_; 14: ruff's
 # layout before black's (black's result can differ from black alone in rare cases); 15: lines and
 # columns counted as the parser counts them (a U+2028 in a literal; edits after non-ASCII text);
-# 16: a literal that fits a line of its own but not its line is moved to one (in parentheses).
-POSTPROCESS_REVISION = 16
+# 16: a literal that fits a line of its own but not its line is moved to one (in parentheses);
+# 17: value definitions near reference cycles written out, no field named like another's
+# property, patterns both engines read, open pattern maps typed as maps of anything.
+POSTPROCESS_REVISION = 17
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -89,6 +94,9 @@ OBJECT_KEYWORDS = frozenset(
 
 
 NON_OBJECT = {"type": ["array", "boolean", "number", "string", "null"]}
+# A schema that accepts every value and that the generator reads as one (beside
+# patternProperties it reads ``{}`` and ``true`` as nothing said).
+ANY_VALUE = {"not": False}
 
 
 # Where a subschema stands for a value (not a constraint combined with others, as in allOf).
@@ -105,7 +113,11 @@ def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
     - a subschema with object keywords but no ``type`` (``{"properties": ...}``) accepts any
       non-object value too: it becomes ``anyOf`` of the object and the other JSON types;
     - ``additionalProperties: false`` beside ``patternProperties`` allows the pattern-matching
-      names, which a closed model would refuse: it is dropped (the schema still validates them).
+      names, which a closed model would refuse: it is dropped (the schema still validates them);
+    - a map of ``patternProperties`` alone that allows other names too (no
+      ``additionalProperties``, or ``true``) would become a dict whose keys must match the
+      patterns: its other values are said to be anything, and the generator writes a dict of
+      any string to any value.
     """
 
     def widen(node: Any) -> Any:
@@ -131,7 +143,10 @@ def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
         for key in _VALUE_SINGLES:
             if isinstance(node.get(key), dict) and widen(node[key]) is not node[key]:
                 changes[key] = widen(node[key])
-        if node.get("additionalProperties") is False and node.get("patternProperties"):
+        if node.get("patternProperties") and "properties" not in node:
+            if node.get("additionalProperties", True) in (True, {}):
+                changes["additionalProperties"] = ANY_VALUE
+        elif node.get("additionalProperties") is False and node.get("patternProperties"):
             changes["additionalProperties"] = True
         node = {**node, **changes} if changes else node
         return typed_keywords_into_branches(single_all_of(node), schema)
@@ -377,7 +392,7 @@ def generate_models(document: dict[str, Any]) -> str:
         # Its warnings (inexact dict maps...) are what looser_than_schema reports, per place.
         warnings.simplefilter("ignore")
         code = generate(
-            json.dumps(document),
+            json.dumps(value_cycles_expanded(document)),
             input_file_type=InputFileType.JsonSchema,
             output_model_type=DataModelType.PydanticV2BaseModel,
             **options,
@@ -386,6 +401,7 @@ def generate_models(document: dict[str, Any]) -> str:
         raise ModelFailure("the generator wrote several modules for one document")
     code = none_last(with_key_types(code))
     code = union_bases(typed_annotations(flatten_conflicts(code)))
+    code = distinct_field_names(code)
     code = keep_integers(unprotected_fields(keep_unknown_properties(code)))
     code = inline_scalar_roots(code, keep=document.get("$defs", {}).keys())
     return by_name_only_with_aliases(bounds_per_member(code))
@@ -453,25 +469,16 @@ def typed_annotations(code: str) -> str:
     same constraints, in a form mypy takes); and a field defaulting to None that is typed
     without None (an optional property whose schema excludes null) is typed ``X | None``."""
     edits: list[LineEdit] = []
+    # A root model's base (``RootModel[list]``) is typed like its annotation.
+    bases = [
+        base.slice
+        for node in nodes(code, ast.ClassDef)
+        for base in node.bases
+        if isinstance(base, ast.Subscript) and is_name(base.value, "RootModel")
+    ]
     for node in nodes(code, ast.AnnAssign):
-        subscripted = {
-            id(sub.value) for sub in ast.walk(node.annotation) if isinstance(sub, ast.Subscript)
-        }
+        edits += _bare_containers(node.annotation)
         for sub in ast.walk(node.annotation):
-            if (
-                isinstance(sub, ast.Name)
-                and sub.id in ("list", "dict")
-                and id(sub) not in subscripted
-            ):
-                arguments = "[Any]" if sub.id == "list" else "[str, Any]"
-                edits.append(
-                    (
-                        sub.end_lineno or 0,
-                        sub.end_col_offset or 0,
-                        sub.end_col_offset or 0,
-                        arguments,
-                    )
-                )
             if (
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Name)
@@ -503,8 +510,25 @@ def typed_annotations(code: str) -> str:
                         " | None",
                     )
                 )
+    for base in bases:
+        edits += _bare_containers(base)
     imports = "from typing import Annotated, Any\nfrom pydantic import StringConstraints\n"
     return _apply(code, edits, imports)
+
+
+def _bare_containers(annotation: ast.expr) -> list[LineEdit]:
+    """Type arguments for each bare ``list`` and ``dict`` of ``annotation``."""
+    subscripted = {id(sub.value) for sub in ast.walk(annotation) if isinstance(sub, ast.Subscript)}
+    return [
+        (
+            sub.end_lineno or 0,
+            sub.end_col_offset or 0,
+            sub.end_col_offset or 0,
+            "[Any]" if sub.id == "list" else "[str, Any]",
+        )
+        for sub in ast.walk(annotation)
+        if isinstance(sub, ast.Name) and sub.id in ("list", "dict") and id(sub) not in subscripted
+    ]
 
 
 def _admits_none(annotation: ast.expr) -> bool:
@@ -518,24 +542,88 @@ def _admits_none(annotation: ast.expr) -> bool:
 def union_bases(code: str) -> str:
     """``RootModel[Union[A, B]]`` in a class's bases as ``RootModel[A | B]``.
 
-    Bases are evaluated at import, so linters leave ``Union`` there (``A | "B"`` would fail);
-    this rewrites only unions without a bare string member, for which ``|`` works."""
+    Bases are evaluated at import, where ``A | "B"`` fails (a quoted member: a class that refers
+    to itself, not defined yet), and ruff's fixes would write just that from ``Union[A, "B"]`` or
+    ``Optional["B"]`` inside another type (``dict[str, Union[A, "B"]]``). So a union that holds a
+    quoted name is written as one quoted name, ``"A | B"``, which the models resolve as they
+    resolve ``"B"``; the others as ``A | B``."""
     edits: list[LineEdit] = []
     for node in nodes(code, ast.ClassDef):
         for base in node.bases:
+            inner: set[int] = set()  # unions inside one rewritten already
             for sub in ast.walk(base):
-                if (
+                if id(sub) in inner or not (
                     isinstance(sub, ast.Subscript)
-                    and isinstance(sub.value, ast.Name)
-                    and sub.value.id == "Union"
+                    and _is_union(sub)
                     and sub.lineno == sub.end_lineno
                 ):
+                    continue
+                inner.update(id(n) for n in ast.walk(sub))
+                if _forward_references(sub.slice):
+                    text = json.dumps(ast.unparse(_piped(copy.deepcopy(sub))), ensure_ascii=False)
+                elif is_name(sub.value, "Union"):
                     members = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
-                    if any(isinstance(m, ast.Constant) for m in members):
-                        continue
                     text = " | ".join(source_of(code, m) for m in members)
-                    edits.append((sub.lineno, sub.col_offset, sub.end_col_offset or 0, text))
+                else:
+                    continue
+                edits.append((sub.lineno, sub.col_offset, sub.end_col_offset or 0, text))
     return _apply(code, edits)
+
+
+def _is_union(node: ast.Subscript) -> bool:
+    return is_name(node.value, "Union") or is_name(node.value, "Optional")
+
+
+def _forward_references(node: ast.expr) -> bool:
+    """Whether a type expression holds a quoted name (a string outside ``Literal`` and
+    ``Annotated``'s metadata, which are values)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.Subscript):
+        if is_name(node.value, "Literal"):
+            return False
+        if is_name(node.value, "Annotated") and isinstance(node.slice, ast.Tuple):
+            return _forward_references(node.slice.elts[0])
+        return _forward_references(node.value) or _forward_references(node.slice)
+    if isinstance(node, ast.Tuple | ast.List):
+        return any(_forward_references(e) for e in node.elts)
+    if isinstance(node, ast.BinOp):
+        return _forward_references(node.left) or _forward_references(node.right)
+    return False
+
+
+def _piped(node: ast.expr) -> ast.expr:
+    """``node`` with its quoted names unquoted and its ``Union``/``Optional`` as ``|``."""
+
+    class Pipes(ast.NodeTransformer):
+        def visit_Constant(self, constant: ast.Constant) -> ast.expr:
+            return ast.Name(constant.value) if isinstance(constant.value, str) else constant
+
+        def visit_Call(self, call: ast.Call) -> ast.expr:
+            return call  # Field(...) and its arguments are values
+
+        def visit_Subscript(self, sub: ast.Subscript) -> ast.expr:
+            if is_name(sub.value, "Literal"):
+                return sub  # its strings are values
+            if is_name(sub.value, "Annotated") and isinstance(sub.slice, ast.Tuple):
+                first, *metadata = sub.slice.elts
+                sub.slice.elts = [self.visit(first), *metadata]
+                return sub
+            return self._union(sub)
+
+        def _union(self, sub: ast.Subscript) -> ast.expr:
+            self.generic_visit(sub)
+            if not _is_union(sub):
+                return sub
+            members = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+            if is_name(sub.value, "Optional"):
+                members = [*members, ast.Constant(None)]
+            piped = members[0]
+            for member in members[1:]:
+                piped = ast.BinOp(piped, ast.BitOr(), member)
+            return piped
+
+    return Pipes().visit(node)  # type: ignore[no-any-return]
 
 
 def flatten_conflicts(code: str) -> str:
@@ -820,7 +908,9 @@ def _accepts(schema: str, value: str) -> bool:
 
 def with_model_patterns(node: dict[str, Any]) -> dict[str, Any]:
     """``node`` with its ``pattern`` (and ``patternProperties`` names) in the dialect of the
-    models' engine; a pattern that engine cannot hold is left out of the model."""
+    models' engine; a pattern that engine cannot hold is left out of the model, and where a
+    property name pattern is left out, any other name may hold any value (the names it allowed
+    must stay allowed)."""
     pattern = node.get("pattern")
     names = node.get("patternProperties")
     if not isinstance(pattern, str) and not isinstance(names, dict):
@@ -839,6 +929,8 @@ def with_model_patterns(node: dict[str, Any]) -> dict[str, Any]:
             if translated is not None:
                 kept[translated] = sub
         node["patternProperties"] = kept
+        if len(kept) < len(names):
+            node["additionalProperties"] = ANY_VALUE
     return node
 
 
