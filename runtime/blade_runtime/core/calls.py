@@ -44,6 +44,7 @@ from blade_runtime.core.execution import (
     ChildHookFailed,
     ChildToolError,
     ChildTools,
+    InputModelMismatch,
     ToolContext,
     UnreadableInput,
 )
@@ -251,8 +252,9 @@ class CallRunner:
                         ctx._registration = registration
                         if registration.services is not None:  # every binding shared
                             ctx.capabilities = registration.services
-                        running = registration.implementation(ctx)  # type: ignore[misc]
                         try:
+                            _ = ctx.input  # typed before it is entered, as in _run
+                            running = registration.implementation(ctx)  # type: ignore[misc]
                             if type(running) is COROUTINE:  # its first step here: most end in it
                                 scope.arm(registration.timeout_s)
                                 try:
@@ -508,6 +510,13 @@ class CallRunner:
                     return decided
         if registration.implementation is None:
             return await self._await_client(registration, call, arguments)
+        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
+        try:  # typed before anything is recorded or entered: what JSON Schema accepts and the
+            # typed model cannot hold (a lone surrogate in a constrained string) is refused
+            # here, not inside the implementation (which would have run)
+            _ = ctx.input
+        except (UnreadableInput, InputModelMismatch) as error:
+            return self._failed(call, error)
         attempt = None
         if self.durable or registration.data or registration.fenced or claimed:
             try:
@@ -536,7 +545,6 @@ class CallRunner:
                 )
             except Exception as error:
                 return self.interceptors.observer_failed("execution_started", call, error)
-        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
         ctx._publish = self.events.publish
         ctx._services = self.services
         ctx._steps = self

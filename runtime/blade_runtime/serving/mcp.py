@@ -43,7 +43,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import x_mcp_header_map
 from mcp_types import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue, ValidationError
@@ -58,6 +60,7 @@ from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord
 from blade_runtime.runtime import Runtime
+from blade_runtime.serving.mcp_stdio import STDIO_LIMITS, StdioLimits
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -87,7 +90,7 @@ class McpRequest:
     capabilities, the HTTP request (streamable HTTP; None on stdio and in memory) and the SDK's
     request context (None on the HTTP fast path)."""
 
-    __slots__ = ("_capabilities", "context", "http", "protocol_version")
+    __slots__ = ("_capabilities", "call_id", "context", "http", "protocol_version")
 
     def __init__(
         self,
@@ -95,11 +98,13 @@ class McpRequest:
         capabilities: Any,
         http: Request | None = None,
         context: ServerRequestContext[Any, Any] | None = None,
+        call_id: str | None = None,
     ) -> None:
         self.protocol_version = protocol_version
         self._capabilities = capabilities  # a ClientCapabilities, or its raw JSON (parsed lazily)
         self.http = http
         self.context = context
+        self.call_id = call_id  # the call's id, when the transport must be able to cancel it
 
     @staticmethod
     def of(ctx: ServerRequestContext[Any, Any]) -> McpRequest:
@@ -209,6 +214,7 @@ class _Listing:
     to_wire: Mapping[str, str]
     structured: frozenset[str]  # wire names that announce an output schema
     input_schemas: Mapping[str, Mapping[str, Any]]
+    headed: frozenset[str]  # wire names whose input schema declares Mcp-Param headers
 
 
 class McpTools:
@@ -236,6 +242,9 @@ class McpTools:
         self.anonymous = anonymous
         self.inbox_url = inbox_url
         self.run_id = run_id
+        self.requests: dict[Any, str] | None = None
+        """The call id of each request in flight, by request id, on a transport that serves one
+        connection (stdio) and passes its client's cancellations on (``cancel_request``)."""
         self._listing: _Listing | None = None
 
     # -- tools/list ---------------------------------------------------------------------------
@@ -304,6 +313,7 @@ class McpTools:
             exported.names.to_wire,
             frozenset(structured),
             {tool.name: tool.input_schema for tool in tools},
+            frozenset(tool.name for tool in tools if x_mcp_header_map(tool.input_schema)),
         )
 
     def input_schema(self, wire: str) -> Mapping[str, Any] | None:
@@ -314,6 +324,15 @@ class McpTools:
             return listing.input_schemas.get(wire)
         registration = self._registration(wire)
         return None if registration is None else registration.spec.input_schema
+
+    def declares_headers(self, wire: str) -> bool:
+        """Whether the tool listed as ``wire`` declares ``x-mcp-header`` parameters, whose
+        ``Mcp-Param-*`` headers the SDK checks (SEP-2243)."""
+        listing = self._current()
+        if listing is not None:
+            return wire in listing.headed
+        schema = self.input_schema(wire)
+        return schema is not None and bool(x_mcp_header_map(schema))
 
     def _names(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.runtime.registrations())
@@ -357,13 +376,39 @@ class McpTools:
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
         context = CallContext(principal=principal)
-        if req.context is None or not _wants_progress(req.context):
-            result = await self.runtime.call(
-                name, params.arguments or {}, run_id=self.run_id, context=context
-            )
-        else:
-            result = await self._reporting(req.context, name, params.arguments or {}, context)
+        arguments = params.arguments or {}
+        watched = req.context is not None and _wants_progress(req.context)
+        request_id = None if req.context is None else req.context.request_id
+        request = None if request_id is None else coerce_request_id(request_id)
+        if not watched and req.call_id is None and (self.requests is None or request is None):
+            result = await self.runtime.call(name, arguments, run_id=self.run_id, context=context)
+            return await self._answer(req, result, params.name, principal)
+        call_id = req.call_id or f"mcp_{uuid.uuid4().hex}"
+        if self.requests is not None and request is not None:
+            self.requests[request] = call_id  # where the client's cancellation finds it
+        try:
+            if watched:
+                assert req.context is not None
+                result = await self._reporting(req.context, name, arguments, context, call_id)
+            else:
+                result = await self.runtime.call(
+                    name, arguments, call_id=call_id, run_id=self.run_id, context=context
+                )
+        finally:
+            if self.requests is not None and self.requests.get(request) == call_id:
+                del self.requests[request]
         return await self._answer(req, result, params.name, principal)
+
+    def cancel_request(self, request_id: Any, reason: str | None) -> None:
+        """The client cancelled its request ``request_id``: cancel its call, saying why."""
+        call_id = None if self.requests is None else self.requests.get(request_id)
+        if call_id is not None:
+            self.runtime.cancel_call(call_id, client_cancelled(reason))
+
+    def cancel_requests(self, reason: str) -> None:
+        """Cancel the call of every request still running (the connection is ending)."""
+        for call_id in list((self.requests or {}).values()):
+            self.runtime.cancel_call(call_id, reason)
 
     async def _reporting(
         self,
@@ -371,6 +416,7 @@ class McpTools:
         name: str,
         arguments: dict[str, Any],
         context: CallContext,
+        call_id: str,
     ) -> ToolResult[Any]:
         """A call whose client asked for progress: its ``ctx.progress`` events, and its child
         calls', become ``notifications/progress`` (its messages, their text), in order, while
@@ -380,7 +426,6 @@ class McpTools:
         ``completed`` sent so far (0 before any), so a message, a progress without ``completed``
         or a smaller one goes with the last value and its total. A child's count is of its own
         work, not the request's: its progress goes with the request's last value too."""
-        call_id = f"mcp_{uuid.uuid4().hex}"
         head = await self.runtime.records.head(self.run_id)
         subscription = self.runtime.subscribe(self.run_id, after=head)
 
@@ -729,13 +774,29 @@ async def serve_stdio(
     *,
     principal: Principal | None = None,
     inbox_url: str | None = None,
+    limits: StdioLimits = STDIO_LIMITS,
+    stop: Any = None,
 ) -> None:
-    """Serve ``runtime`` over this process's stdin and stdout until the client closes them."""
-    from mcp.server.stdio import stdio_server
+    """Serve ``runtime`` over this process's stdin and stdout until the client closes stdin (or
+    its end of stdout: ``BrokenPipe``), or ``stop`` (an ``anyio.Event``) is set. Every message
+    is answered as JSON-RPC requires and what a client can make the server hold is bounded by
+    ``limits`` (see ``blade_runtime.serving.mcp_stdio``)."""
+    import anyio
 
-    server = mcp_server(runtime, principal=principal, inbox_url=inbox_url)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    from blade_runtime.serving.mcp_stdio import claimed_stdio, serve_connection
+
+    tools = McpTools(runtime, principal=principal, inbox_url=inbox_url)
+    tools.requests = {}
+    server = _server(tools)
+    with claimed_stdio() as wire:
+        await serve_connection(
+            server,
+            wire,
+            limits,
+            tools.cancel_request,
+            tools.cancel_requests,
+            stop if stop is not None else anyio.Event(),
+        )
 
 
 _MODERN = frozenset(version.encode() for version in MODERN_PROTOCOL_VERSIONS)
@@ -756,7 +817,13 @@ class FastPath:
     OpenTelemetry middleware."""
 
     def __init__(
-        self, app: Any, server: Server[Any], tools: McpTools, path: str, security: Any
+        self,
+        app: Any,
+        server: Server[Any],
+        tools: McpTools,
+        path: str,
+        security: Any,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         # Imported here, once, not in _answer: each import statement there cost about a
         # microsecond on every request (and serving over stdio never imports these).
@@ -788,6 +855,7 @@ class FastPath:
         self.tools = tools
         self.path = path
         self.security = TransportSecurityMiddleware(security)
+        self.max_body_bytes = max_body_bytes
         self.served = 0  # requests answered here rather than by the SDK's app
         self._stamp: dict[str, Any] | None = None
 
@@ -795,7 +863,7 @@ class FastPath:
         if not self._candidate(scope):
             await self.app(scope, receive, send)
             return
-        body, whole = await _body(receive)
+        body, whole = await _body(receive, self.max_body_bytes)
         replayed = _replay(body, whole, receive)
         if not whole:  # the SDK's app reads the rest (and refuses a body over its limit)
             await self.app(scope, replayed, send)
@@ -821,7 +889,7 @@ class FastPath:
                 or key == b"mcp-session-id"
                 or (
                     key == b"content-length"
-                    and (not value.isdigit() or int(value) > MAX_BODY_BYTES)
+                    and (not value.isdigit() or int(value) > self.max_body_bytes)
                 )
             ):
                 return False
@@ -835,7 +903,8 @@ class FastPath:
         request = Request(scope, receive)
         if await self.security.validate_request(request, is_post=True) is not None:
             return None
-        if not self._accepts(request)[0]:
+        accepts_json, accepts_sse = self._accepts(request)
+        if not (accepts_json and accepts_sse):  # the SDK's app (SSE mode) refuses it: 406
             return None
         items = request.headers.items()
         if self._duplicated(items) is not None:
@@ -867,6 +936,12 @@ class FastPath:
         arguments = raw.get("arguments")
         if arguments is not None and not isinstance(arguments, dict):
             return None
+        meta = raw.get("_meta")
+        if isinstance(meta, dict) and "progressToken" in meta:
+            return None  # progress streams as SSE: the SDK's app has the channel for it
+        name = raw.get("name")
+        if not isinstance(name, str) or self.tools.declares_headers(name):
+            return None  # its Mcp-Param headers are the SDK's to check (SEP-2243)
         stripped = raw if arguments is None else {**raw, "arguments": {}}
         try:  # the SDK's parse of a request (its version's surface, then the model, by wire
             # names only), of the params alone and without the arguments, whose dict the two
@@ -879,11 +954,14 @@ class FastPath:
             params.arguments = arguments
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
         try:
+            call_id = f"mcp_{uuid.uuid4().hex}"
             result = await _unless_gone(
                 self.tools.handle(
-                    McpRequest(version, verdict.client_capabilities, request), params
+                    McpRequest(version, verdict.client_capabilities, request, call_id=call_id),
+                    params,
                 ),
                 wire,
+                lambda: self.tools.runtime.cancel_call(call_id, CLOSED_REQUEST),
             )
             if result is None:  # the client went away (a cancelled request): the call is too
                 return Response(status_code=499)
@@ -911,7 +989,12 @@ class FastPath:
         return Response(compact_json(reply), media_type="application/json")
 
 
-async def _unless_gone(work: Coroutine[Any, Any, T], receive: Any) -> T | None:
+CLOSED_REQUEST = "the MCP client closed its HTTP request (its way to cancel a call)"
+
+
+async def _unless_gone(
+    work: Coroutine[Any, Any, T], receive: Any, cancel: Callable[[], Any] | None = None
+) -> T | None:
     """``work``'s result, or None once the client disconnects, ``work`` then cancelled: a
     client that cancels a tools/call over stateless HTTP closes its request (its
     notifications/cancelled has no session to reach this one by), and the runtime's call
@@ -919,7 +1002,7 @@ async def _unless_gone(work: Coroutine[Any, Any, T], receive: Any) -> T | None:
 
     ``work`` runs in this task, and the disconnect is watched only from its first suspension
     on: a call that never waits (most) costs no task and no ``asyncio.wait``."""
-    watch = _Watch(receive)
+    watch = _Watch(receive, cancel)
     try:
         result = await _watched(work, watch)
     except asyncio.CancelledError:
@@ -938,10 +1021,11 @@ class _Watch:
     """Whether the client of the request running ``work`` went away; on that, the request's
     task is cancelled (and the work with it, where it waits)."""
 
-    __slots__ = ("gone", "owner", "receive", "watcher")
+    __slots__ = ("cancel", "gone", "owner", "receive", "watcher")
 
-    def __init__(self, receive: Any) -> None:
+    def __init__(self, receive: Any, cancel: Callable[[], Any] | None = None) -> None:
         self.receive = receive
+        self.cancel = cancel  # says why first (the call's record), where it can
         self.owner: asyncio.Task[Any] | None = None
         self.watcher: asyncio.Task[None] | None = None
         self.gone = False
@@ -963,6 +1047,8 @@ class _Watch:
         while (await self.receive())["type"] != "http.disconnect":
             pass  # a server that sends more of the (already read) body
         self.gone = True
+        if self.cancel is not None:
+            self.cancel()
         assert self.owner is not None
         self.owner.cancel()
 
@@ -990,7 +1076,7 @@ def _watched(coroutine: Coroutine[Any, Any, T], watch: _Watch) -> Generator[Any,
             thrown = error
 
 
-async def _body(receive: Any) -> tuple[bytes, bool]:
+async def _body(receive: Any, limit: int) -> tuple[bytes, bool]:
     """The request body as read, and whether it is whole: not once it is larger than the limit
     (a chunked body has no length to refuse it by first) or the client went away."""
     chunks: list[bytes] = []
@@ -1002,7 +1088,7 @@ async def _body(receive: Any) -> tuple[bytes, bool]:
         chunk = message.get("body", b"")
         size += len(chunk)
         chunks.append(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > limit:
             return b"".join(chunks), False
         if not message.get("more_body", False):
             return b"".join(chunks), True
@@ -1034,6 +1120,7 @@ def mcp_asgi_app(
     host: str = "127.0.0.1",
     stateless: bool = True,
     fast_path: bool = True,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Any:
     """The streamable-HTTP MCP endpoint at ``path`` as an ASGI app (its lifespan runs the SDK's
     session manager). Every request is authenticated by ``authenticate``; with neither it nor a
@@ -1052,11 +1139,15 @@ def mcp_asgi_app(
     )
     server = _server(tools)
     app = server.streamable_http_app(
-        streamable_http_path=path, stateless_http=stateless, json_response=True, host=host
+        streamable_http_path=path,
+        stateless_http=stateless,
+        json_response=False,  # JSON, unless there is progress to stream (then SSE)
+        host=host,
+        max_request_body_size=max_body_bytes,
     )
     if not fast_path:
         return app
-    return FastPath(app, server, tools, path, _security(host))
+    return FastPath(app, server, tools, path, _security(host), max_body_bytes)
 
 
 class McpMount:
@@ -1117,119 +1208,22 @@ class McpMount:
 _PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticated principal in
 
 
-def load_runtime(target: str, store_url: str | None) -> Runtime:
-    """``MODULE:ATTRIBUTE``: a Runtime, or a function returning one (called with ``store=`` the
-    opened ``store_url`` when given); found as ``serve`` finds it (the current folder is
-    importable)."""
-    from blade_runtime.serving.serve import ServeError, load
-
-    try:
-        found: Any = load(target, "MODULE:RUNTIME")
-    except ServeError as error:
-        raise ValueError(str(error)) from None
-    if isinstance(found, Runtime):
-        if store_url is not None:
-            raise ValueError(f"{target} is a Runtime with its own store; --store needs a factory")
-        return found
-    if not callable(found):
-        raise ValueError(f"{target} is neither a Runtime nor a function returning one")
-    if store_url is None:
-        made = found()
-    else:
-        from blade_runtime.stores.urls import open_store
-
-        made = found(store=open_store(store_url))
-    if not isinstance(made, Runtime):
-        raise ValueError(f"{target}() did not return a Runtime")
-    return made
-
-
-def run_cli(
-    target: str,
-    *,
-    store_url: str | None = None,
-    http: str | None = None,
-    inbox_url: str | None = None,
-    principal: str | None = None,
-) -> int:
-    """``blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT]``: serve over stdio
-    (or streamable HTTP on a loopback address) until the client (or a signal) ends it."""
-    import sys
-
-    import anyio
-
-    from blade_runtime.core.store import StoreError
-    from blade_runtime.serving.serve import port_number
-
-    who = None
-    if principal is not None:
-        ident, _, tenant = principal.partition("@")
-        who = Principal(ident, tenant)
-    try:
-        runtime = load_runtime(target, store_url)
-    except StoreError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
-    except (ImportError, AttributeError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if http is None:
-        anyio.run(lambda: serve_stdio(runtime, principal=who, inbox_url=inbox_url))
-        return 0
-    host, _, port = http.rpartition(":")
-    number = port_number(port)
-    if host not in ("127.0.0.1", "localhost", "::1") or number is None:
-        print(
-            f"error: --http {http}: a loopback HOST:PORT (elsewhere, serve mcp_asgi_app with "
-            "authenticate= from your own ASGI server)",
-            file=sys.stderr,
-        )
-        return 2
-    import asyncio
-
-    import uvicorn
-
-    from blade_runtime.serving.serve import EXIT_BIND, listen, url_of
-
-    try:
-        listening = listen(host, number)
-    except OSError as error:
-        print(f"error: cannot listen on {url_of(host, number)}: {error.strerror}", file=sys.stderr)
-        return EXIT_BIND
-    app = mcp_asgi_app(
-        runtime, principal=who, anonymous=who is None, inbox_url=inbox_url, host=host
-    )
-    endpoint = f"{url_of(host, listening.getsockname()[1])}/mcp"
-    access = (
-        "anonymous access on (loopback only)"
-        if who is None
-        else f"every request for {who.id}@{who.tenant}"
-    )
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list[Any] | None = None) -> None:
-            await super().startup(sockets)
-            if self.started:  # listening: say where, once
-                print(
-                    f"blade-runtime mcp serving {target} on {endpoint}; {access}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-    server = Server(uvicorn.Config(app, log_level="warning"))
-    try:
-        asyncio.run(server.serve([listening]))
-    finally:
-        listening.close()
-    return 0
+def client_cancelled(reason: str | None) -> str:
+    """What a cancelled call's record says of an MCP client's cancellation."""
+    if reason is None or not reason.strip():
+        return "the MCP client cancelled its request (it gave no reason)"
+    return f"the MCP client cancelled its request, saying {reason.strip()!r}"
 
 
 def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the client asked for progress on this request, so that a call nobody watches
-    costs no subscription: a ``_meta.progressToken`` over JSON-RPC (stdio, HTTP), a progress
-    callback on the SDK's in-process client (which says so only to its dispatch context)."""
+    costs no subscription: a ``_meta.progressToken`` over JSON-RPC (stdio, HTTP: the SDK's
+    context holds it as ``progress_token``), a progress callback on the SDK's in-process
+    client (which says so only to its dispatch context)."""
     meta: Any = ctx.meta or {}
-    if isinstance(meta, Mapping) and meta.get("progressToken") is not None:
+    if isinstance(meta, Mapping) and (
+        meta.get("progress_token") is not None or meta.get("progressToken") is not None
+    ):
         return True
     outbound = getattr(ctx.session, "_request_outbound", None)
     direct = getattr(outbound, "_inner", outbound)

@@ -442,7 +442,7 @@ def test_the_cli_finds_the_application_in_the_current_folder_as_serve_does(
 ) -> None:
     """`blade-runtime mcp myapp:make_runtime` run beside myapp.py, as docs/mcp-and-adapters.md
     shows."""
-    from blade_runtime.serving.mcp import load_runtime
+    from blade_runtime.serving.mcp_cli import load_runtime
 
     (tmp_path / "blade_mcp_app_here.py").write_text(
         "from blade_runtime import Runtime\n\n\ndef make_runtime(store=None):\n"
