@@ -385,6 +385,9 @@ class McpTools:
             return await self._answer(req, result, params.name, principal)
         call_id = req.call_id or f"mcp_{uuid.uuid4().hex}"
         if self.requests is not None and request is not None:
+            if self.requests.get(request) == _CANCELLED:  # before it started: nothing runs
+                del self.requests[request]
+                return _error(ErrorCode.CANCELLED, "The tool call was cancelled before it started.")
             self.requests[request] = call_id  # where the client's cancellation finds it
         try:
             if watched:
@@ -401,14 +404,24 @@ class McpTools:
 
     def cancel_request(self, request_id: Any, reason: str | None) -> None:
         """The client cancelled its request ``request_id``: cancel its call, saying why."""
-        call_id = None if self.requests is None else self.requests.get(request_id)
-        if call_id is not None:
+        if self.requests is None:
+            return
+        call_id = self.requests.get(request_id)
+        if call_id is None:  # not started yet (or not a tools/call): it will not run
+            self.requests[request_id] = _CANCELLED
+        elif call_id != _CANCELLED:
             self.runtime.cancel_call(call_id, client_cancelled(reason))
+
+    def forget_request(self, request_id: Any) -> None:
+        """``request_id`` was answered: a later request may use its id."""
+        if self.requests is not None and self.requests.get(request_id) == _CANCELLED:
+            del self.requests[request_id]
 
     def cancel_requests(self, reason: str) -> None:
         """Cancel the call of every request still running (the connection is ending)."""
         for call_id in list((self.requests or {}).values()):
-            self.runtime.cancel_call(call_id, reason)
+            if call_id != _CANCELLED:
+                self.runtime.cancel_call(call_id, reason)
 
     async def _reporting(
         self,
@@ -793,8 +806,7 @@ async def serve_stdio(
             server,
             wire,
             limits,
-            tools.cancel_request,
-            tools.cancel_requests,
+            tools,
             stop if stop is not None else anyio.Event(),
         )
 
@@ -1206,6 +1218,9 @@ class McpMount:
 
 
 _PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticated principal in
+
+
+_CANCELLED = ""  # a request cancelled before its call started, in McpTools.requests
 
 
 def client_cancelled(reason: str | None) -> str:

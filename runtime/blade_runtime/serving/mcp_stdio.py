@@ -27,7 +27,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -115,21 +115,29 @@ def _encoded(message: types.JSONRPCMessage) -> bytes:
         return json.dumps(dumped, separators=(",", ":")).encode() + b"\n"
 
 
+class Requests(Protocol):
+    """The calls of a connection's requests (``McpTools`` is one)."""
+
+    def cancel_request(self, request_id: Any, reason: str | None) -> None:
+        """The client cancelled ``request_id``: cancel its call, saying why."""
+
+    def cancel_requests(self, reason: str) -> None:
+        """Cancel every call still running."""
+
+    def forget_request(self, request_id: Any) -> None:
+        """``request_id`` was answered (or its answer withheld): its id is free again."""
+
+
 class StdioConnection:
     """One client on a pair of file descriptors, bridged to the SDK server's streams."""
 
-    def __init__(
-        self,
-        wire_in: int,
-        wire_out: int,
-        limits: StdioLimits,
-        cancel_request: Callable[[Any, str | None], None],
-    ) -> None:
+    def __init__(self, wire_in: int, wire_out: int, limits: StdioLimits, calls: Requests) -> None:
         self.wire_in = wire_in
         self.wire_out = wire_out
         self.limits = limits
-        self.cancel_request = cancel_request
+        self.calls = calls
         self.in_flight: set[Any] = set()
+        self.withheld: set[Any] = set()  # requests the client cancelled: their answer is not sent
         self.slots = asyncio.Semaphore(limits.max_in_flight)
         self.idle = asyncio.Event()
         self.idle.set()
@@ -255,16 +263,19 @@ class StdioConnection:
                     return
                 self.in_flight.add(key)
                 self.idle.clear()
-            elif (
+            if (
                 isinstance(inner, types.JSONRPCNotification)
                 and inner.method == "notifications/cancelled"
             ):
                 self._cancelled(decoded.get("params"))
+                continue
             await send.send(SessionMessage(message))
 
     def _cancelled(self, params: Any) -> None:
-        """The client gave up a request: its call is cancelled with the client's reason, and
-        the request no longer counts (the SDK never answers a cancelled request)."""
+        """The client gave up a request: its call is cancelled here, with the client's reason
+        (the SDK's own handling of the notification cancels it without one, racing the call's
+        record), and the one answer the SDK then gives is not sent: the protocol wants none.
+        The id stays in flight until that answer, so that a new request cannot take it."""
         if not isinstance(params, dict):
             return
         request_id = params.get("requestId")
@@ -274,10 +285,11 @@ class StdioConnection:
         if key not in self.in_flight:
             return
         reason = params.get("reason")
-        self.cancel_request(key, reason if isinstance(reason, str) else None)
-        self._settled(key)
+        self.withheld.add(key)
+        self.calls.cancel_request(key, reason if isinstance(reason, str) else None)
 
     def _settled(self, key: Any) -> None:
+        self.calls.forget_request(key)
         if key in self.in_flight:
             self.in_flight.discard(key)
             self.slots.release()
@@ -291,26 +303,29 @@ class StdioConnection:
         async with receive:
             async for session_message in receive:
                 message = session_message.message
-                await self.write(_encoded(message))
                 answered = isinstance(message, types.JSONRPCResponse | types.JSONRPCError)
                 request_id = getattr(message, "id", None) if answered else None
-                if request_id is not None:
-                    self._settled(coerce_request_id(request_id))
+                key = None if request_id is None else coerce_request_id(request_id)
+                if key in self.withheld:
+                    self.withheld.discard(key)
+                else:
+                    await self.write(_encoded(message))
+                if key is not None:
+                    self._settled(key)
 
 
 async def serve_connection(
     server: Any,
     wire: tuple[int, int],
     limits: StdioLimits,
-    cancel_request: Callable[[Any, str | None], None],
-    cancel_all: Callable[[str], None],
+    calls: Requests,
     stop: anyio.Event,
 ) -> None:
     """Serve one client on ``wire`` (its input and output descriptors) with ``server`` (the
     SDK's low-level Server) until it closes stdin, its read end breaks (``BrokenPipe``), or
-    ``stop`` is set. ``cancel_request(id, reason)`` cancels the call of a request the client
-    cancelled; ``cancel_all(reason)`` every call still running."""
-    conn = StdioConnection(wire[0], wire[1], limits, cancel_request)
+    ``stop`` is set; ``calls`` are its requests' calls (cancelled as the client asks, and all
+    when the connection ends)."""
+    conn = StdioConnection(wire[0], wire[1], limits, calls)
     conn.start_threads(asyncio.get_running_loop())
     to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](0)
@@ -336,13 +351,13 @@ async def serve_connection(
             await ended.wait()
             watchers.cancel_scope.cancel()
         if conn.broken.is_set():
-            cancel_all("the MCP client closed its end of the connection")
+            calls.cancel_requests("the MCP client closed its end of the connection")
         elif stop.is_set():  # nothing new is admitted; what runs may finish, then is cancelled
             with anyio.move_on_after(limits.grace_s):
                 await conn.idle.wait()
-            cancel_all("the MCP server is stopping")
+            calls.cancel_requests("the MCP server is stopping")
         else:
-            cancel_all("the MCP client closed its input (stdin)")
+            calls.cancel_requests("the MCP client closed its input (stdin)")
         with anyio.move_on_after(limits.grace_s):
             await conn.idle.wait()  # the cancelled calls' answers
         await to_server.aclose()  # EOF for the SDK's loop: it ends what is left
