@@ -154,7 +154,7 @@ CHARGE = {
         "properties": {
             "cents": {"type": "integer", "minimum": 1},
             "seconds": {"type": "number", "minimum": 0},
-            "note": {"type": "string", "minLength": 1},
+            "note": {"type": "string", "minLength": 1, "x-mcp-header": "Note"},
             "steps": {"type": "integer", "minimum": 0},
         },
         "required": ["cents"],

@@ -1133,3 +1133,61 @@ def test_a_listing_follows_a_replaced_registration_under_the_same_name(built: Pa
     assert after.output_schema is None
     assert result.structured_content == {"id": 3}
     assert agent_tools.SECRET not in result.model_dump_json()
+
+
+def _events(status: int, body: Any) -> Any:
+    """An SSE body as the JSON of its events (ids and pings aside); JSON as it is."""
+    if not isinstance(body, str):
+        return status, body
+    events = [json.loads(row[5:]) for row in body.splitlines() if row.startswith("data:")]
+    return status, events
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "params", "headers"),
+    [
+        ("charge", {"cents": 1, "note": "x"}, {}, {}),  # its Mcp-Param header missing
+        ("charge", {"cents": 1, "note": "x"}, {}, {"mcp-param-note": "y"}),  # not the value
+        ("charge", {"cents": 1, "note": "x"}, {}, {"mcp-param-note": "x"}),
+        ("charge", {"cents": 2, "steps": 2}, {"_meta": {**_MODERN_META, "progressToken": 5}}, {}),
+        ("charge", {"cents": "2"}, {}, {}),
+        ("nope", {}, {}, {}),
+    ],
+    ids=["param-missing", "param-wrong", "param-given", "progress", "invalid", "unknown"],
+)
+def test_the_fast_path_and_the_sdks_path_answer_alike(
+    built: Path, name: str, arguments: Any, params: dict[str, Any], headers: dict[str, str]
+) -> None:
+    """Issue 50.1: the fast path gives way where it has no channel or check of its own (a
+    progress token: the notifications stream as SSE; a tool whose schema declares Mcp-Param
+    headers: SEP-2243's check), and answers alike elsewhere; counted in the store."""
+    import httpx
+
+    from blade_runtime.serving.mcp import FastPath
+
+    answers = []
+    for fast in (True, False):
+        runtime = agent_tools.make_service_runtime()
+        app = mcp_asgi_app(runtime, principal=ANN, fast_path=fast)
+        inner = app.app if isinstance(app, FastPath) else app
+
+        async def post(app: Any = app, inner: Any = inner) -> httpx.Response:
+            async with (
+                inner.router.lifespan_context(inner),
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client,
+            ):
+                return await client.post(
+                    "http://127.0.0.1:8000/mcp",
+                    content=_tools_call(name, arguments, **params),
+                    headers={**_CALL_HEADERS, "mcp-name": name, **headers},
+                )
+
+        response = run(post())
+        sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        body = response.text if sse else response.json()
+        answers.append(_events(response.status_code, body))
+    fast, sdk = answers
+    assert fast == sdk
+    if params:  # the progress reached the client, then the result
+        status, events = fast
+        assert [e.get("method") for e in events] == ["notifications/progress"] * 3 + [None]

@@ -493,3 +493,63 @@ def test_an_answer_from_the_cli_is_resumed_by_the_running_http_server(
             time.sleep(0.1)
     lines = effects_of(tmp_path / "effects")
     assert len(lines) == 1 and f"pid {server.process.pid}" in lines[0]
+
+
+# -- progress on every transport (issue 50.1) --------------------------------------------------
+
+
+def _progress_through(target: Any, mode: str | None) -> tuple[list[Any], Any]:
+    import asyncio
+
+    from mcp import Client
+
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async def main() -> Any:
+        options = {} if mode is None else {"mode": mode}
+        async with Client(target, **options) as client:
+            watched = await client.call_tool(
+                "charge", {"cents": 3, "steps": 3, "seconds": 0.2}, progress_callback=progress
+            )
+            unwatched = await client.call_tool("charge", {"cents": 4, "steps": 2})
+            return watched, unwatched
+
+    watched, unwatched = asyncio.run(main())
+    assert watched.structured_content == {"charged": 3}
+    assert unwatched.structured_content == {"charged": 4}
+    return seen, watched
+
+
+EXPECTED_PROGRESS = [
+    (1.0, 3.0, "step 1"),
+    (2.0, 3.0, "step 2"),
+    (3.0, 3.0, "step 3"),
+    (3.0, 3.0, "charged"),
+]
+
+
+@pytest.mark.parametrize("mode", [None, "legacy"], ids=["2026-07-28", "legacy"])
+def test_progress_reaches_a_stdio_client_that_sent_a_token(
+    built: Path, tmp_path: Path, mode: str | None
+) -> None:
+    from mcp import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=str(BIN / "blade-runtime"),
+        args=["mcp", "agent_tools:make_service_runtime", "--store", str(tmp_path / "p.db")],
+        env=_env(built, tmp_path / "effects"),
+    )
+    seen, _ = _progress_through(params, mode)
+    assert seen == EXPECTED_PROGRESS
+
+
+@pytest.mark.parametrize("mode", [None, "legacy"], ids=["2026-07-28", "legacy"])
+def test_progress_reaches_a_streamable_http_client_that_sent_a_token(
+    built: Path, tmp_path: Path, mode: str | None
+) -> None:
+    with http(built, tmp_path) as server:
+        seen, _ = _progress_through(server.url, mode)
+    assert seen == EXPECTED_PROGRESS
