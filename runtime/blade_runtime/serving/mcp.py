@@ -31,10 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import inspect
+import itertools
 import json
 import logging
-import uuid
+import os
+import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from types import coroutine as types_coroutine
@@ -46,7 +50,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import x_mcp_header_map
-from mcp_types import INVALID_REQUEST
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue, ValidationError
 from pydantic_core import from_json
@@ -82,7 +86,10 @@ T = TypeVar("T")
 RESUME_KEY = "resume"
 """The key of the one input request a suspended call asks for."""
 META = "io.blade"  # our keys in a result's _meta
-_STATE_PREFIX = "blade1."
+_STATE_PREFIX = "blade2."
+STATE_KEY_ENV = "BLADE_MCP_STATE_KEY"
+"""The environment variable holding the key request states are signed with, shared by the
+workers that answer one another's retries (else each server makes one of its own)."""
 
 
 class McpRequest:
@@ -229,19 +236,22 @@ class McpTools:
         inbox_url: str | Callable[[McpRequest], str | None] | None = None,
         run_id: str = "mcp",
         anonymous: bool = False,
+        signing_key: bytes | None = None,
     ) -> None:
         """``principal``: who every call is for (a stdio server has one user); ``authenticate``:
         or the application's function of the request, whose None refuses the request unless
         ``anonymous`` (then it is anonymous, as with neither). ``inbox_url``: the approval
         inbox, for resume schemas a form cannot hold (``{action_id}`` in it is replaced by the
         action's id; otherwise the id is appended as a path segment), or a function of the
-        request giving it."""
+        request giving it. ``signing_key``: what request states are signed with (default:
+        ``$BLADE_MCP_STATE_KEY``, else a key of this server's own)."""
         self.runtime = runtime
         self.principal = principal
         self.authenticate = authenticate
         self.anonymous = anonymous
         self.inbox_url = inbox_url
         self.run_id = run_id
+        self.state_key = state_key() if signing_key is None else signing_key
         self.requests: dict[Any, str] | None = None
         """The call id of each request in flight, by request id, on a transport that serves one
         connection (stdio) and passes its client's cancellations on (``cancel_request``)."""
@@ -383,7 +393,7 @@ class McpTools:
         if not watched and req.call_id is None and (self.requests is None or request is None):
             result = await self.runtime.call(name, arguments, run_id=self.run_id, context=context)
             return await self._answer(req, result, params.name, principal)
-        call_id = req.call_id or f"mcp_{uuid.uuid4().hex}"
+        call_id = req.call_id or next(_CALL_IDS)
         if self.requests is not None and request is not None:
             if self.requests.get(request) == _CANCELLED:  # before it started: nothing runs
                 del self.requests[request]
@@ -531,7 +541,7 @@ class McpTools:
             return None
         return types.InputRequiredResult(
             input_requests={RESUME_KEY: types.ElicitRequest(params=params)},
-            request_state=_state(action.action_id),
+            request_state=self._signed(action),
         )
 
     def _inbox(self, req: McpRequest, action_id: str) -> str | None:
@@ -549,8 +559,8 @@ class McpTools:
         principal: Principal | None,
         name: str,
     ) -> Answer:
-        action_id = _action_of(params.request_state)
-        action = None if action_id is None else await self._answerable(principal, action_id)
+        action_id = self._verified(params.request_state, name)
+        action = await self._answerable(principal, action_id)
         if action is None or action.name != name:
             # another principal's action does not exist for this one
             return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
@@ -612,6 +622,34 @@ class McpTools:
             wire,
             action.action_id,
         )
+
+    def _signed(self, action: ActionRecord) -> str:
+        """The request state of ``action``'s input request: its id and tool, signed (HMAC-SHA256)
+        with this server's key, so that the server trusts no state it did not make."""
+        body = _b64(f"{action.name}\0{action.action_id}".encode())
+        tag = hmac.new(self.state_key, body.encode(), hashlib.sha256).digest()
+        return f"{_STATE_PREFIX}{body}.{_b64(tag)}"
+
+    def _verified(self, state: str, name: str) -> str:
+        """The action id a request state of this server's names for the tool ``name``; a state
+        tampered with (or made by another key) is refused with a JSON-RPC error, as the
+        protocol requires."""
+        try:
+            if not state.startswith(_STATE_PREFIX):
+                raise ValueError("not ours")
+            body, _, tag = state[len(_STATE_PREFIX) :].partition(".")
+            expected = hmac.new(self.state_key, body.encode(), hashlib.sha256).digest()
+            if not hmac.compare_digest(_unb64(tag), expected):
+                raise ValueError("the signature does not match")
+            tool, _, action_id = _unb64(body).decode().partition("\0")
+        except (ValueError, UnicodeError) as error:
+            log.warning("a request state was refused: %s", error)
+            raise MCPError(
+                INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"}
+            ) from None
+        if tool != name:
+            raise MCPError(INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
+        return action_id
 
     async def _answerable(self, principal: Principal | None, action_id: str) -> ActionRecord | None:
         """The action ``action_id`` if ``principal`` may resolve it: its tenant, and the principal
@@ -719,18 +757,30 @@ def _message(action: ActionRecord, note: str | None) -> str:
     return text if note is None else f"{text}\n\nThe last answer was refused: {note}"
 
 
-def _state(action_id: str) -> str:
-    """The request state: the action's id, nothing the server would have to trust."""
-    return _STATE_PREFIX + base64.urlsafe_b64encode(action_id.encode()).decode()
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def _action_of(state: str | None) -> str | None:
-    if state is None or not state.startswith(_STATE_PREFIX):
-        return None
-    try:
-        return base64.urlsafe_b64decode(state[len(_STATE_PREFIX) :].encode()).decode()
-    except ValueError:
-        return None
+def _unb64(text: str) -> bytes:
+    """The strict inverse of ``_b64``: only the canonical form decodes."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(raw) != text:
+        raise ValueError("not canonical base64url")
+    return raw
+
+
+def state_key() -> bytes:
+    """The signing key of request states: ``$BLADE_MCP_STATE_KEY`` (at least 32 bytes), else
+    one of this process's own."""
+    configured = os.environ.get(STATE_KEY_ENV)
+    if configured is None:
+        return secrets.token_bytes(32)
+    if len(configured.encode()) < 32:
+        raise ValueError(f"${STATE_KEY_ENV} must hold at least 32 bytes (secrets.token_hex(32))")
+    return configured.encode()
+
+
+INVALID_STATE = "Invalid or expired requestState"  # the SDK's own words for it
 
 
 # -- servers and transports ---------------------------------------------------------------------
@@ -744,6 +794,7 @@ def mcp_server(
     authenticate: Authenticate | None = None,
     inbox_url: str | Callable[[McpRequest], str | None] | None = None,
     run_id: str = "mcp",
+    signing_key: bytes | None = None,
 ) -> Server[Any]:
     """A low-level MCP server serving ``runtime``'s tools (see the module's doc)."""
     tools = McpTools(
@@ -752,6 +803,7 @@ def mcp_server(
         authenticate=authenticate,
         inbox_url=inbox_url,
         run_id=run_id,
+        signing_key=signing_key,
     )
     return _server(tools, name)
 
@@ -966,7 +1018,7 @@ class FastPath:
             params.arguments = arguments
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
         try:
-            call_id = f"mcp_{uuid.uuid4().hex}"
+            call_id = next(_CALL_IDS)
             result = await _unless_gone(
                 self.tools.handle(
                     McpRequest(version, verdict.client_capabilities, request, call_id=call_id),
@@ -1133,6 +1185,7 @@ def mcp_asgi_app(
     stateless: bool = True,
     fast_path: bool = True,
     max_body_bytes: int = MAX_BODY_BYTES,
+    signing_key: bytes | None = None,
 ) -> Any:
     """The streamable-HTTP MCP endpoint at ``path`` as an ASGI app (its lifespan runs the SDK's
     session manager). Every request is authenticated by ``authenticate``; with neither it nor a
@@ -1148,6 +1201,7 @@ def mcp_asgi_app(
         authenticate=authenticate,
         inbox_url=inbox_url,
         anonymous=anonymous,
+        signing_key=signing_key,
     )
     server = _server(tools)
     app = server.streamable_http_app(
@@ -1221,6 +1275,9 @@ _PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticate
 
 
 _CANCELLED = ""  # a request cancelled before its call started, in McpTools.requests
+_CALL_IDS = (f"mcp_{secrets.token_hex(6)}_{n}" for n in itertools.count(1))
+"""Call ids this server gives (where it must be able to cancel a call by its id): unique, and
+cheaper than a UUID on every HTTP call."""
 
 
 def client_cancelled(reason: str | None) -> str:

@@ -244,18 +244,18 @@ def test_the_retry_is_checked_against_the_stored_principal(runtime: Runtime) -> 
                 allow_input_required=True,
             )
 
+    key = b"k" * 32  # the servers share their signing key, as workers sharing a store would
+
+    def server(who: Principal) -> Any:
+        return mcp_server(runtime, principal=who, signing_key=key)
+
     async def main() -> list[Any]:
-        async with Client(mcp_server(runtime, principal=ANN), elicitation_callback=answers()) as c:
+        async with Client(server(ANN), elicitation_callback=answers()) as c:
             leg = await first_leg(c)
-        mallory = mcp_server(runtime, principal=Principal("mallory", "acme"))
-        other_tenant = mcp_server(runtime, principal=Principal("ann", "evil"))
-        operator = mcp_server(runtime, principal=Principal("op", "x", frozenset({OPERATOR})))
         return [
-            await retry(mallory, leg.request_state),
-            await retry(other_tenant, leg.request_state),
-            await retry(mcp_server(runtime, principal=ANN), "blade1.bm9wZQ=="),
-            await retry(mcp_server(runtime, principal=ANN), leg.request_state, name="plan"),
-            await retry(operator, leg.request_state),
+            await retry(server(Principal("mallory", "acme")), leg.request_state),
+            await retry(server(Principal("ann", "evil")), leg.request_state),
+            await retry(server(Principal("op", "x", frozenset({OPERATOR}))), leg.request_state),
         ]
 
     *refused, by_operator = run(main())
@@ -264,6 +264,86 @@ def test_the_retry_is_checked_against_the_stored_principal(runtime: Runtime) -> 
         assert structured(result)["error"] == "UNKNOWN_ACTION"
     assert isinstance(by_operator, types.CallToolResult)
     assert by_operator.structured_content == {"status": "sent", "by": "x"}
+
+
+def test_a_request_state_tampered_with_is_a_json_rpc_error_and_nothing_runs(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """Issue 50.2: the request state is signed; one changed anywhere, made for another tool, by
+    another server's key or in the unsigned old form is refused (-32602), the action waits."""
+    import base64
+
+    from mcp.shared.exceptions import MCPError
+
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    from blade_runtime.serving.mcp import FastPath
+
+    effects = tmp_path / "effects"
+    os.environ["BLADE_EFFECTS"] = str(effects)
+    server = mcp_asgi_app(runtime, principal=ANN, signing_key=b"k" * 32)
+    stranger = mcp_asgi_app(runtime, principal=ANN, signing_key=b"s" * 32)
+    good = types.ElicitResult(action="accept", content={"approved": True, "approver": "ann"})
+
+    @contextlib.asynccontextmanager
+    async def client_of(app: FastPath) -> Any:
+        async with (
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as http,
+            Client(
+                streamable_http_client("http://127.0.0.1:8000/mcp", http_client=http),
+                elicitation_callback=answers(),
+            ) as client,
+        ):
+            yield client
+
+    async def retry(via: Any, state: str, name: str = "transfer") -> Any:
+        async with client_of(via) as client:
+            try:
+                return await client.session.call_tool(
+                    name,
+                    SEND,
+                    input_responses={RESUME_KEY: good},
+                    request_state=state,
+                    allow_input_required=True,
+                )
+            except MCPError as error:
+                return error.error.code, error.error.message
+
+    async def main() -> list[Any]:
+        async with (
+            server.app.router.lifespan_context(server.app),
+            stranger.app.router.lifespan_context(stranger.app),
+        ):
+            return await legs()
+
+    async def legs() -> list[Any]:
+        async with client_of(server) as client:
+            leg = await client.session.call_tool("transfer", SEND, allow_input_required=True)
+        state = leg.request_state
+        body, tag = state.removeprefix("blade2.").split(".")
+        action = base64.urlsafe_b64decode(body + "==").decode().split("\0")[1]
+        other = base64.urlsafe_b64encode(f"transfer\0{action}x".encode()).decode().rstrip("=")
+        outcomes = []
+        for via, forged, name in [
+            (server, state + "-TAMPERED", "transfer"),
+            (server, state[:-2] + ("AA" if not state.endswith("AA") else "BB"), "transfer"),
+            (server, f"blade2.{other}.{tag}", "transfer"),
+            (server, state, "plan"),
+            (stranger, state, "transfer"),
+            (server, "blade1." + base64.urlsafe_b64encode(action.encode()).decode(), "transfer"),
+        ]:
+            outcomes.append(await retry(via, forged, name))
+        outcomes.append(await retry(server, state))  # the state as made: the answer goes in
+        return outcomes
+
+    try:
+        *refused, done = run(main())
+    finally:
+        del os.environ["BLADE_EFFECTS"]
+    assert refused == [(-32602, "Invalid or expired requestState")] * 6
+    assert done.structured_content == {"status": "sent", "by": "ann"}
+    assert effects.read_text().count("sent 5 to bob") == 1
 
 
 def test_flat_form_schema() -> None:
@@ -303,6 +383,7 @@ def _env(built: Path, effects: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(built), str(TESTS), env.get("PYTHONPATH", "")])
     env["BLADE_EFFECTS"] = str(effects)
+    env["BLADE_MCP_STATE_KEY"] = "a key the workers of these tests share, 32+ bytes"
     return env
 
 
@@ -640,7 +721,7 @@ def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     def shape(body: dict[str, Any]) -> Any:
         result = body["result"]
         state = result.pop("requestState", None)
-        assert state is None or state.startswith("blade1.")
+        assert state is None or state.startswith("blade2.")
         return {
             **body,
             "id": None,
@@ -1160,7 +1241,7 @@ def test_the_fast_path_and_the_sdks_path_answer_alike(
 ) -> None:
     """Issue 50.1: the fast path gives way where it has no channel or check of its own (a
     progress token: the notifications stream as SSE; a tool whose schema declares Mcp-Param
-    headers: SEP-2243's check), and answers alike elsewhere; counted in the store."""
+    headers: SEP-2243's check), and answers alike elsewhere."""
     import httpx
 
     from blade_runtime.serving.mcp import FastPath
@@ -1189,5 +1270,5 @@ def test_the_fast_path_and_the_sdks_path_answer_alike(
     fast, sdk = answers
     assert fast == sdk
     if params:  # the progress reached the client, then the result
-        status, events = fast
+        _, events = fast
         assert [e.get("method") for e in events] == ["notifications/progress"] * 3 + [None]
