@@ -559,7 +559,7 @@ class McpTools:
         principal: Principal | None,
         name: str,
     ) -> Answer:
-        action_id = self._verified(params.request_state, name)
+        action_id = self._verified(params.request_state or "", name)
         action = await self._answerable(principal, action_id)
         if action is None or action.name != name:
             # another principal's action does not exist for this one

@@ -273,10 +273,9 @@ def test_a_request_state_tampered_with_is_a_json_rpc_error_and_nothing_runs(
     another server's key or in the unsigned old form is refused (-32602), the action waits."""
     import base64
 
-    from mcp.shared.exceptions import MCPError
-
     import httpx
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
 
     from blade_runtime.serving.mcp import FastPath
 
