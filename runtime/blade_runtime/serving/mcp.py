@@ -39,16 +39,18 @@ import json
 import logging
 import os
 import secrets
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from types import coroutine as types_coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import mcp_types as types
+from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.dispatcher import coerce_request_id
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.inbound import x_mcp_header_map
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -252,6 +254,7 @@ class McpTools:
         self.inbox_url = inbox_url
         self.run_id = run_id
         self.state_key = state_key() if signing_key is None else signing_key
+        self.log_level: str | None = None  # set by a stdio client's logging/setLevel
         self.requests: dict[Any, str] | None = None
         """The call id of each request in flight, by request id, on a transport that serves one
         connection (stdio) and passes its client's cancellations on (``cancel_request``)."""
@@ -387,7 +390,9 @@ class McpTools:
             return await self._retry(req, params, principal, name)
         context = CallContext(principal=principal)
         arguments = params.arguments or {}
-        watched = req.context is not None and _wants_progress(req.context)
+        progress = req.context is not None and _wants_progress(req.context)
+        logs = req.context is not None and self._wants_logs(req.context)
+        watched = progress or logs
         request_id = None if req.context is None else req.context.request_id
         request = None if request_id is None else coerce_request_id(request_id)
         if not watched and req.call_id is None and (self.requests is None or request is None):
@@ -402,7 +407,9 @@ class McpTools:
         try:
             if watched:
                 assert req.context is not None
-                result = await self._reporting(req.context, name, arguments, context, call_id)
+                result = await self._reporting(
+                    req.context, name, arguments, context, call_id, progress, logs
+                )
             else:
                 result = await self.runtime.call(
                     name, arguments, call_id=call_id, run_id=self.run_id, context=context
@@ -440,10 +447,13 @@ class McpTools:
         arguments: dict[str, Any],
         context: CallContext,
         call_id: str,
+        progress: bool = True,
+        logs: bool = False,
     ) -> ToolResult[Any]:
-        """A call whose client asked for progress: its ``ctx.progress`` events, and its child
-        calls', become ``notifications/progress`` (its messages, their text), in order, while
-        it runs.
+        """A call whose client asked for progress (``progress``): its ``ctx.progress`` events,
+        and its child calls', become ``notifications/progress`` (its messages, their text), in
+        order, while it runs; or for log messages (``logs``): its ``ctx.message`` events become
+        ``notifications/message`` (level info, the tool's name as the logger).
 
         MCP wants a request's progress never to go back: each notification carries the largest
         ``completed`` sent so far (0 before any), so a message, a progress without ``completed``
@@ -470,10 +480,12 @@ class McpTools:
                     last_total = float(total) if isinstance(total, int | float) else None
                 elif completed == last and isinstance(total, int | float):
                     last_total = float(total)
+                line = text if isinstance(text, str) else json.dumps(text)
                 try:
-                    await ctx.session.report_progress(
-                        last, last_total, text if isinstance(text, str) else json.dumps(text)
-                    )
+                    if logs and event.kind == "message":
+                        await ctx.session.send_log_message("info", line, logger=name)
+                    if progress:
+                        await ctx.session.report_progress(last, last_total, line)
                 except Exception as error:  # a client gone is not the tool's failure
                     log.warning("MCP progress for %s not sent: %s", call_id, error)
                     return
@@ -486,6 +498,25 @@ class McpTools:
         finally:
             await subscription.aclose()
             await asyncio.gather(pump, return_exceptions=True)
+
+    def _wants_logs(self, ctx: ServerRequestContext[Any, Any]) -> bool:
+        """Whether the client takes log messages at level info on this request: asked for in
+        the request's ``_meta`` (2026-07-28), or not turned down by ``logging/setLevel`` (the
+        older versions, where a server may send every level)."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return "info" in allowed_log_levels(ctx.protocol_version, ctx.meta)
+        level = self.log_level
+        return level is None or _LOG_LEVELS.index(level) <= _LOG_LEVELS.index("info")
+
+    async def set_logging_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        """``logging/setLevel`` (protocol versions before 2026-07-28): the least level of the
+        log messages sent from now on (over stdio, the connection's; stateless HTTP has none to
+        keep it for, and a request there takes what every request takes)."""
+        if self.requests is not None:
+            self.log_level = params.level
+        return types.EmptyResult()
 
     async def _principal(self, req: McpRequest) -> Principal | None:
         if self.authenticate is None:
@@ -750,11 +781,34 @@ def _pending_json(action: ActionRecord) -> JsonValue:
     return {"pending": _action_name(action), "action_id": action.action_id}
 
 
+_PROMPTS = ("prompt", "question", "message", "title", "summary", "description")
+"""Keys of a suspend payload whose text is the question to show a person."""
+
+
 def _message(action: ActionRecord, note: str | None) -> str:
+    """What an elicitation shows a person: the payload's question (``prompt`` and its like),
+    else the action and the payload's fields, one per line, as words rather than JSON."""
     payload = action.payload
-    prompt = payload.get("prompt") if isinstance(payload, dict) else None
-    text = prompt if isinstance(prompt, str) else f"{_action_name(action)}: {compact_json(payload)}"
+    text = None
+    if isinstance(payload, dict):
+        text = next(
+            (v for k in _PROMPTS if isinstance(v := payload.get(k), str) and v.strip()), None
+        )
+    if text is None:
+        text = f"{_action_name(action)} asks for your answer."
+        if isinstance(payload, dict):
+            text += "".join(f"\n{key}: {_readable(value)}" for key, value in payload.items())
+        elif payload is not None:
+            text += f"\n{_readable(payload)}"
     return text if note is None else f"{text}\n\nThe last answer was refused: {note}"
+
+
+def _readable(value: JsonValue) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(item, str | int | float) for item in value):
+        return ", ".join(str(item) for item in value)
+    return compact_json(value)
 
 
 def _b64(data: bytes) -> str:
@@ -824,14 +878,17 @@ def _security(host: str) -> Any:
 def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
     from blade_runtime import __version__
 
-    return Server(
-        name,
-        version=__version__,
-        on_list_tools=tools.list_tools,
-        on_call_tool=tools.call_tool,
-        # Mcp-Param header checks read the schema here instead of running tools/list per call
-        get_tool_input_schema=tools.input_schema,
-    )
+    with warnings.catch_warnings():  # logging/setLevel: served for the older versions
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return Server(
+            name,
+            version=__version__,
+            on_list_tools=tools.list_tools,
+            on_call_tool=tools.call_tool,
+            on_set_logging_level=tools.set_logging_level,
+            # Mcp-Param header checks read the schema here instead of running tools/list
+            get_tool_input_schema=tools.input_schema,
+        )
 
 
 async def serve_stdio(
@@ -1274,6 +1331,7 @@ class McpMount:
 _PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticated principal in
 
 
+_LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _CANCELLED = ""  # a request cancelled before its call started, in McpTools.requests
 _CALL_IDS = (f"mcp_{secrets.token_hex(6)}_{n}" for n in itertools.count(1))
 """Call ids this server gives (where it must be able to cancel a call by its id): unique, and

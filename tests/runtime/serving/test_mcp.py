@@ -1271,3 +1271,89 @@ def test_the_fast_path_and_the_sdks_path_answer_alike(
     if params:  # the progress reached the client, then the result
         _, events = fast
         assert [e.get("method") for e in events] == ["notifications/progress"] * 3 + [None]
+
+
+def test_audio_and_embedded_resources_reach_the_client(built: Path) -> None:
+    from blade_agent_specs.crm import find_v1
+
+    from blade_runtime.core.content import Audio, EmbeddedResource, Text
+
+    runtime = Runtime()
+    runtime.register(
+        find_v1.SPEC,
+        agent_tools.find,
+        project=lambda out: [
+            Text("found"),
+            Audio("UklGRg==", "audio/wav"),
+            EmbeddedResource(f"crm://c/{out.id}", "text/plain", text=out.name),
+            EmbeddedResource("crm://raw", "application/octet-stream", blob="AAE="),
+        ],
+    )
+
+    async def main() -> types.CallToolResult:
+        async with Client(mcp_server(runtime)) as client:
+            return await client.call_tool("find", {"customer_id": 2})
+
+    result = run(main())
+    text, audio, resource, raw = result.content
+    assert isinstance(text, types.TextContent) and text.text == "found"
+    assert isinstance(audio, types.AudioContent)
+    assert (audio.data, audio.mime_type) == ("UklGRg==", "audio/wav")
+    assert isinstance(resource, types.EmbeddedResource)
+    assert isinstance(resource.resource, types.TextResourceContents)
+    assert (str(resource.resource.uri), resource.resource.text) == ("crm://c/2", "customer 2")
+    assert isinstance(raw.resource, types.BlobResourceContents) and raw.resource.blob == "AAE="
+
+
+@pytest.mark.parametrize(
+    ("mode", "level", "meta", "expected"),
+    [
+        ("legacy", None, {}, ["charged"]),  # the older versions: a server may send every level
+        ("legacy", "warning", {}, []),  # turned down by logging/setLevel
+        (None, None, {"io.modelcontextprotocol/logLevel": "info"}, ["charged"]),
+        (None, None, {}, []),  # 2026-07-28: only where the request asks for them
+    ],
+    ids=["legacy", "legacy-set-level", "modern-asked", "modern-not-asked"],
+)
+def test_a_tools_messages_are_log_notifications_where_the_client_takes_them(
+    built: Path, tmp_path: Path, mode: str | None, level: str | None, meta: Any, expected: Any
+) -> None:
+    """Issue 50.2: ``ctx.message`` is the tool's log message (``notifications/message``,
+    level info, the tool's name as the logger), over stdio."""
+    params = StdioServerParameters(
+        command=str(BIN / "blade-runtime"),
+        args=["mcp", "agent_tools:make_service_runtime", "--store", str(tmp_path / "l.db")],
+        env=_env(built, tmp_path / "effects"),
+    )
+    logged: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logged.append(params)
+
+    async def main() -> types.CallToolResult:
+        options: dict[str, Any] = {} if mode is None else {"mode": mode}
+        async with Client(params, logging_callback=on_log, **options) as client:
+            if level is not None:
+                await client.set_logging_level(level)  # type: ignore[arg-type]
+            return await client.call_tool("charge", {"cents": 1, "steps": 1}, meta=meta or None)
+
+    assert run(main()).structured_content == {"charged": 1}
+    assert [entry.data for entry in logged] == expected
+    assert all(entry.level == "info" and entry.logger == "charge" for entry in logged)
+
+
+def test_an_elicitation_without_a_prompt_shows_the_fields_as_words() -> None:
+    from types import SimpleNamespace
+
+    from blade_runtime.serving.mcp import _message
+
+    def action(payload: Any) -> Any:
+        return SimpleNamespace(name="deploy", point="approve", payload=payload)
+
+    assert _message(action({"question": "Ship it?", "x": 1}), None) == "Ship it?"
+    assert _message(action({"service": "api", "regions": ["eu", "us"], "n": 2}), None) == (
+        "deploy.approve asks for your answer.\nservice: api\nregions: eu, us\nn: 2"
+    )
+    assert _message(action({"service": "api"}), "too late").endswith(
+        "\n\nThe last answer was refused: too late"
+    )
