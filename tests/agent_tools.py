@@ -143,7 +143,34 @@ SCAN = {
 }
 """A client tool: built into the package, registered only by the tests that use it."""
 
-SPECS = (TRANSFER, PLAN, LOOKUP, SCAN)
+CHARGE = {
+    "id": "pay.charge.v1",
+    "name": "charge",
+    "description": "Charge a card; takes `seconds` to answer (a slow, non-idempotent call).",
+    "kind": "write",
+    "sideEffect": "non_idempotent",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "cents": {"type": "integer", "minimum": 1},
+            "seconds": {"type": "number", "minimum": 0},
+            "note": {"type": "string", "minLength": 1, "x-mcp-header": "Note"},
+            "steps": {"type": "integer", "minimum": 0},
+        },
+        "required": ["cents"],
+        "additionalProperties": False,
+    },
+    "outputSchema": {
+        "type": "object",
+        "properties": {"charged": {"type": "integer"}},
+        "required": ["charged"],
+    },
+}
+"""Registered by ``make_service_runtime`` only: every entry appends ``charge <cents> pid <pid>``
+to ``$BLADE_EFFECTS`` (what ran, counted from outside), then it waits ``seconds``, reporting
+``steps`` progress events and a message."""
+
+SPECS = (TRANSFER, PLAN, LOOKUP, SCAN, CHARGE)
 
 ENTRIES: list[str] = []
 """Every entry of an implementation in this process: ``<tool>:<initial|resume>``."""
@@ -183,6 +210,29 @@ async def find(ctx: Any) -> Any:
 
     ENTRIES.append("find:initial")
     return spec.FindOutput(id=ctx.input.customer_id, name=f"customer {ctx.input.customer_id}")
+
+
+async def charge(ctx: Any) -> Any:
+    from blade_agent_specs.pay import charge_v1 as spec
+
+    _effect(f"charge {ctx.input.cents} pid {os.getpid()}")
+    steps = ctx.input.steps if isinstance(ctx.input.steps, int) else 0
+    seconds = ctx.input.seconds if isinstance(ctx.input.seconds, int | float) else 0
+    for step in range(1, steps + 1):
+        ctx.progress(f"step {step}", completed=step, total=steps)
+    if steps:
+        ctx.message("charged")
+    await asyncio.sleep(seconds)
+    return spec.ChargeOutput(charged=ctx.input.cents)
+
+
+def make_service_runtime(store: Store | None = None) -> Runtime:
+    """``make_runtime``'s tools and ``charge``."""
+    from blade_agent_specs.pay import charge_v1
+
+    runtime = make_runtime(store)
+    runtime.register(charge_v1.SPEC, charge)
+    return runtime
 
 
 def register(runtime: Runtime) -> Runtime:

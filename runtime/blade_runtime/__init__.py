@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from blade_runtime.core.behavior import Behavior
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.capabilities import Binding, CapabilityUse, shared
-from blade_runtime.core.content import Image, Projected, ResourceLink, Text
+from blade_runtime.core.content import Audio, EmbeddedResource, Image, Projected, ResourceLink, Text
 from blade_runtime.core.context import (
     ActionRef,
     CallInfo,
@@ -116,6 +116,7 @@ __all__ = [
     "ActionRef",
     "Allow",
     "Ask",
+    "Audio",
     "BackendToolSpec",
     "Behavior",
     "Binding",
@@ -132,6 +133,7 @@ __all__ = [
     "DataItem",
     "Decision",
     "Deny",
+    "EmbeddedResource",
     "ErrorCode",
     "Execution",
     "ExecutionMode",

@@ -44,6 +44,7 @@ from blade_runtime.core.execution import (
     ChildHookFailed,
     ChildToolError,
     ChildTools,
+    InputModelMismatch,
     ToolContext,
     UnreadableInput,
 )
@@ -135,6 +136,18 @@ class Attempt:
     @property
     def recorded(self) -> bool:
         return self.claim is not None
+
+
+def _untyped(ctx: ToolContext) -> Exception | None:
+    """Why the typed input cannot be made, or None (made now, once). Typed before anything is
+    recorded or entered: what JSON Schema accepts and the typed model cannot hold (a lone
+    surrogate in a constrained string) is refused here, not inside the implementation, which
+    would have run and then been reported as given invalid input."""
+    try:
+        _ = ctx.input
+    except (UnreadableInput, InputModelMismatch) as error:
+        return error
+    return None
 
 
 class _Entered(NamedTuple):
@@ -439,17 +452,22 @@ class CallRunner:
         it), then run it under its deadline and make its result. The result is not recorded
         here: ``settle`` does it, after the post-hooks. ``claimed``: the store records the call
         as running under this runtime already (a resume, a replay)."""
+        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
         if registration.plain and self.interceptors.bare and not (self.durable or claimed):
             attempt = context = None
             disabled: frozenset[str] = frozenset()
+            refused = _untyped(ctx)
+            if refused is not None:
+                return self._failed(call, refused)
             if self.events.active:
                 self.events.publish(self._event(call, "started", None))
         else:
-            entered = await self._enter(registration, call, arguments, scope, entry, claimed, fence)
+            entered = await self._enter(
+                registration, call, arguments, scope, entry, claimed, fence, ctx
+            )
             if not isinstance(entered, _Entered):
                 return entered
             attempt, context, disabled = entered
-        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
         ctx._publish = self.events.publish
         ctx._services = self.services
         ctx._steps = self
@@ -518,6 +536,7 @@ class CallRunner:
         entry: InitialEntry | ResumeEntry[Any, Any],
         claimed: bool,
         fence: int,
+        ctx: ToolContext,
     ) -> _Entered | ToolResult[Any]:
         """Everything before the implementation runs, each step only where the registration or
         the runtime asks for it: the ``scheduled`` observers, the narrowed behaviour, the
@@ -564,6 +583,9 @@ class CallRunner:
                     return decided
         if registration.implementation is None:
             return await self._await_client(registration, call, arguments)
+        untyped = _untyped(ctx)
+        if untyped is not None:
+            return self._failed(call, untyped)
         attempt = None
         if self.durable or registration.data or registration.fenced or claimed:
             try:

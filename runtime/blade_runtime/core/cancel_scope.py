@@ -54,6 +54,8 @@ class CancelScope:
     reason: CancelReason | None = None
     active = True
     running = False
+    entered = False
+    """Whether the implementation was entered (a cancelled call's record says so)."""
     grace_s = GRACE_S
     _deadline: float | None = None
     _timer: asyncio.TimerHandle | None = None
@@ -121,7 +123,7 @@ class CancelScope:
         # The monotonic clock, not the loop's: one C call on every call's path; the timer
         # (armed only when the call first suspends) converts it to a delay on the loop.
         self._deadline = _monotonic() + timeout_s
-        self.running = True
+        self.running = self.entered = True
         if type(awaitable) is not _COROUTINE:
             awaitable = _coroutine(awaitable)
         return _drive(awaitable, self)
@@ -130,7 +132,7 @@ class CancelScope:
         """What ``run`` does before the caller takes the coroutine's first step itself (most
         calls finish in it, and need no driver); ``resume`` drives it on from there."""
         self._deadline = _monotonic() + timeout_s
-        self.running = True
+        self.running = self.entered = True
 
     def resume(self, coroutine: Coroutine[Any, Any, T], yielded: Any) -> Awaitable[T]:
         """Awaitable that drives ``coroutine`` on from its first suspension, which yielded

@@ -5,7 +5,8 @@ a sentence (``str``), any JSON value, or content blocks (``Text``, ``Image``, ``
 The stored and typed output stay whole; errors bypass the projection; a stored call can be
 projected again (``Runtime.reproject``) after the projection changed. Content blocks are stored
 and announced as JSON (``{"type": "text", "text": ...}``, MCP's shapes) and rendered for each
-provider by ``to_mcp`` and ``to_anthropic``.
+provider by ``to_mcp`` and ``to_anthropic``. ``Audio`` and ``EmbeddedResource`` (a resource's
+contents in the result itself) are MCP's; for Anthropic they become a line of text.
 """
 
 from __future__ import annotations
@@ -33,6 +34,24 @@ class Image:
 
 
 @dataclass(frozen=True, slots=True)
+class Audio:
+    """Audio for the model: base64 ``data`` of ``mime_type`` (``audio/wav``, ...)."""
+
+    data: str
+    mime_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedResource:
+    """A resource's contents in the result (MCP's ``resource``): ``text``, or base64 ``blob``."""
+
+    uri: str
+    mime_type: str | None = None
+    text: str | None = None
+    blob: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceLink:
     """A link to a resource the client can fetch (MCP's ``resource_link``)."""
 
@@ -42,7 +61,8 @@ class ResourceLink:
     description: str | None = None
 
 
-Block: TypeAlias = Text | Image | ResourceLink
+Block: TypeAlias = Text | Image | Audio | ResourceLink | EmbeddedResource
+_BLOCKS = (Text, Image, Audio, ResourceLink, EmbeddedResource)
 Projected: TypeAlias = str | JsonValue | Sequence[Block]
 Projection: TypeAlias = Callable[[Any], Projected]
 OutputT_contra = TypeVar("OutputT_contra", contravariant=True)
@@ -57,14 +77,24 @@ class ProjectionWithContext(Protocol[OutputT_contra]):
     ) -> Projected | Awaitable[Projected]: ...
 
 
-BLOCK_TYPES = frozenset({"text", "image", "resource_link"})
+BLOCK_TYPES = frozenset({"text", "image", "audio", "resource_link", "resource"})
 
 
 def block_json(block: Block) -> dict[str, JsonValue]:
     if isinstance(block, Text):
         return {"type": "text", "text": block.text}
-    if isinstance(block, Image):
-        return {"type": "image", "data": block.data, "mimeType": block.mime_type}
+    if isinstance(block, Image | Audio):
+        kind = "image" if isinstance(block, Image) else "audio"
+        return {"type": kind, "data": block.data, "mimeType": block.mime_type}
+    if isinstance(block, EmbeddedResource):
+        contents: dict[str, JsonValue] = {"uri": block.uri}
+        if block.mime_type is not None:
+            contents["mimeType"] = block.mime_type
+        if block.blob is not None:
+            contents["blob"] = block.blob
+        else:
+            contents["text"] = block.text or ""
+        return {"type": "resource", "resource": contents}
     link: dict[str, JsonValue] = {"type": "resource_link", "uri": block.uri, "name": block.name}
     if block.mime_type is not None:
         link["mimeType"] = block.mime_type
@@ -106,10 +136,10 @@ def projected(value: Projected) -> tuple[JsonValue, bool]:
     if (
         isinstance(value, list | tuple)
         and value
-        and all(isinstance(item, Text | Image | ResourceLink) for item in value)
+        and all(isinstance(item, _BLOCKS) for item in value)
     ):
         return [block_json(item) for item in value], True  # type: ignore[arg-type]
-    if isinstance(value, Text | Image | ResourceLink):
+    if isinstance(value, _BLOCKS):
         return [block_json(value)], True
     return value, False  # type: ignore[return-value]  # str or JSON: read as it is
 
@@ -144,6 +174,13 @@ def to_anthropic(content: JsonValue) -> list[dict[str, JsonValue]]:
             blocks.append({"type": "image", "source": source})
         elif item["type"] == "resource_link":
             blocks.append({"type": "text", "text": f"{item['name']}: {item['uri']}"})
+        elif item["type"] == "audio":
+            blocks.append({"type": "text", "text": f"(audio, {item['mimeType']})"})
+        elif item["type"] == "resource":
+            resource = item["resource"]
+            assert isinstance(resource, dict)
+            shown = resource.get("text", f"(binary, {resource.get('mimeType')})")
+            blocks.append({"type": "text", "text": f"{resource['uri']}: {shown}"})
         else:
             blocks.append({"type": "text", "text": item["text"]})
     return blocks

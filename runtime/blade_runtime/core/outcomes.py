@@ -70,15 +70,16 @@ def tool_error(call: CallInfo, error: BaseException, mapper: ErrorMapper | None)
 
 
 def cancelled(call: CallInfo, scope: CancelScope, timeout_ms: int | None) -> ToolError:
-    """TIMEOUT or CANCELLED, as the scope that ended the call says."""
+    """TIMEOUT or CANCELLED, as the scope that ended the call says; a cancellation says whether
+    the implementation had started (a non-idempotent one may have taken effect) and why."""
     if scope.reason == "timeout":
         seconds = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
         return error_result(
             call, ErrorCode.TIMEOUT, f"The tool did not finish within {seconds:g} s."
         )
-    return error_result(
-        call, ErrorCode.CANCELLED, f"The tool call was cancelled: {scope.signal.reason}."
-    )
+    when = "after its implementation started" if scope.entered else "before it started"
+    why = scope.signal.reason or "no reason was given"
+    return error_result(call, ErrorCode.CANCELLED, f"The tool call was cancelled {when}: {why}.")
 
 
 def action_id() -> str:

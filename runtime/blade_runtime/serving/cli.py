@@ -155,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP on a loopback address")
     serve.add_argument("--inbox-url", help="the approval inbox, for nested resume schemas")
     serve.add_argument("--principal", metavar="ID@TENANT", help="who every call is for")
+    bounds = serve.add_argument_group("bounds (see blade_runtime.serving.mcp_cli)")
+    bounds.add_argument("--max-message-bytes", type=_positive, metavar="N", default=4 << 20)
+    bounds.add_argument("--max-in-flight", type=_positive, metavar="N", default=64, help="stdio")
+    bounds.add_argument("--max-connections", type=_positive, metavar="N", default=256)
+    bounds.add_argument("--request-timeout", type=float, metavar="S", default=10.0)
+    bounds.add_argument("--grace", type=float, metavar="S", default=5.0, help="after SIGTERM")
     http = commands.add_parser(
         "serve",
         help="serve the HTTP API and the approval inbox",
@@ -196,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.group == "mcp":
         try:
-            from blade_runtime.serving.mcp import run_cli
+            from blade_runtime.serving.mcp_cli import Bounds, run_cli
         except ImportError as missing:
             print(f"error: {missing}: pip install 'blade-runtime[mcp]'", file=sys.stderr)
             return EXIT_USAGE
@@ -206,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             http=args.http,
             inbox_url=args.inbox_url,
             principal=args.principal,
+            bounds=Bounds(
+                args.max_message_bytes,
+                args.max_in_flight,
+                args.max_connections,
+                args.request_timeout,
+                args.grace,
+            ),
         )
     unencodable = _unencodable_filter(args)
     if unencodable is not None:
@@ -273,6 +286,12 @@ def _paging(listing: argparse.ArgumentParser) -> None:
 def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a count (0, 1, 2, ...)")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and int(text) > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
 
 

@@ -31,20 +31,28 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import inspect
+import itertools
 import json
 import logging
-import uuid
+import os
+import secrets
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from types import coroutine as types_coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import mcp_types as types
+from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_REQUEST
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.inbound import x_mcp_header_map
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue, ValidationError
 from pydantic_core import from_json
@@ -58,6 +66,7 @@ from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord
 from blade_runtime.runtime import Runtime
+from blade_runtime.serving.mcp_stdio import STDIO_LIMITS, StdioLimits
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -79,7 +88,10 @@ T = TypeVar("T")
 RESUME_KEY = "resume"
 """The key of the one input request a suspended call asks for."""
 META = "io.blade"  # our keys in a result's _meta
-_STATE_PREFIX = "blade1."
+_STATE_PREFIX = "blade2."
+STATE_KEY_ENV = "BLADE_MCP_STATE_KEY"
+"""The environment variable holding the key request states are signed with, shared by the
+workers that answer one another's retries (else each server makes one of its own)."""
 
 
 class McpRequest:
@@ -87,7 +99,7 @@ class McpRequest:
     capabilities, the HTTP request (streamable HTTP; None on stdio and in memory) and the SDK's
     request context (None on the HTTP fast path)."""
 
-    __slots__ = ("_capabilities", "context", "http", "protocol_version")
+    __slots__ = ("_capabilities", "call_id", "context", "http", "protocol_version")
 
     def __init__(
         self,
@@ -95,11 +107,13 @@ class McpRequest:
         capabilities: Any,
         http: Request | None = None,
         context: ServerRequestContext[Any, Any] | None = None,
+        call_id: str | None = None,
     ) -> None:
         self.protocol_version = protocol_version
         self._capabilities = capabilities  # a ClientCapabilities, or its raw JSON (parsed lazily)
         self.http = http
         self.context = context
+        self.call_id = call_id  # the call's id, when the transport must be able to cancel it
 
     @staticmethod
     def of(ctx: ServerRequestContext[Any, Any]) -> McpRequest:
@@ -209,6 +223,7 @@ class _Listing:
     to_wire: Mapping[str, str]
     structured: frozenset[str]  # wire names that announce an output schema
     input_schemas: Mapping[str, Mapping[str, Any]]
+    headed: frozenset[str]  # wire names whose input schema declares Mcp-Param headers
 
 
 class McpTools:
@@ -223,19 +238,26 @@ class McpTools:
         inbox_url: str | Callable[[McpRequest], str | None] | None = None,
         run_id: str = "mcp",
         anonymous: bool = False,
+        signing_key: bytes | None = None,
     ) -> None:
         """``principal``: who every call is for (a stdio server has one user); ``authenticate``:
         or the application's function of the request, whose None refuses the request unless
         ``anonymous`` (then it is anonymous, as with neither). ``inbox_url``: the approval
         inbox, for resume schemas a form cannot hold (``{action_id}`` in it is replaced by the
         action's id; otherwise the id is appended as a path segment), or a function of the
-        request giving it."""
+        request giving it. ``signing_key``: what request states are signed with (default:
+        ``$BLADE_MCP_STATE_KEY``, else a key of this server's own)."""
         self.runtime = runtime
         self.principal = principal
         self.authenticate = authenticate
         self.anonymous = anonymous
         self.inbox_url = inbox_url
         self.run_id = run_id
+        self.state_key = state_key() if signing_key is None else signing_key
+        self.log_level: str | None = None  # set by a stdio client's logging/setLevel
+        self.requests: dict[Any, str] | None = None
+        """The call id of each request in flight, by request id, on a transport that serves one
+        connection (stdio) and passes its client's cancellations on (``cancel_request``)."""
         self._listing: _Listing | None = None
 
     # -- tools/list ---------------------------------------------------------------------------
@@ -304,6 +326,7 @@ class McpTools:
             exported.names.to_wire,
             frozenset(structured),
             {tool.name: tool.input_schema for tool in tools},
+            frozenset(tool.name for tool in tools if x_mcp_header_map(tool.input_schema)),
         )
 
     def input_schema(self, wire: str) -> Mapping[str, Any] | None:
@@ -314,6 +337,15 @@ class McpTools:
             return listing.input_schemas.get(wire)
         registration = self._registration(wire)
         return None if registration is None else registration.spec.input_schema
+
+    def declares_headers(self, wire: str) -> bool:
+        """Whether the tool listed as ``wire`` declares ``x-mcp-header`` parameters, whose
+        ``Mcp-Param-*`` headers the SDK checks (SEP-2243)."""
+        listing = self._current()
+        if listing is not None:
+            return wire in listing.headed
+        schema = self.input_schema(wire)
+        return schema is not None and bool(x_mcp_header_map(schema))
 
     def _names(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.runtime.registrations())
@@ -357,13 +389,56 @@ class McpTools:
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
         context = CallContext(principal=principal)
-        if req.context is None or not _wants_progress(req.context):
-            result = await self.runtime.call(
-                name, params.arguments or {}, run_id=self.run_id, context=context
-            )
-        else:
-            result = await self._reporting(req.context, name, params.arguments or {}, context)
+        arguments = params.arguments or {}
+        progress = req.context is not None and _wants_progress(req.context)
+        logs = req.context is not None and self._wants_logs(req.context)
+        watched = progress or logs
+        request_id = None if req.context is None else req.context.request_id
+        request = None if request_id is None else coerce_request_id(request_id)
+        if not watched and req.call_id is None and (self.requests is None or request is None):
+            result = await self.runtime.call(name, arguments, run_id=self.run_id, context=context)
+            return await self._answer(req, result, params.name, principal)
+        call_id = req.call_id or next(_CALL_IDS)
+        if self.requests is not None and request is not None:
+            if self.requests.get(request) == _CANCELLED:  # before it started: nothing runs
+                del self.requests[request]
+                return _error(ErrorCode.CANCELLED, "The tool call was cancelled before it started.")
+            self.requests[request] = call_id  # where the client's cancellation finds it
+        try:
+            if watched:
+                assert req.context is not None
+                result = await self._reporting(
+                    req.context, name, arguments, context, call_id, progress, logs
+                )
+            else:
+                result = await self.runtime.call(
+                    name, arguments, call_id=call_id, run_id=self.run_id, context=context
+                )
+        finally:
+            if self.requests is not None and self.requests.get(request) == call_id:
+                del self.requests[request]
         return await self._answer(req, result, params.name, principal)
+
+    def cancel_request(self, request_id: Any, reason: str | None) -> None:
+        """The client cancelled its request ``request_id``: cancel its call, saying why."""
+        if self.requests is None:
+            return
+        call_id = self.requests.get(request_id)
+        if call_id is None:  # not started yet (or not a tools/call): it will not run
+            self.requests[request_id] = _CANCELLED
+        elif call_id != _CANCELLED:
+            self.runtime.cancel_call(call_id, client_cancelled(reason))
+
+    def forget_request(self, request_id: Any) -> None:
+        """``request_id`` was answered: a later request may use its id."""
+        if self.requests is not None and self.requests.get(request_id) == _CANCELLED:
+            del self.requests[request_id]
+
+    def cancel_requests(self, reason: str) -> None:
+        """Cancel the call of every request still running (the connection is ending)."""
+        for call_id in list((self.requests or {}).values()):
+            if call_id != _CANCELLED:
+                self.runtime.cancel_call(call_id, reason)
 
     async def _reporting(
         self,
@@ -371,16 +446,19 @@ class McpTools:
         name: str,
         arguments: dict[str, Any],
         context: CallContext,
+        call_id: str,
+        progress: bool = True,
+        logs: bool = False,
     ) -> ToolResult[Any]:
-        """A call whose client asked for progress: its ``ctx.progress`` events, and its child
-        calls', become ``notifications/progress`` (its messages, their text), in order, while
-        it runs.
+        """A call whose client asked for progress (``progress``): its ``ctx.progress`` events,
+        and its child calls', become ``notifications/progress`` (its messages, their text), in
+        order, while it runs; or for log messages (``logs``): its ``ctx.message`` events become
+        ``notifications/message`` (level info, the tool's name as the logger).
 
         MCP wants a request's progress never to go back: each notification carries the largest
         ``completed`` sent so far (0 before any), so a message, a progress without ``completed``
         or a smaller one goes with the last value and its total. A child's count is of its own
         work, not the request's: its progress goes with the request's last value too."""
-        call_id = f"mcp_{uuid.uuid4().hex}"
         head = await self.runtime.records.head(self.run_id)
         subscription = self.runtime.subscribe(self.run_id, after=head)
 
@@ -402,10 +480,12 @@ class McpTools:
                     last_total = float(total) if isinstance(total, int | float) else None
                 elif completed == last and isinstance(total, int | float):
                     last_total = float(total)
+                line = text if isinstance(text, str) else json.dumps(text)
                 try:
-                    await ctx.session.report_progress(
-                        last, last_total, text if isinstance(text, str) else json.dumps(text)
-                    )
+                    if logs and event.kind == "message":
+                        await ctx.session.send_log_message("info", line, logger=name)
+                    if progress:
+                        await ctx.session.report_progress(last, last_total, line)
                 except Exception as error:  # a client gone is not the tool's failure
                     log.warning("MCP progress for %s not sent: %s", call_id, error)
                     return
@@ -418,6 +498,25 @@ class McpTools:
         finally:
             await subscription.aclose()
             await asyncio.gather(pump, return_exceptions=True)
+
+    def _wants_logs(self, ctx: ServerRequestContext[Any, Any]) -> bool:
+        """Whether the client takes log messages at level info on this request: asked for in
+        the request's ``_meta`` (2026-07-28), or not turned down by ``logging/setLevel`` (the
+        older versions, where a server may send every level)."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return "info" in allowed_log_levels(ctx.protocol_version, ctx.meta)
+        level = self.log_level
+        return level is None or _LOG_LEVELS.index(level) <= _LOG_LEVELS.index("info")
+
+    async def set_logging_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        """``logging/setLevel`` (protocol versions before 2026-07-28): the least level of the
+        log messages sent from now on (over stdio, the connection's; stateless HTTP has none to
+        keep it for, and a request there takes what every request takes)."""
+        if self.requests is not None:
+            self.log_level = params.level
+        return types.EmptyResult()
 
     async def _principal(self, req: McpRequest) -> Principal | None:
         if self.authenticate is None:
@@ -473,7 +572,7 @@ class McpTools:
             return None
         return types.InputRequiredResult(
             input_requests={RESUME_KEY: types.ElicitRequest(params=params)},
-            request_state=_state(action.action_id),
+            request_state=self._signed(action),
         )
 
     def _inbox(self, req: McpRequest, action_id: str) -> str | None:
@@ -491,8 +590,8 @@ class McpTools:
         principal: Principal | None,
         name: str,
     ) -> Answer:
-        action_id = _action_of(params.request_state)
-        action = None if action_id is None else await self._answerable(principal, action_id)
+        action_id = self._verified(params.request_state or "", name)
+        action = await self._answerable(principal, action_id)
         if action is None or action.name != name:
             # another principal's action does not exist for this one
             return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
@@ -554,6 +653,34 @@ class McpTools:
             wire,
             action.action_id,
         )
+
+    def _signed(self, action: ActionRecord) -> str:
+        """The request state of ``action``'s input request: its id and tool, signed (HMAC-SHA256)
+        with this server's key, so that the server trusts no state it did not make."""
+        body = _b64(f"{action.name}\0{action.action_id}".encode())
+        tag = hmac.new(self.state_key, body.encode(), hashlib.sha256).digest()
+        return f"{_STATE_PREFIX}{body}.{_b64(tag)}"
+
+    def _verified(self, state: str, name: str) -> str:
+        """The action id a request state of this server's names for the tool ``name``; a state
+        tampered with (or made by another key) is refused with a JSON-RPC error, as the
+        protocol requires."""
+        try:
+            if not state.startswith(_STATE_PREFIX):
+                raise ValueError("not ours")
+            body, _, tag = state[len(_STATE_PREFIX) :].partition(".")
+            expected = hmac.new(self.state_key, body.encode(), hashlib.sha256).digest()
+            if not hmac.compare_digest(_unb64(tag), expected):
+                raise ValueError("the signature does not match")
+            tool, _, action_id = _unb64(body).decode().partition("\0")
+        except (ValueError, UnicodeError) as error:
+            log.warning("a request state was refused: %s", error)
+            raise MCPError(
+                INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"}
+            ) from None
+        if tool != name:
+            raise MCPError(INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
+        return action_id
 
     async def _answerable(self, principal: Principal | None, action_id: str) -> ActionRecord | None:
         """The action ``action_id`` if ``principal`` may resolve it: its tenant, and the principal
@@ -654,25 +781,60 @@ def _pending_json(action: ActionRecord) -> JsonValue:
     return {"pending": _action_name(action), "action_id": action.action_id}
 
 
+_PROMPTS = ("prompt", "question", "message", "title", "summary", "description")
+"""Keys of a suspend payload whose text is the question to show a person."""
+
+
 def _message(action: ActionRecord, note: str | None) -> str:
+    """What an elicitation shows a person: the payload's question (``prompt`` and its like),
+    else the action and the payload's fields, one per line, as words rather than JSON."""
     payload = action.payload
-    prompt = payload.get("prompt") if isinstance(payload, dict) else None
-    text = prompt if isinstance(prompt, str) else f"{_action_name(action)}: {compact_json(payload)}"
+    text = None
+    if isinstance(payload, dict):
+        text = next(
+            (v for k in _PROMPTS if isinstance(v := payload.get(k), str) and v.strip()), None
+        )
+    if text is None:
+        text = f"{_action_name(action)} asks for your answer."
+        if isinstance(payload, dict):
+            text += "".join(f"\n{key}: {_readable(value)}" for key, value in payload.items())
+        elif payload is not None:
+            text += f"\n{_readable(payload)}"
     return text if note is None else f"{text}\n\nThe last answer was refused: {note}"
 
 
-def _state(action_id: str) -> str:
-    """The request state: the action's id, nothing the server would have to trust."""
-    return _STATE_PREFIX + base64.urlsafe_b64encode(action_id.encode()).decode()
+def _readable(value: JsonValue) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(item, str | int | float) for item in value):
+        return ", ".join(str(item) for item in value)
+    return compact_json(value)
 
 
-def _action_of(state: str | None) -> str | None:
-    if state is None or not state.startswith(_STATE_PREFIX):
-        return None
-    try:
-        return base64.urlsafe_b64decode(state[len(_STATE_PREFIX) :].encode()).decode()
-    except ValueError:
-        return None
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    """The strict inverse of ``_b64``: only the canonical form decodes."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(raw) != text:
+        raise ValueError("not canonical base64url")
+    return raw
+
+
+def state_key() -> bytes:
+    """The signing key of request states: ``$BLADE_MCP_STATE_KEY`` (at least 32 bytes), else
+    one of this process's own."""
+    configured = os.environ.get(STATE_KEY_ENV)
+    if configured is None:
+        return secrets.token_bytes(32)
+    if len(configured.encode()) < 32:
+        raise ValueError(f"${STATE_KEY_ENV} must hold at least 32 bytes (secrets.token_hex(32))")
+    return configured.encode()
+
+
+INVALID_STATE = "Invalid or expired requestState"  # the SDK's own words for it
 
 
 # -- servers and transports ---------------------------------------------------------------------
@@ -686,6 +848,7 @@ def mcp_server(
     authenticate: Authenticate | None = None,
     inbox_url: str | Callable[[McpRequest], str | None] | None = None,
     run_id: str = "mcp",
+    signing_key: bytes | None = None,
 ) -> Server[Any]:
     """A low-level MCP server serving ``runtime``'s tools (see the module's doc)."""
     tools = McpTools(
@@ -694,6 +857,7 @@ def mcp_server(
         authenticate=authenticate,
         inbox_url=inbox_url,
         run_id=run_id,
+        signing_key=signing_key,
     )
     return _server(tools, name)
 
@@ -714,14 +878,17 @@ def _security(host: str) -> Any:
 def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
     from blade_runtime import __version__
 
-    return Server(
-        name,
-        version=__version__,
-        on_list_tools=tools.list_tools,
-        on_call_tool=tools.call_tool,
-        # Mcp-Param header checks read the schema here instead of running tools/list per call
-        get_tool_input_schema=tools.input_schema,
-    )
+    with warnings.catch_warnings():  # logging/setLevel: served for the older versions
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return Server(
+            name,
+            version=__version__,
+            on_list_tools=tools.list_tools,
+            on_call_tool=tools.call_tool,
+            on_set_logging_level=tools.set_logging_level,
+            # Mcp-Param header checks read the schema here instead of running tools/list
+            get_tool_input_schema=tools.input_schema,
+        )
 
 
 async def serve_stdio(
@@ -729,13 +896,28 @@ async def serve_stdio(
     *,
     principal: Principal | None = None,
     inbox_url: str | None = None,
+    limits: StdioLimits = STDIO_LIMITS,
+    stop: Any = None,
 ) -> None:
-    """Serve ``runtime`` over this process's stdin and stdout until the client closes them."""
-    from mcp.server.stdio import stdio_server
+    """Serve ``runtime`` over this process's stdin and stdout until the client closes stdin (or
+    its end of stdout: ``BrokenPipe``), or ``stop`` (an ``anyio.Event``) is set. Every message
+    is answered as JSON-RPC requires and what a client can make the server hold is bounded by
+    ``limits`` (see ``blade_runtime.serving.mcp_stdio``)."""
+    import anyio
 
-    server = mcp_server(runtime, principal=principal, inbox_url=inbox_url)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+    from blade_runtime.serving.mcp_stdio import claimed_stdio, serve_connection
+
+    tools = McpTools(runtime, principal=principal, inbox_url=inbox_url)
+    tools.requests = {}
+    server = _server(tools)
+    with claimed_stdio() as wire:
+        await serve_connection(
+            server,
+            wire,
+            limits,
+            tools,
+            stop if stop is not None else anyio.Event(),
+        )
 
 
 _MODERN = frozenset(version.encode() for version in MODERN_PROTOCOL_VERSIONS)
@@ -756,7 +938,13 @@ class FastPath:
     OpenTelemetry middleware."""
 
     def __init__(
-        self, app: Any, server: Server[Any], tools: McpTools, path: str, security: Any
+        self,
+        app: Any,
+        server: Server[Any],
+        tools: McpTools,
+        path: str,
+        security: Any,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         # Imported here, once, not in _answer: each import statement there cost about a
         # microsecond on every request (and serving over stdio never imports these).
@@ -788,6 +976,7 @@ class FastPath:
         self.tools = tools
         self.path = path
         self.security = TransportSecurityMiddleware(security)
+        self.max_body_bytes = max_body_bytes
         self.served = 0  # requests answered here rather than by the SDK's app
         self._stamp: dict[str, Any] | None = None
 
@@ -795,7 +984,7 @@ class FastPath:
         if not self._candidate(scope):
             await self.app(scope, receive, send)
             return
-        body, whole = await _body(receive)
+        body, whole = await _body(receive, self.max_body_bytes)
         replayed = _replay(body, whole, receive)
         if not whole:  # the SDK's app reads the rest (and refuses a body over its limit)
             await self.app(scope, replayed, send)
@@ -821,7 +1010,7 @@ class FastPath:
                 or key == b"mcp-session-id"
                 or (
                     key == b"content-length"
-                    and (not value.isdigit() or int(value) > MAX_BODY_BYTES)
+                    and (not value.isdigit() or int(value) > self.max_body_bytes)
                 )
             ):
                 return False
@@ -835,7 +1024,8 @@ class FastPath:
         request = Request(scope, receive)
         if await self.security.validate_request(request, is_post=True) is not None:
             return None
-        if not self._accepts(request)[0]:
+        accepts_json, accepts_sse = self._accepts(request)
+        if not (accepts_json and accepts_sse):  # the SDK's app (SSE mode) refuses it: 406
             return None
         items = request.headers.items()
         if self._duplicated(items) is not None:
@@ -867,6 +1057,12 @@ class FastPath:
         arguments = raw.get("arguments")
         if arguments is not None and not isinstance(arguments, dict):
             return None
+        meta = raw.get("_meta")
+        if isinstance(meta, dict) and "progressToken" in meta:
+            return None  # progress streams as SSE: the SDK's app has the channel for it
+        name = raw.get("name")
+        if not isinstance(name, str) or self.tools.declares_headers(name):
+            return None  # its Mcp-Param headers are the SDK's to check (SEP-2243)
         stripped = raw if arguments is None else {**raw, "arguments": {}}
         try:  # the SDK's parse of a request (its version's surface, then the model, by wire
             # names only), of the params alone and without the arguments, whose dict the two
@@ -879,11 +1075,14 @@ class FastPath:
             params.arguments = arguments
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
         try:
+            call_id = next(_CALL_IDS)
             result = await _unless_gone(
                 self.tools.handle(
-                    McpRequest(version, verdict.client_capabilities, request), params
+                    McpRequest(version, verdict.client_capabilities, request, call_id=call_id),
+                    params,
                 ),
                 wire,
+                lambda: self.tools.runtime.cancel_call(call_id, CLOSED_REQUEST),
             )
             if result is None:  # the client went away (a cancelled request): the call is too
                 return Response(status_code=499)
@@ -911,7 +1110,12 @@ class FastPath:
         return Response(compact_json(reply), media_type="application/json")
 
 
-async def _unless_gone(work: Coroutine[Any, Any, T], receive: Any) -> T | None:
+CLOSED_REQUEST = "the MCP client closed its HTTP request (its way to cancel a call)"
+
+
+async def _unless_gone(
+    work: Coroutine[Any, Any, T], receive: Any, cancel: Callable[[], Any] | None = None
+) -> T | None:
     """``work``'s result, or None once the client disconnects, ``work`` then cancelled: a
     client that cancels a tools/call over stateless HTTP closes its request (its
     notifications/cancelled has no session to reach this one by), and the runtime's call
@@ -919,7 +1123,7 @@ async def _unless_gone(work: Coroutine[Any, Any, T], receive: Any) -> T | None:
 
     ``work`` runs in this task, and the disconnect is watched only from its first suspension
     on: a call that never waits (most) costs no task and no ``asyncio.wait``."""
-    watch = _Watch(receive)
+    watch = _Watch(receive, cancel)
     try:
         result = await _watched(work, watch)
     except asyncio.CancelledError:
@@ -938,10 +1142,11 @@ class _Watch:
     """Whether the client of the request running ``work`` went away; on that, the request's
     task is cancelled (and the work with it, where it waits)."""
 
-    __slots__ = ("gone", "owner", "receive", "watcher")
+    __slots__ = ("cancel", "gone", "owner", "receive", "watcher")
 
-    def __init__(self, receive: Any) -> None:
+    def __init__(self, receive: Any, cancel: Callable[[], Any] | None = None) -> None:
         self.receive = receive
+        self.cancel = cancel  # says why first (the call's record), where it can
         self.owner: asyncio.Task[Any] | None = None
         self.watcher: asyncio.Task[None] | None = None
         self.gone = False
@@ -963,6 +1168,8 @@ class _Watch:
         while (await self.receive())["type"] != "http.disconnect":
             pass  # a server that sends more of the (already read) body
         self.gone = True
+        if self.cancel is not None:
+            self.cancel()
         assert self.owner is not None
         self.owner.cancel()
 
@@ -990,7 +1197,7 @@ def _watched(coroutine: Coroutine[Any, Any, T], watch: _Watch) -> Generator[Any,
             thrown = error
 
 
-async def _body(receive: Any) -> tuple[bytes, bool]:
+async def _body(receive: Any, limit: int) -> tuple[bytes, bool]:
     """The request body as read, and whether it is whole: not once it is larger than the limit
     (a chunked body has no length to refuse it by first) or the client went away."""
     chunks: list[bytes] = []
@@ -1002,7 +1209,7 @@ async def _body(receive: Any) -> tuple[bytes, bool]:
         chunk = message.get("body", b"")
         size += len(chunk)
         chunks.append(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > limit:
             return b"".join(chunks), False
         if not message.get("more_body", False):
             return b"".join(chunks), True
@@ -1034,6 +1241,8 @@ def mcp_asgi_app(
     host: str = "127.0.0.1",
     stateless: bool = True,
     fast_path: bool = True,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    signing_key: bytes | None = None,
 ) -> Any:
     """The streamable-HTTP MCP endpoint at ``path`` as an ASGI app (its lifespan runs the SDK's
     session manager). Every request is authenticated by ``authenticate``; with neither it nor a
@@ -1049,14 +1258,19 @@ def mcp_asgi_app(
         authenticate=authenticate,
         inbox_url=inbox_url,
         anonymous=anonymous,
+        signing_key=signing_key,
     )
     server = _server(tools)
     app = server.streamable_http_app(
-        streamable_http_path=path, stateless_http=stateless, json_response=True, host=host
+        streamable_http_path=path,
+        stateless_http=stateless,
+        json_response=False,  # JSON, unless there is progress to stream (then SSE)
+        host=host,
+        max_request_body_size=max_body_bytes,
     )
     if not fast_path:
         return app
-    return FastPath(app, server, tools, path, _security(host))
+    return FastPath(app, server, tools, path, _security(host), max_body_bytes)
 
 
 class McpMount:
@@ -1117,119 +1331,29 @@ class McpMount:
 _PRINCIPAL = "blade.principal"  # the scope key McpMount leaves the authenticated principal in
 
 
-def load_runtime(target: str, store_url: str | None) -> Runtime:
-    """``MODULE:ATTRIBUTE``: a Runtime, or a function returning one (called with ``store=`` the
-    opened ``store_url`` when given); found as ``serve`` finds it (the current folder is
-    importable)."""
-    from blade_runtime.serving.serve import ServeError, load
-
-    try:
-        found: Any = load(target, "MODULE:RUNTIME")
-    except ServeError as error:
-        raise ValueError(str(error)) from None
-    if isinstance(found, Runtime):
-        if store_url is not None:
-            raise ValueError(f"{target} is a Runtime with its own store; --store needs a factory")
-        return found
-    if not callable(found):
-        raise ValueError(f"{target} is neither a Runtime nor a function returning one")
-    if store_url is None:
-        made = found()
-    else:
-        from blade_runtime.stores.urls import open_store
-
-        made = found(store=open_store(store_url))
-    if not isinstance(made, Runtime):
-        raise ValueError(f"{target}() did not return a Runtime")
-    return made
+_LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_CANCELLED = ""  # a request cancelled before its call started, in McpTools.requests
+_CALL_IDS = (f"mcp_{secrets.token_hex(6)}_{n}" for n in itertools.count(1))
+"""Call ids this server gives (where it must be able to cancel a call by its id): unique, and
+cheaper than a UUID on every HTTP call."""
 
 
-def run_cli(
-    target: str,
-    *,
-    store_url: str | None = None,
-    http: str | None = None,
-    inbox_url: str | None = None,
-    principal: str | None = None,
-) -> int:
-    """``blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT]``: serve over stdio
-    (or streamable HTTP on a loopback address) until the client (or a signal) ends it."""
-    import sys
-
-    import anyio
-
-    from blade_runtime.core.store import StoreError
-    from blade_runtime.serving.serve import port_number
-
-    who = None
-    if principal is not None:
-        ident, _, tenant = principal.partition("@")
-        who = Principal(ident, tenant)
-    try:
-        runtime = load_runtime(target, store_url)
-    except StoreError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
-    except (ImportError, AttributeError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if http is None:
-        anyio.run(lambda: serve_stdio(runtime, principal=who, inbox_url=inbox_url))
-        return 0
-    host, _, port = http.rpartition(":")
-    number = port_number(port)
-    if host not in ("127.0.0.1", "localhost", "::1") or number is None:
-        print(
-            f"error: --http {http}: a loopback HOST:PORT (elsewhere, serve mcp_asgi_app with "
-            "authenticate= from your own ASGI server)",
-            file=sys.stderr,
-        )
-        return 2
-    import asyncio
-
-    import uvicorn
-
-    from blade_runtime.serving.serve import EXIT_BIND, listen, url_of
-
-    try:
-        listening = listen(host, number)
-    except OSError as error:
-        print(f"error: cannot listen on {url_of(host, number)}: {error.strerror}", file=sys.stderr)
-        return EXIT_BIND
-    app = mcp_asgi_app(
-        runtime, principal=who, anonymous=who is None, inbox_url=inbox_url, host=host
-    )
-    endpoint = f"{url_of(host, listening.getsockname()[1])}/mcp"
-    access = (
-        "anonymous access on (loopback only)"
-        if who is None
-        else f"every request for {who.id}@{who.tenant}"
-    )
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list[Any] | None = None) -> None:
-            await super().startup(sockets)
-            if self.started:  # listening: say where, once
-                print(
-                    f"blade-runtime mcp serving {target} on {endpoint}; {access}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-    server = Server(uvicorn.Config(app, log_level="warning"))
-    try:
-        asyncio.run(server.serve([listening]))
-    finally:
-        listening.close()
-    return 0
+def client_cancelled(reason: str | None) -> str:
+    """What a cancelled call's record says of an MCP client's cancellation."""
+    if reason is None or not reason.strip():
+        return "the MCP client cancelled its request (it gave no reason)"
+    return f"the MCP client cancelled its request, saying {reason.strip()!r}"
 
 
 def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the client asked for progress on this request, so that a call nobody watches
-    costs no subscription: a ``_meta.progressToken`` over JSON-RPC (stdio, HTTP), a progress
-    callback on the SDK's in-process client (which says so only to its dispatch context)."""
+    costs no subscription: a ``_meta.progressToken`` over JSON-RPC (stdio, HTTP: the SDK's
+    context holds it as ``progress_token``), a progress callback on the SDK's in-process
+    client (which says so only to its dispatch context)."""
     meta: Any = ctx.meta or {}
-    if isinstance(meta, Mapping) and meta.get("progressToken") is not None:
+    if isinstance(meta, Mapping) and (
+        meta.get("progress_token") is not None or meta.get("progressToken") is not None
+    ):
         return True
     outbound = getattr(ctx.session, "_request_outbound", None)
     direct = getattr(outbound, "_inner", outbound)

@@ -413,7 +413,10 @@ def test_cancelling_a_run_cancels_its_calls_only(deploy: Any) -> None:
     assert cancelled == 2
     for result in results[:2]:
         error = error_of(result, ErrorCode.CANCELLED)
-        assert error.message == "The tool call was cancelled: the user stopped the run."
+        assert error.message == (
+            "The tool call was cancelled after its implementation started: "
+            "the user stopped the run."
+        )
     assert error_of(results[2], ErrorCode.CANCELLED).call.run_id == "b"
 
 

@@ -244,18 +244,18 @@ def test_the_retry_is_checked_against_the_stored_principal(runtime: Runtime) -> 
                 allow_input_required=True,
             )
 
+    key = b"k" * 32  # the servers share their signing key, as workers sharing a store would
+
+    def server(who: Principal) -> Any:
+        return mcp_server(runtime, principal=who, signing_key=key)
+
     async def main() -> list[Any]:
-        async with Client(mcp_server(runtime, principal=ANN), elicitation_callback=answers()) as c:
+        async with Client(server(ANN), elicitation_callback=answers()) as c:
             leg = await first_leg(c)
-        mallory = mcp_server(runtime, principal=Principal("mallory", "acme"))
-        other_tenant = mcp_server(runtime, principal=Principal("ann", "evil"))
-        operator = mcp_server(runtime, principal=Principal("op", "x", frozenset({OPERATOR})))
         return [
-            await retry(mallory, leg.request_state),
-            await retry(other_tenant, leg.request_state),
-            await retry(mcp_server(runtime, principal=ANN), "blade1.bm9wZQ=="),
-            await retry(mcp_server(runtime, principal=ANN), leg.request_state, name="plan"),
-            await retry(operator, leg.request_state),
+            await retry(server(Principal("mallory", "acme")), leg.request_state),
+            await retry(server(Principal("ann", "evil")), leg.request_state),
+            await retry(server(Principal("op", "x", frozenset({OPERATOR}))), leg.request_state),
         ]
 
     *refused, by_operator = run(main())
@@ -264,6 +264,85 @@ def test_the_retry_is_checked_against_the_stored_principal(runtime: Runtime) -> 
         assert structured(result)["error"] == "UNKNOWN_ACTION"
     assert isinstance(by_operator, types.CallToolResult)
     assert by_operator.structured_content == {"status": "sent", "by": "x"}
+
+
+def test_a_request_state_tampered_with_is_a_json_rpc_error_and_nothing_runs(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """Issue 50.2: the request state is signed; one changed anywhere, made for another tool, by
+    another server's key or in the unsigned old form is refused (-32602), the action waits."""
+    import base64
+
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    from blade_runtime.serving.mcp import FastPath
+
+    effects = tmp_path / "effects"
+    os.environ["BLADE_EFFECTS"] = str(effects)
+    server = mcp_asgi_app(runtime, principal=ANN, signing_key=b"k" * 32)
+    stranger = mcp_asgi_app(runtime, principal=ANN, signing_key=b"s" * 32)
+    good = types.ElicitResult(action="accept", content={"approved": True, "approver": "ann"})
+
+    @contextlib.asynccontextmanager
+    async def client_of(app: FastPath) -> Any:
+        async with (
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as http,
+            Client(
+                streamable_http_client("http://127.0.0.1:8000/mcp", http_client=http),
+                elicitation_callback=answers(),
+            ) as client,
+        ):
+            yield client
+
+    async def retry(via: Any, state: str, name: str = "transfer") -> Any:
+        async with client_of(via) as client:
+            try:
+                return await client.session.call_tool(
+                    name,
+                    SEND,
+                    input_responses={RESUME_KEY: good},
+                    request_state=state,
+                    allow_input_required=True,
+                )
+            except MCPError as error:
+                return error.error.code, error.error.message
+
+    async def main() -> list[Any]:
+        async with (
+            server.app.router.lifespan_context(server.app),
+            stranger.app.router.lifespan_context(stranger.app),
+        ):
+            return await legs()
+
+    async def legs() -> list[Any]:
+        async with client_of(server) as client:
+            leg = await client.session.call_tool("transfer", SEND, allow_input_required=True)
+        state = leg.request_state
+        body, tag = state.removeprefix("blade2.").split(".")
+        action = base64.urlsafe_b64decode(body + "==").decode().split("\0")[1]
+        other = base64.urlsafe_b64encode(f"transfer\0{action}x".encode()).decode().rstrip("=")
+        outcomes = []
+        for via, forged, name in [
+            (server, state + "-TAMPERED", "transfer"),
+            (server, state[:-2] + ("AA" if not state.endswith("AA") else "BB"), "transfer"),
+            (server, f"blade2.{other}.{tag}", "transfer"),
+            (server, state, "plan"),
+            (stranger, state, "transfer"),
+            (server, "blade1." + base64.urlsafe_b64encode(action.encode()).decode(), "transfer"),
+        ]:
+            outcomes.append(await retry(via, forged, name))
+        outcomes.append(await retry(server, state))  # the state as made: the answer goes in
+        return outcomes
+
+    try:
+        *refused, done = run(main())
+    finally:
+        del os.environ["BLADE_EFFECTS"]
+    assert refused == [(-32602, "Invalid or expired requestState")] * 6
+    assert done.structured_content == {"status": "sent", "by": "ann"}
+    assert effects.read_text().count("sent 5 to bob") == 1
 
 
 def test_flat_form_schema() -> None:
@@ -303,6 +382,7 @@ def _env(built: Path, effects: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(built), str(TESTS), env.get("PYTHONPATH", "")])
     env["BLADE_EFFECTS"] = str(effects)
+    env["BLADE_MCP_STATE_KEY"] = "a key the workers of these tests share, 32+ bytes"
     return env
 
 
@@ -442,7 +522,7 @@ def test_the_cli_finds_the_application_in_the_current_folder_as_serve_does(
 ) -> None:
     """`blade-runtime mcp myapp:make_runtime` run beside myapp.py, as docs/mcp-and-adapters.md
     shows."""
-    from blade_runtime.serving.mcp import load_runtime
+    from blade_runtime.serving.mcp_cli import load_runtime
 
     (tmp_path / "blade_mcp_app_here.py").write_text(
         "from blade_runtime import Runtime\n\n\ndef make_runtime(store=None):\n"
@@ -640,7 +720,7 @@ def test_http_fast_path_answers_as_the_sdk_does(runtime: Runtime) -> None:
     def shape(body: dict[str, Any]) -> Any:
         result = body["result"]
         state = result.pop("requestState", None)
-        assert state is None or state.startswith("blade1.")
+        assert state is None or state.startswith("blade2.")
         return {
             **body,
             "id": None,
@@ -1133,3 +1213,147 @@ def test_a_listing_follows_a_replaced_registration_under_the_same_name(built: Pa
     assert after.output_schema is None
     assert result.structured_content == {"id": 3}
     assert agent_tools.SECRET not in result.model_dump_json()
+
+
+def _events(status: int, body: Any) -> Any:
+    """An SSE body as the JSON of its events (ids and pings aside); JSON as it is."""
+    if not isinstance(body, str):
+        return status, body
+    events = [json.loads(row[5:]) for row in body.splitlines() if row.startswith("data:")]
+    return status, events
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "params", "headers"),
+    [
+        ("charge", {"cents": 1, "note": "x"}, {}, {}),  # its Mcp-Param header missing
+        ("charge", {"cents": 1, "note": "x"}, {}, {"mcp-param-note": "y"}),  # not the value
+        ("charge", {"cents": 1, "note": "x"}, {}, {"mcp-param-note": "x"}),
+        ("charge", {"cents": 2, "steps": 2}, {"_meta": {**_MODERN_META, "progressToken": 5}}, {}),
+        ("charge", {"cents": "2"}, {}, {}),
+        ("nope", {}, {}, {}),
+    ],
+    ids=["param-missing", "param-wrong", "param-given", "progress", "invalid", "unknown"],
+)
+def test_the_fast_path_and_the_sdks_path_answer_alike(
+    built: Path, name: str, arguments: Any, params: dict[str, Any], headers: dict[str, str]
+) -> None:
+    """Issue 50.1: the fast path gives way where it has no channel or check of its own (a
+    progress token: the notifications stream as SSE; a tool whose schema declares Mcp-Param
+    headers: SEP-2243's check), and answers alike elsewhere."""
+    import httpx
+
+    from blade_runtime.serving.mcp import FastPath
+
+    answers = []
+    for fast in (True, False):
+        runtime = agent_tools.make_service_runtime()
+        app = mcp_asgi_app(runtime, principal=ANN, fast_path=fast)
+        inner = app.app if isinstance(app, FastPath) else app
+
+        async def post(app: Any = app, inner: Any = inner) -> httpx.Response:
+            async with (
+                inner.router.lifespan_context(inner),
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client,
+            ):
+                return await client.post(
+                    "http://127.0.0.1:8000/mcp",
+                    content=_tools_call(name, arguments, **params),
+                    headers={**_CALL_HEADERS, "mcp-name": name, **headers},
+                )
+
+        response = run(post())
+        sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        body = response.text if sse else response.json()
+        answers.append(_events(response.status_code, body))
+    fast, sdk = answers
+    assert fast == sdk
+    if params:  # the progress reached the client, then the result
+        _, events = fast
+        assert [e.get("method") for e in events] == ["notifications/progress"] * 3 + [None]
+
+
+def test_audio_and_embedded_resources_reach_the_client(built: Path) -> None:
+    from blade_agent_specs.crm import find_v1
+
+    from blade_runtime.core.content import Audio, EmbeddedResource, Text
+
+    runtime = Runtime()
+    runtime.register(
+        find_v1.SPEC,
+        agent_tools.find,
+        project=lambda out: [
+            Text("found"),
+            Audio("UklGRg==", "audio/wav"),
+            EmbeddedResource(f"crm://c/{out.id}", "text/plain", text=out.name),
+            EmbeddedResource("crm://raw", "application/octet-stream", blob="AAE="),
+        ],
+    )
+
+    async def main() -> types.CallToolResult:
+        async with Client(mcp_server(runtime)) as client:
+            return await client.call_tool("find", {"customer_id": 2})
+
+    result = run(main())
+    text, audio, resource, raw = result.content
+    assert isinstance(text, types.TextContent) and text.text == "found"
+    assert isinstance(audio, types.AudioContent)
+    assert (audio.data, audio.mime_type) == ("UklGRg==", "audio/wav")
+    assert isinstance(resource, types.EmbeddedResource)
+    assert isinstance(resource.resource, types.TextResourceContents)
+    assert (str(resource.resource.uri), resource.resource.text) == ("crm://c/2", "customer 2")
+    assert isinstance(raw.resource, types.BlobResourceContents) and raw.resource.blob == "AAE="
+
+
+@pytest.mark.parametrize(
+    ("mode", "level", "meta", "expected"),
+    [
+        ("legacy", None, {}, ["charged"]),  # the older versions: a server may send every level
+        ("legacy", "warning", {}, []),  # turned down by logging/setLevel
+        (None, None, {"io.modelcontextprotocol/logLevel": "info"}, ["charged"]),
+        (None, None, {}, []),  # 2026-07-28: only where the request asks for them
+    ],
+    ids=["legacy", "legacy-set-level", "modern-asked", "modern-not-asked"],
+)
+def test_a_tools_messages_are_log_notifications_where_the_client_takes_them(
+    built: Path, tmp_path: Path, mode: str | None, level: str | None, meta: Any, expected: Any
+) -> None:
+    """Issue 50.2: ``ctx.message`` is the tool's log message (``notifications/message``,
+    level info, the tool's name as the logger), over stdio."""
+    params = StdioServerParameters(
+        command=str(BIN / "blade-runtime"),
+        args=["mcp", "agent_tools:make_service_runtime", "--store", str(tmp_path / "l.db")],
+        env=_env(built, tmp_path / "effects"),
+    )
+    logged: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        logged.append(params)
+
+    async def main() -> types.CallToolResult:
+        options: dict[str, Any] = {} if mode is None else {"mode": mode}
+        async with Client(params, logging_callback=on_log, **options) as client:
+            if level is not None:
+                await client.set_logging_level(level)  # type: ignore[arg-type]
+            return await client.call_tool("charge", {"cents": 1, "steps": 1}, meta=meta or None)
+
+    assert run(main()).structured_content == {"charged": 1}
+    assert [entry.data for entry in logged] == expected
+    assert all(entry.level == "info" and entry.logger == "charge" for entry in logged)
+
+
+def test_an_elicitation_without_a_prompt_shows_the_fields_as_words() -> None:
+    from types import SimpleNamespace
+
+    from blade_runtime.serving.mcp import _message
+
+    def action(payload: Any) -> Any:
+        return SimpleNamespace(name="deploy", point="approve", payload=payload)
+
+    assert _message(action({"question": "Ship it?", "x": 1}), None) == "Ship it?"
+    assert _message(action({"service": "api", "regions": ["eu", "us"], "n": 2}), None) == (
+        "deploy.approve asks for your answer.\nservice: api\nregions: eu, us\nn: 2"
+    )
+    assert _message(action({"service": "api"}), "too late").endswith(
+        "\n\nThe last answer was refused: too late"
+    )

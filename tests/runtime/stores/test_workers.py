@@ -1017,7 +1017,8 @@ def test_a_runtime_closed_with_calls_running_settles_them_cancelled(cluster: Clu
         assert record.result == {
             "status": "error",
             "code": "CANCELLED",
-            "message": "The tool call was cancelled: the runtime is closing.",
+            "message": "The tool call was cancelled after its implementation started: the runtime "
+            "is closing.",
         }
     store.close()
 
