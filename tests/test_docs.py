@@ -10,6 +10,7 @@ type-checked, and the list of them stays tiny (a test holds it to MAX_NOT_RUN).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -279,3 +280,12 @@ def test_the_docs_import_only_public_paths() -> None:
     ]
     imports = sum(page.read_text("utf-8").count("from blade_runtime") for page in PAGES)
     assert imports >= 20 and found == [], found
+
+
+def test_the_spec_format_table_names_every_key_the_validator_allows() -> None:
+    """A key the meta-schema allows and the table leaves out is one a user finds only in an
+    error message."""
+    meta = json.loads((ROOT / "codegen" / "blade_codegen" / "spec.schema.json").read_text("utf-8"))
+    table = (ROOT / "docs" / "spec-format.md").read_text("utf-8")
+    listed = set(re.findall(r"^\| `([A-Za-z$]+)` \|", table, re.MULTILINE))
+    assert set(meta["properties"]) - {"$schema"} <= listed, set(meta["properties"]) - listed

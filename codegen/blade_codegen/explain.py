@@ -70,9 +70,8 @@ def spec_error(error: Any, spec: Any, meta: Mapping[str, Any]) -> list[Explained
         allowed = _allowed_keys(meta, list(error.schema_path)[:-1])
         if typo and typo not in allowed:
             return []  # reported once, at the misspelled key, as an unknown key
-        if typo:
-            hint = f"{json.dumps(typo)} looks like a misspelling of it"
-            return [((*at, typo), f"the key {json.dumps(kind.property)} is missing", hint)]
+        # A key the spec format allows (a valid sibling such as outputSchema) is never blamed
+        # as a misspelling: following that hint would break the spec further.
         hint = f"add the key {json.dumps(kind.property)}"
         return [(at, f"the key {json.dumps(kind.property)} is missing", hint)]
     if name == "Enum":

@@ -17,6 +17,7 @@ from pathlib import Path
 from blade_codegen.config import DEFAULT_PACKAGE
 from blade_codegen.importer import Imported, check_imported
 from blade_codegen.load import SHARED_SUFFIX, spec_paths
+from blade_codegen.validate import unversioned, versioned
 from blade_codegen.write import new_file, write_file
 
 EXAMPLE_ID = "example.hello.v1"
@@ -75,6 +76,8 @@ def spec_rel(spec_id: str) -> str:
             f"id {spec_id!r} has no namespace: write it as namespace.tool-name.v1, "
             "e.g. crm.lookup-customer.v1"
         )
+    if not versioned(spec_id):
+        raise Refused(unversioned(spec_id))
     return f"{namespace}/{rest}.json"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import keyword as python_keyword
+import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from functools import cache
@@ -28,6 +29,8 @@ UNSUPPORTED_KEYWORDS = {
     "$id": "remove it: references in a spec resolve relative to the spec file",
     "$anchor": "reference the definition by JSON pointer (#/$defs/Name) instead",
 }
+
+_VERSION = re.compile(r"v[0-9]+")
 
 
 @cache
@@ -220,6 +223,20 @@ def _child_problem(
     )
 
 
+def versioned(spec_id: str) -> bool:
+    """Whether the id ends in its version, ``.v1``, ``.v2``...: what ``check`` counts on to
+    publish an incompatible change under the next id."""
+    parts = spec_id.split(".")
+    return len(parts) > 2 and _VERSION.fullmatch(parts[-1]) is not None
+
+
+def unversioned(spec_id: str) -> str:
+    return (
+        f"id {spec_id!r} has no version: end it with .v1 ({spec_id}.v1), so that an "
+        "incompatible change can be published as .v2 beside it"
+    )
+
+
 def _check_id(source: SourceFile, spec_id: Any) -> list[Problem]:
     if not isinstance(spec_id, str) or not spec_id:
         return []
@@ -237,6 +254,9 @@ def _check_id(source: SourceFile, spec_id: Any) -> list[Problem]:
             )
     if any(ord(c) < 32 or ord(c) == 127 for c in spec_id):
         problems.append(source.problem(("id",), "id contains control characters", "remove them"))
+    if not problems and not versioned(spec_id):
+        message, _, fix = unversioned(spec_id).partition(": ")
+        problems.append(source.problem(("id",), message, fix))
     expected = source.rel.removesuffix(".json").replace("/", ".")
     if not problems and spec_id != expected:
         namespace, _, rest = spec_id.partition(".")

@@ -191,7 +191,7 @@ COLLIDING = {
 
 
 def test_properties_whose_python_names_collide_keep_their_own_values(tmp_path: Path) -> None:
-    module = _built(tmp_path, COLLIDING, "names_pkg")
+    module = _built(tmp_path, COLLIDING, "colliding_names_pkg")
     adapter = TypeAdapter(module.SPEC.input_type)
     for value in (
         {"default_prompt": "x"},

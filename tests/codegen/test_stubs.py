@@ -104,6 +104,10 @@ def test_new_writes_a_valid_skeleton_at_the_path_of_its_id(tmp_path: Path) -> No
     assert taken.returncode == 3 and "'find_order' is already used" in taken.stderr
     assert not (specs / "sales").exists()
     assert run_cli("new", "nonamespace", "--specs", str(specs)).returncode == 2
+    unversioned = run_cli("new", "crm.cancel-order", "--specs", str(specs))
+    assert unversioned.returncode == 2 and not (specs / "crm" / "cancel-order.json").exists()
+    assert "has no version: end it with .v1 (crm.cancel-order.v1)" in unversioned.stderr
+    assert "Traceback" not in unversioned.stderr  # click's usage error: exit 2, one Error line
     quoted = run_cli("new", 'crm.say-"hi".v1', "--specs", str(specs))  # spec text stays JSON
     assert quoted.returncode == 0, quoted.stderr
     assert json.loads((specs / "crm" / 'say-"hi".v1.json').read_text())["id"] == 'crm.say-"hi".v1'

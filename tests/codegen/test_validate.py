@@ -33,6 +33,22 @@ OBJ = {"type": "object"}
 
 CASES: list[tuple[str, dict[str, Any], str]] = [
     ("missing name", spec("ns.t.v1", name=None), '/: the key "name" is missing (add the key'),
+    (
+        # outputSchema is a valid sibling, not a misspelling of the missing key: never blamed
+        "missing input beside an output",
+        spec("ns.t.v1", inputSchema=None, outputSchema=OBJ),
+        '/: the key "inputSchema" is missing (add the key "inputSchema"',
+    ),
+    (
+        "missing resume beside a suspend schema",
+        spec("ns.t.v1", suspend={"p": {"suspendSchema": OBJ}}),
+        '/suspend/p: the key "resumeSchema" is missing (add the key "resumeSchema"',
+    ),
+    (
+        "unversioned id",
+        spec("ns.cancel-order", name="cancel_order"),
+        "/id: id 'ns.cancel-order' has no version (end it with .v1 (ns.cancel-order.v1)",
+    ),
     ("bad name", spec("ns.t.v1", name="9x"), '/name: "9x" does not match'),
     ("empty description", spec("ns.t.v1", description=""), "/description:"),
     (
