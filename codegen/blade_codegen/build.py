@@ -5,8 +5,9 @@ with the last build's record, so a no-op rebuild reads files and hashes them, no
 
 A rebuild after a change does every stage, but not for everything: a module whose inputs did not
 change is reused from the output (its cache key), and a spec file whose bytes did not change is
-not resolved again (``resolve_tree``: what resolving it gave last time is kept in the output's
-``__pycache__``) nor checked again on its own (the checks across the set always run).
+not resolved again (``resolve_tree``: what resolving it gave last time is kept beside the
+package, in ``OUT/.blade-cache``) nor checked again on its own (the checks across the set always
+run).
 """
 
 from __future__ import annotations

@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 STATE_FILE = ".blade-build.json"
-# What the build keeps from one run for the next that is not output: under ``__pycache__``, which
-# every reader of the output already leaves out (``on_disk``, a diff of two builds, packaging),
-# and which is as disposable as the bytecode beside it.
-CACHE_FILE = "__pycache__/blade-build.pickle"
+# What the build keeps from one run for the next that is not output lives beside the package,
+# never in it: OUT/.blade-cache/PACKAGE.pickle, as disposable as bytecode (each entry is checked
+# against its spec file's digest before it is used, so a stale or missing one costs a full build).
+CACHE_FOLDER = ".blade-cache"
 _CACHES = "__pycache__"
+
+
+def cache_path(target: Path) -> Path:
+    """Where the build of the package ``target`` keeps what it reuses next time."""
+    return target.parent / CACHE_FOLDER / f"{target.name}.pickle"
 
 
 def write_file(path: Path, text: str) -> None:
@@ -146,11 +151,23 @@ def on_disk(target: Path) -> dict[str, str]:
 
 
 def read_cache(target: Path) -> bytes | None:
-    """What the last build left in ``CACHE_FILE``, if anything."""
+    """What the last build of ``target`` left in its cache, if anything."""
     try:
-        return (target / CACHE_FILE).read_bytes()
+        return cache_path(target).read_bytes()
     except OSError:
         return None
+
+
+def write_cache(target: Path, cache: bytes) -> None:
+    """Replace the cache of ``target`` in one step; a failure only costs the next build time."""
+    path = cache_path(target)
+    staging = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging.write_bytes(cache)
+        os.replace(staging, path)
+    except OSError:
+        staging.unlink(missing_ok=True)
 
 
 def _plain(rel: str) -> bool:
@@ -172,7 +189,7 @@ def write_package(
 
     Files in ``unchanged`` are already in ``target`` with the same text: they are hard-linked into
     the staging folder instead of written again (the old folder is then removed, so the link is
-    the only name left). ``cache`` goes to ``CACHE_FILE``, beside the files and not one of them.
+    the only name left). ``cache`` goes beside the package (``cache_path``), not into it.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target)
@@ -194,9 +211,6 @@ def write_package(
                 except OSError:
                     pass  # a file system without hard links: write it
             path.write_text(text, "utf-8")
-        if cache is not None:
-            (staging / CACHE_FILE).parent.mkdir(exist_ok=True)
-            (staging / CACHE_FILE).write_bytes(cache)
         backup = _backup(target)
         if target.exists():
             target.rename(backup)
@@ -207,3 +221,5 @@ def write_package(
         shutil.rmtree(staging, ignore_errors=True)
         recover(target)
         raise
+    if cache is not None:
+        write_cache(target, cache)

@@ -30,7 +30,7 @@ from blade_codegen import models as models_module
 from blade_codegen import write as write_module
 from blade_codegen.build import build
 from blade_codegen.problems import SpecError
-from blade_codegen.write import CACHE_FILE, STATE_FILE
+from blade_codegen.write import CACHE_FOLDER, STATE_FILE, cache_path
 
 
 def test_example_package_passes_mypy_strict_and_ruff(built_examples: Path) -> None:
@@ -259,9 +259,14 @@ def test_rebuild_resolves_only_changed_specs_and_a_damaged_cache_costs_nothing_b
 ) -> None:
     out = tmp_path / "out"
     build(example_specs, out, "blade_specs")
-    cache = out / "blade_specs" / CACHE_FILE
+    cache = cache_path(out / "blade_specs")
+    assert cache.is_file() and not cache.is_relative_to(out / "blade_specs")  # beside it
+    # Nothing but the package's own files in it: no cache, no bytecode a build wrote.
+    written = {
+        p.relative_to(out / "blade_specs").as_posix() for p in (out / "blade_specs").rglob("*")
+    }
     recorded = json.loads((out / "blade_specs" / STATE_FILE).read_text())["files"]
-    assert cache.is_file() and CACHE_FILE not in recorded  # not a generated file
+    assert {p for p in written if not (out / "blade_specs" / p).is_dir()} == {*recorded, STATE_FILE}
     resolved: list[str] = []
     real = build_module.resolve
 
@@ -364,7 +369,8 @@ def test_failed_build_leaves_previous_output_byte_identical(
         build(example_specs, out, "blade_specs")
     monkeypatch.undo()
     assert tree_bytes(out) == before
-    assert sorted(os.listdir(out)) == ["blade_specs"]  # no staging or backup left behind
+    # No staging or backup left behind (the cache beside the package is the last build's).
+    assert sorted(os.listdir(out)) == [CACHE_FOLDER, "blade_specs"]
 
 
 def test_interrupted_swap_is_recovered(example_specs: Path, tmp_path: Path) -> None:
