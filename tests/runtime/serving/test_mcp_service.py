@@ -553,3 +553,35 @@ def test_progress_reaches_a_streamable_http_client_that_sent_a_token(
     with http(built, tmp_path) as server:
         seen, _ = _progress_through(server.url, mode)
     assert seen == EXPECTED_PROGRESS
+
+
+def test_a_busy_port_is_a_one_line_exit_4_before_anything_is_loaded(
+    built: Path, tmp_path: Path
+) -> None:
+    """``mcp --http`` listens before it loads the runtime: a port in use ends it with exit 4
+    and one line naming the address, as ``serve`` does, and the store is never opened."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                str(BIN / "blade-runtime"),
+                "mcp",
+                "agent_tools:make_service_runtime",
+                "--store",
+                str(tmp_path / "blade.db"),
+                "--http",
+                f"127.0.0.1:{port}",
+            ],
+            env=_env(built, tmp_path / "effects"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot listen on http://127.0.0.1:{port}: Address already in use"
+    ]
+    assert not (tmp_path / "blade.db").exists()
