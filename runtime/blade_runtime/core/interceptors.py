@@ -350,17 +350,20 @@ class Interceptors:
         *,
         committed: bool = False,
     ) -> ToolResult[Any]:
-        """The ``settled`` observers see ``result`` (a pending one is not settled): the result,
-        or OBSERVER_FAILED when one of them raised. ``committed``: the store holds ``result``
-        already, so that is what the caller is told; a failing observer is only logged."""
-        methods = self.observers.settled
-        if not methods or isinstance(result, ToolPending):
+        """The ``settled`` observers see ``result`` (a pending one is not settled: the
+        ``suspended`` observers see it): the result, or OBSERVER_FAILED when one of them
+        raised. ``committed``: the store holds ``result`` already, so that is what the caller
+        is told; a failing observer is only logged."""
+        boundary = "suspended" if isinstance(result, ToolPending) else "settled"
+        methods = getattr(self.observers, boundary)
+        if not methods:
             return result
         try:
-            await self.observing("settled", methods, registration, call, arguments, outcome=result)
+            await self.observing(boundary, methods, registration, call, arguments, outcome=result)
         except Exception as error:
-            failed = self.observer_failed("settled", call, error)
-            return result if committed else failed
+            failed = self.observer_failed(boundary, call, error)
+            # A pending action is stored already: the caller is told of it all the same.
+            return result if committed or isinstance(result, ToolPending) else failed
         return result
 
     @staticmethod

@@ -35,6 +35,7 @@ BOUNDARIES = (
     "permission_requested",
     "permission_resolved",
     "execution_started",
+    "suspended",
     "settled",
 )
 
@@ -88,7 +89,9 @@ class Lifecycle:
 
 class LifecycleObserver(Protocol):
     """Implement any of ``scheduled``, ``permission_requested``, ``permission_resolved``,
-    ``execution_started`` and ``settled`` as ``async def name(self, event: Lifecycle)``."""
+    ``execution_started``, ``suspended`` (an entry ended waiting on a pending action: its
+    ``outcome`` is the ToolPending; the call settles in a later entry) and ``settled`` as
+    ``async def name(self, event: Lifecycle)``."""
 
 
 class ObserverFailed(Exception):
@@ -109,6 +112,7 @@ class Observers:
         self.permission_requested: list[Method] = []
         self.permission_resolved: list[Method] = []
         self.execution_started: list[Method] = []
+        self.suspended: list[Method] = []  # an entry ended waiting on a pending action
         self.settled: list[Method] = []
         self.any = False
 

@@ -1,0 +1,179 @@
+"""OpenTelemetry for every call (blade_runtime.otel), read by the SDK's in-memory exporter and
+metric reader as an application's exporter would: the GenAI conventions' span and duration, the
+outcome of each entry, and one trace from a call through its answer on another runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import _import_package, add_spec, spec
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from blade_codegen.build import build
+from blade_runtime import ResumeEntry, Runtime
+from blade_runtime.otel import TRACE_KEY, Telemetry
+from blade_runtime.stores.sqlite import SQLiteStore
+
+OBJECT = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("otel")
+    add_spec(
+        root / "specs",
+        spec("ops.count.v1", description="Counts to n.", inputSchema=OBJECT, outputSchema=OBJECT),
+    )
+    add_spec(
+        root / "specs",
+        spec(
+            "ops.approve.v1",
+            inputSchema=OBJECT,
+            outputSchema=OBJECT,
+            sideEffect="non_idempotent",
+            suspend={
+                "review": {
+                    "suspendSchema": {"type": "object"},
+                    "resumeSchema": {
+                        "type": "object",
+                        "properties": {"ok": {"type": "boolean"}},
+                        "required": ["ok"],
+                    },
+                }
+            },
+        ),
+    )
+    build(root / "specs", root / "out", "otel_pkg")
+    _import_package(root / "out", "otel_pkg")
+    return (
+        importlib.import_module("otel_pkg.ops.count_v1"),
+        importlib.import_module("otel_pkg.ops.approve_v1"),
+    )
+
+
+class Recorded:
+    """A tracer and a meter provider of the SDK, each with its in-memory reader."""
+
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracing = TracerProvider()
+        self.tracing.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.metrics = InMemoryMetricReader()
+        self.metering = MeterProvider(metric_readers=[self.metrics])
+
+    def telemetry(self) -> Telemetry:
+        return Telemetry(tracer_provider=self.tracing, meter_provider=self.metering)
+
+    def durations(self) -> list[Any]:
+        data = self.metrics.get_metrics_data()
+        return [
+            point
+            for resource in (data.resource_metrics if data else ())
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "gen_ai.execute_tool.duration"
+            for point in metric.data.data_points
+        ]
+
+
+def test_a_call_is_a_genai_tool_span_with_the_implementations_spans_inside(tools: Any) -> None:
+    count, _ = tools
+    seen = Recorded()
+    inner = seen.tracing.get_tracer("app")
+
+    async def run(ctx: Any) -> Any:
+        with inner.start_as_current_span("the tool's own work"):
+            if ctx.input.n < 0:
+                ctx.fail("n must not be negative")
+            return count.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> tuple[Any, Any]:
+        runtime = Runtime()
+        runtime.register(count.SPEC, run)
+        runtime.observe(seen.telemetry())
+        ok = await runtime.call("count", {"n": 3}, call_id="c-ok", run_id="r-1")
+        failed = await runtime.call("count", {"n": -1}, call_id="c-bad", run_id="r-1")
+        return ok, failed
+
+    ok, failed = asyncio.run(scenario())
+    assert ok.status == "success" and failed.status == "error"
+    spans = {s.name: s for s in seen.spans.get_finished_spans() if s.name != "the tool's own work"}
+    own = [s for s in seen.spans.get_finished_spans() if s.name == "the tool's own work"]
+    tool_spans = [s for s in seen.spans.get_finished_spans() if s.name == "execute_tool count"]
+    assert set(spans) == {"execute_tool count"} and len(tool_spans) == 2
+    good, bad = sorted(tool_spans, key=lambda s: s.attributes["gen_ai.tool.call.id"] != "c-ok")
+    assert dict(good.attributes) | {} == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "count",
+        "gen_ai.tool.call.id": "c-ok",
+        "gen_ai.tool.description": "Counts to n.",
+        "gen_ai.tool.type": "function",
+        "blade.spec_id": "ops.count.v1",
+        "blade.run_id": "r-1",
+        "blade.side_effect": "non_idempotent",
+        "blade.kind": "",
+        "blade.entry": "initial",
+        "blade.outcome": "success",
+    }
+    assert bad.attributes["error.type"] == "TOOL_FAILED"
+    assert bad.status.status_code == trace.StatusCode.ERROR
+    # The implementation's own spans are children of its call's span, in the same trace.
+    assert len(own) == 2 and {s.parent.span_id for s in own if s.parent} == {
+        good.context.span_id,
+        bad.context.span_id,
+    }
+    durations = seen.durations()
+    assert sorted(p.count for p in durations) == [1, 1]
+    assert {p.attributes.get("error.type") for p in durations} == {None, "TOOL_FAILED"}
+
+
+def test_one_trace_from_a_call_through_its_answer_on_another_runtime(
+    tools: Any, tmp_path: Path
+) -> None:
+    """The call suspends on one runtime; a person's answer resumes it on another (its own
+    process's telemetry, the same store): the resumed entry's span is a child of the first,
+    in the same trace, as the stored traceparent says."""
+    _, approve = tools
+    first, second = Recorded(), Recorded()
+
+    async def run(ctx: Any) -> Any:
+        if isinstance(ctx.entry, ResumeEntry):
+            return approve.SPEC.output_type(n=ctx.input.n if ctx.entry.payload.ok else 0)
+        ctx.suspend("review", approve.ApproveReviewSuspend())
+
+    async def scenario() -> Any:
+        store = SQLiteStore(tmp_path / "otel.db")
+        asking = Runtime(store=store)
+        asking.register(approve.SPEC, run)
+        asking.observe(first.telemetry())
+        waiting = await asking.call("approve", {"n": 5}, call_id="c-wait", run_id="r-2")
+        await asking.close()
+        record = store.call("c-wait")
+        answering = Runtime(store=SQLiteStore(tmp_path / "otel.db"))
+        answering.register(approve.SPEC, run)
+        answering.observe(second.telemetry())
+        done = await answering.submit(waiting.action.action_id, {"ok": True})
+        await answering.close()
+        store.close()
+        return waiting, record, done
+
+    waiting, record, done = asyncio.run(scenario())
+    assert waiting.status == "pending" and done.status == "success"
+    assert record is not None and TRACE_KEY in record.context["extra"]
+    [asked] = first.spans.get_finished_spans()
+    [resumed] = second.spans.get_finished_spans()
+    assert asked.attributes["blade.outcome"] == "pending"
+    assert asked.attributes["blade.action_id"] == waiting.action.action_id
+    assert resumed.attributes["blade.entry"] == "re-entry"
+    assert resumed.attributes["blade.outcome"] == "success"
+    assert resumed.context.trace_id == asked.context.trace_id
+    assert resumed.parent is not None and resumed.parent.span_id == asked.context.span_id
