@@ -11,7 +11,8 @@ beside them (``blade.spec_id``, ``blade.run_id``, ``blade.side_effect``, ``blade
 One trace from a call through a person's answer hours later on another worker: the first
 entry's span context is stored with the call (in its context's ``extra``, as W3C
 ``traceparent``), so the entry that resumes or replays it, in any process, is a child of it.
-A span opened inside the implementation is a child of the call's span.
+A span opened inside the implementation is a child of the call's span, and a call made through
+the HTTP API with a W3C ``traceparent`` header is a child of the caller's span.
 
 It is an observer, so a runtime without it pays nothing; it never fails a call (an error of its
 own is logged). Spans go where the application's tracer provider sends them (the global one
@@ -70,7 +71,14 @@ class Telemetry:
         """A new call: its span starts (a child of the caller's current span, if any), and its
         trace context is stored with the call for every later entry."""
         try:
-            self._start(event, "initial", None)
+            parent = None
+            given = event.call.context
+            remote = None if given is None else given.extra.get("traceparent")
+            if isinstance(remote, str) and not trace.get_current_span().get_span_context().is_valid:
+                # No span here: the caller's, as its request carried it (the HTTP API keeps a
+                # request's W3C traceparent with the call it makes).
+                parent = _PROPAGATOR.extract({"traceparent": remote})
+            self._start(event, "initial", parent)
             span = self._open[event.call.call_id][0]
             carrier: dict[str, str] = {}
             _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))

@@ -177,3 +177,39 @@ def test_one_trace_from_a_call_through_its_answer_on_another_runtime(
     assert resumed.attributes["blade.outcome"] == "success"
     assert resumed.context.trace_id == asked.context.trace_id
     assert resumed.parent is not None and resumed.parent.span_id == asked.context.span_id
+
+
+def test_a_call_over_http_continues_the_trace_its_request_carries(example_package: Any) -> None:
+    import httpx
+    from http_support import ALICE, authenticate, runtime_of
+
+    from blade_runtime.serving.http import create_app
+
+    seen = Recorded()
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+
+    async def scenario() -> tuple[int, int]:
+        runtime, _ = runtime_of()
+        runtime.observe(seen.telemetry())
+        app = create_app(runtime, authenticate=authenticate)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            carried = await http.post(
+                "/v1/tools/lookup_customer/calls",
+                json={"email": "ann@example.com"},
+                headers={**ALICE, "traceparent": f"00-{trace_id}-{parent_id}-01"},
+            )
+            forged = await http.post(
+                "/v1/tools/lookup_customer/calls",
+                json={"email": "bob@example.com"},
+                headers={**ALICE, "traceparent": "not-a-trace-context"},
+            )
+        return carried.status_code, forged.status_code
+
+    assert asyncio.run(scenario()) == (200, 200)
+    carried, fresh = sorted(
+        seen.spans.get_finished_spans(), key=lambda s: s.parent is None
+    )  # the carried one has a parent
+    assert format(carried.context.trace_id, "032x") == trace_id
+    assert carried.parent is not None and format(carried.parent.span_id, "016x") == parent_id
+    assert fresh.parent is None and format(fresh.context.trace_id, "032x") != trace_id

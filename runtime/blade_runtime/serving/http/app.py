@@ -25,6 +25,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final
@@ -436,7 +437,12 @@ class Api:
     ) -> _Outcome:
         if not isinstance(arguments, dict):
             raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
-        context = CallContext(principal=principal, thread_id=thread_id)
+        traceparent = _TRACEPARENT.get()
+        context = CallContext(
+            principal=principal,
+            thread_id=thread_id,
+            extra={} if traceparent is None else {"traceparent": traceparent},
+        )
         generated = call_id is None
         call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
         result = await self.runtime.call(
@@ -635,6 +641,17 @@ def _refuse_large_headers(request: Request) -> None:
         )
 
 
+# The W3C trace context a request carries (``traceparent``), kept with the call it makes so that
+# tracing (blade_runtime.otel) continues the caller's trace; well-formed or nothing.
+_TRACEPARENT: ContextVar[str | None] = ContextVar("blade_traceparent", default=None)
+_TRACEPARENT_FORM = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def _traceparent(request: Request) -> str | None:
+    given = request.headers.get("traceparent", "").strip().lower()
+    return given if _TRACEPARENT_FORM.fullmatch(given) else None
+
+
 def _paging(request: Request) -> tuple[int | None, str | None]:
     """A listing's ``limit`` (at most ``MAX_PAGE_SIZE``; default ``PAGE_SIZE``) and
     ``cursor`` (the ``next`` of the page before)."""
@@ -766,6 +783,7 @@ def create_app(
             raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
         run_id = run_of(request)
         arguments = await api.body(request)
+        _TRACEPARENT.set(_traceparent(request))
         outcome = await api.call(
             principal,
             name,
