@@ -452,7 +452,10 @@ class CallRunner:
         it), then run it under its deadline and make its result. The result is not recorded
         here: ``settle`` does it, after the post-hooks. ``claimed``: the store records the call
         as running under this runtime already (a resume, a replay)."""
-        ctx = ToolContext(registration.build_input, arguments, call, scope, registration.points)
+        ctx = ToolContext(
+            registration, arguments, call, scope, self, self.events.publish, self.services, entry,
+            history,
+        )  # fmt: skip
         if registration.plain and self.interceptors.bare and not (self.durable or claimed):
             attempt = context = None
             disabled: frozenset[str] = frozenset()
@@ -468,14 +471,6 @@ class CallRunner:
             if not isinstance(entered, _Entered):
                 return entered
             attempt, context, disabled = entered
-        ctx._publish = self.events.publish
-        ctx._services = self.services
-        ctx._steps = self
-        ctx._registration = registration
-        if entry is not INITIAL:
-            ctx.entry = entry
-        if history is not None:
-            ctx._history = history
         claim = None
         if not registration.plain or attempt is not None:
             claim = self._prepare(registration, call, ctx, attempt, context, disabled)

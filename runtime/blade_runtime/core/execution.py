@@ -303,17 +303,32 @@ class ToolContext:
 
     def __init__(
         self,
-        build_input: Callable[[JsonObject], Any],
+        registration: Any,
         arguments: JsonObject,
         call: CallInfo,
         scope: CancelScope,
-        points: Mapping[str, Point],
+        steps: StepDecider | None = None,
+        publish: Callable[[Event], None] | None = None,
+        services: CallServices | None = None,
+        entry: InitialEntry | ResumeEntry[Any, Any] = INITIAL,
+        history: Callable[[], Sequence[SuspensionEpisode]] | None = None,
     ) -> None:
-        self._build_input = build_input
+        """Everything a call's context needs, given when it is made (what depends on the
+        entry's admission, its server context, ToolData, claim, lease and children, is given by
+        the runner once it is known)."""
+        self._registration = registration
+        self._build_input = registration.build_input
+        self._points: Mapping[str, Point] = registration.points
         self._arguments = arguments
         self.call = call
         self._scope = scope
-        self._points = points
+        self._steps = steps
+        self._publish = publish
+        self._services = services
+        if entry is not INITIAL:
+            self.entry = entry
+        if history is not None:
+            self._history = history
 
     @property
     def signal(self) -> CancellationSignal:

@@ -30,6 +30,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # An outer ring like the adapters: the Temporal worker runs a Runtime on a memory store,
     # and the typed client reaches Temporal through a Transport.
     "temporal": {"core", "stores", "runtime", "client"},
+    # Outside the core, which never imports it: tracing is an observer a runtime is given.
+    "otel": {"core"},
 }
 
 
