@@ -619,3 +619,116 @@ def test_tool_data_written_before_and_after_a_suspension_stays_with_the_call(
             assert kept is not None and [d["value"]["text"] for d in kept] == ["one", "two"]
 
     run(main())
+
+
+async def _eventually(read: Any, check: Any, wait_s: float = 30.0) -> Any:
+    """``await read()`` until ``check`` holds of it: Temporal's visibility store catches up with
+    a workflow's search attributes and memo a moment after it upserts them."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        found = await read()
+        if check(found) or asyncio.get_running_loop().time() > deadline:
+            return found
+        await asyncio.sleep(0.1)
+
+
+def _ids(actions: list[dict[str, Any]]) -> list[str]:
+    return sorted(a["action_id"] for a in actions)
+
+
+def test_a_listing_reads_temporal_s_visibility_and_a_gone_worker_hides_nothing(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each waiting call keeps its action's summary where a visibility query finds it: a
+    listing (TemporalTools, the CLI) pages over them with Temporal's page token and asks no
+    worker, so calls on a task queue whose worker is gone are listed like any other."""
+    from blade_runtime.core.store import BadCursor
+    from blade_runtime.serving.cli import main
+
+    alice, carol, bob = Principal("alice", "t1"), Principal("carol", "t1"), Principal("bob", "t2")
+    gone_queue = f"{place.task_queue}-gone"
+
+    async def main_() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        gone_tools = TemporalTools(client, task_queue=gone_queue, runtime=runtime)
+        async with worker(client, place.runtime(), task_queue=gone_queue):
+            on_gone = await gone_tools.call(
+                "sync", {"n": 9, "suspend": True}, context=CallContext(bob), run_id="r-gone"
+            )
+        # that queue's only worker stopped: nothing answers a query of that call any more
+        async with worker(client, runtime, task_queue=place.task_queue):
+            alices = [
+                await tools.call("sync", {"n": n, "suspend": True}, context=CallContext(alice))
+                for n in range(2)
+            ]
+            carols = await tools.call(
+                "charge", {"n": 5, "suspend": True}, context=CallContext(carol)
+            )
+            large = await tools.call("ask", {"question": "x" * 10_000}, run_id="r-large")
+            every = _ids([*alices, carols, on_gone, large])
+            listing = TemporalTools(client)  # an operator's, with no memory of these calls
+            listed = await _eventually(listing.pending, lambda found: _ids(found) == every)
+            assert _ids(listed) == every
+            by_id = {a["action_id"]: a for a in listed}
+            gone = by_id[on_gone["action_id"]]
+            assert (gone["name"], gone["point"], gone["tenant"]) == ("sync", "approval", "t2")
+            assert gone["principal"] == "bob" and gone["payload"] == {"prompt": "sync 9?"}
+            assert gone["submit_schema"]["required"] == ["approved"]
+            # a payload over the summary's bound is left out of the listing, shown whole by id
+            assert by_id[large["action_id"]]["payload"] is None
+            assert by_id[large["action_id"]]["payload_bytes"] > 10_000
+            shown = await listing.action(large["action_id"])
+            assert shown is not None and shown["payload"] == {"question": "x" * 10_000}
+
+            # pages of one: every action once, in Temporal's order, then no cursor
+            paged: list[str] = []
+            cursor = None
+            for _ in range(10):
+                page = await listing.pending_page(limit=1, cursor=cursor)
+                assert len(page.items) <= 1
+                paged += [a["action_id"] for a in page.items]
+                cursor = page.next
+                if cursor is None:
+                    break
+            assert sorted(paged) == every and len(paged) == len(every)
+            for bad in ("not a cursor!", "", "AAAA"):
+                with pytest.raises(BadCursor):
+                    await listing.pending_page(cursor=bad)
+
+            # each principal its own: the tenant, then the principal the call was made for
+            assert _ids(await listing.pending(principal=alice)) == _ids(alices)
+            assert _ids(await listing.pending(principal=carol)) == _ids([carols])
+            assert _ids(await listing.pending(principal=bob)) == _ids([on_gone])
+            assert _ids(await listing.pending(run_id="r-gone")) == _ids([on_gone])
+            assert _ids(await listing.pending(tool="charge")) == _ids([carols])
+            assert (await listing.pending_page(tenant="t2")).items[0]["call_id"] == on_gone[
+                "call_id"
+            ]
+
+            def operator() -> None:
+                where = ["--temporal", place.server.address]
+                assert main(["pending", "list", "--json", "--limit", "3", *where]) == 0
+                out, err = capsys.readouterr()
+                first = [a["action_id"] for a in json.loads(out)]
+                assert len(first) == 3 and "more: add --after" in err
+                after = err.split("--after ")[1].split()[0]
+                assert main(["pending", "list", "--json", "--after", after, *where]) == 0
+                rest = [a["action_id"] for a in json.loads(capsys.readouterr().out)]
+                assert sorted(first + rest) == every
+                assert main(["pending", "list", "--tenant", "t2", *where]) == 0
+                lines = capsys.readouterr().out.splitlines()
+                assert len(lines) == 1 and on_gone["action_id"] in lines[0]
+                assert main(["pending", "list", "--after", "nope!", *where]) == 2
+                assert capsys.readouterr().err.startswith("error: --after: not a cursor")
+
+            await asyncio.to_thread(operator)
+            # answered: it leaves the listing
+            await tools.submit(alices[0]["action_id"], {"approved": True}, principal=alice)
+            left = await _eventually(
+                lambda: listing.pending(principal=alice),
+                lambda found: _ids(found) == _ids(alices[1:]),
+            )
+            assert _ids(left) == _ids(alices[1:])
+
+    run(main_())
