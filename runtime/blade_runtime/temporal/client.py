@@ -139,7 +139,8 @@ class TemporalTools:
             if earlier is None or earlier["name"] != name or earlier["input"] != dict(arguments):
                 message = f"The call id {call_id!r} is taken by another call."
                 return _error(ErrorCode.DUPLICATE_CALL, message)
-        return self._seen(call_id, first)
+            return self._seen(call_id, earlier["run_id"], first)
+        return self._seen(call_id, start.call.run_id, first)
 
     async def start(
         self,
@@ -215,10 +216,10 @@ class TemporalTools:
             return TypedSearchAttributes.empty
         return TypedSearchAttributes(search_attributes(start))
 
-    def _seen(self, call_id: str, result: dict[str, Any]) -> dict[str, Any]:
+    def _seen(self, call_id: str, run_id: str, result: dict[str, Any]) -> dict[str, Any]:
         if result.get("status") == "pending":
             self._calls[str(result["action_id"])] = call_id
-        return {"call_id": call_id, **result}
+        return {"call_id": call_id, "run_id": run_id, **result}
 
     # -- pending actions -------------------------------------------------------------------
 

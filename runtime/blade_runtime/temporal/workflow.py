@@ -240,15 +240,27 @@ class CallWorkflow:
             return None
         start = self.start
         assert start is not None
+        # the call's record, as the last snapshot has it (a call that waited), else its start
+        snapshot = self.snapshot or {}
+        call = (snapshot.get("calls") or [None])[0]
+        state = "settled" if self.result is not None else "running"
+        if call is not None and self.result is None:
+            state = call["state"]
         return {
             "call_id": start.call.call_id,
             "run_id": start.call.run_id,
             "name": start.call.name,
+            "spec_id": None if call is None else call["spec_id"],
+            "state": state,
+            "started_at": (
+                workflow.info().start_time.isoformat() if call is None else call["started_at"]
+            ),
             "input": start.call.arguments,
             "tenant": start.tenant,
             "action": self.action,
             "resolved": dict(self.resolved),
             "result": self.result,
+            "data": list(self.data),
         }
 
     @workflow.query(name=DATA)
@@ -269,7 +281,13 @@ class CallWorkflow:
         self.answer = request
         self.resolved[request.action_id] = "submitted"
         await workflow.wait_condition(lambda: request.action_id in self.outcomes)
-        return self.outcomes[request.action_id]
+        return self._with_run(self.outcomes[request.action_id])
+
+    def _with_run(self, outcome: Any) -> Any:
+        """An update's answer with its call's run id (the result as stored has none)."""
+        start = self.start
+        assert start is not None
+        return {"run_id": start.call.run_id, **outcome} if isinstance(outcome, dict) else outcome
 
     @submit.validator
     def _check_submit(self, request: SubmitRequest) -> None:
@@ -283,7 +301,7 @@ class CallWorkflow:
         self.answer = request
         self.resolved[request.action_id] = "cancelled" if request.cancelled else "failed"
         await workflow.wait_condition(lambda: request.action_id in self.outcomes)
-        return self.outcomes[request.action_id]
+        return self._with_run(self.outcomes[request.action_id])
 
     @settle.validator
     def _check_settle(self, request: SettleRequest) -> None:
