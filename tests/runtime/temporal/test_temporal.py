@@ -908,3 +908,30 @@ def test_the_temporal_app_answers_the_api_s_cases_as_create_app_does(place: Plac
                 assert done.status == "success" and done.output.note == "typed"
 
     run(main())
+
+
+@pytest.mark.slow  # CLI processes
+def test_the_cli_on_temporal_always_exits_with_its_own_code(place: Place) -> None:
+    """``blade-runtime pending ... --temporal`` as a process, run over and over: every exit is
+    0, 1 or 3 as documented, never the SDK's abort at interpreter exit (134, 139)."""
+    import subprocess
+    import sys
+    from pathlib import Path as FilePath
+
+    command = str(FilePath(sys.executable).parent / "blade-runtime")
+    where = ["--temporal", place.server.address]
+    cases = [
+        (["pending", "list", *where], 0),
+        (["pending", "show", "act_nope", *where], 1),
+        (["pending", "submit", "act_nope", "{}", *where], 1),
+        (["pending", "list", "--temporal", f"127.0.0.1:{free_port()}"], 3),
+    ]
+    exits = []
+    for round_ in range(6):
+        for argv, expected in cases:
+            done = subprocess.run([command, *argv], capture_output=True, text=True, timeout=120)
+            exits.append((argv[1], round_, done.returncode, expected))
+            assert "Fatal Python error" not in done.stderr, done.stderr
+    assert [(verb, n, code) for verb, n, code, _ in exits] == [
+        (verb, n, expected) for verb, n, _, expected in exits
+    ]
