@@ -15,10 +15,18 @@ loopback port and stopped at the end) and one worker in this process:
     a cycle is two activities, a start and two updates, so it is compared with its bare shape.
 Targets: a call at most 1.3x its bare activity; a cycle at most 1.5x its bare shape.
 
+With ``--waiting N`` (default 1000), a listing too: N calls suspended on Temporal (started 64
+at a time), then a page of 100 pending actions from Temporal's visibility store
+(``TemporalTools.pending_page``: one visibility query, no worker asked), the first page and one
+ten pages in, beside the same pages of N pending actions in a SQLite store
+(``runtime.records.actions_page``, the store's paged listing); and the whole listing
+(``pending()``, every page of 1000) on both. ``--waiting 0`` skips it; ``--listing-only`` skips
+the call figures.
+
 Each figure is the best of ``--rounds`` (default 3) of ``--n`` sequential operations (default
 50), so that other work on the machine inflates neither side of a ratio.
 
-Usage: python bench/temporal.py [--n N] [--rounds R]
+Usage: python bench/temporal.py [--n N] [--rounds R] [--waiting N] [--listing-only]
 """
 
 from __future__ import annotations
@@ -41,12 +49,15 @@ from temporalio.worker import Worker
 
 from blade_codegen.build import build
 from blade_runtime import ResumeEntry, Runtime
+from blade_runtime.core.store import Store
+from blade_runtime.stores.urls import open_store
 from blade_runtime.temporal import (
     ActivityStore,
     CallWorkflow,
     TemporalTools,
     ToolActivities,
     sandbox,
+    worker,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +78,8 @@ def _package(folder: Path) -> None:
     sys.path.insert(0, str(folder / "out"))
 
 
-def _runtime() -> Runtime:
+def _runtime(store: Store | None = None) -> Runtime:
+    """The bench's tools on an ActivityStore (a worker's), or on ``store``."""
     fetch = importlib.import_module(f"{process_worker.PACKAGE}.work.fetch_v1")
     sync = importlib.import_module(f"{process_worker.PACKAGE}.work.sync_v1")
 
@@ -79,7 +91,7 @@ def _runtime() -> Runtime:
             return sync.SyncOutput(**work(ctx.input.n, "resume", ctx.entry.payload.note))
         ctx.suspend("approval", sync.SyncApprovalSuspend(prompt=f"sync {ctx.input.n}?"))
 
-    runtime = Runtime(store=ActivityStore())
+    runtime = Runtime(store=ActivityStore() if store is None else store)
     runtime.register(fetch.SPEC, fetching)
     runtime.register(sync.SPEC, syncing)
     return runtime
@@ -161,18 +173,132 @@ async def measure(address: str, n: int, rounds: int) -> dict[str, float]:
     return figures
 
 
+async def _timed(rounds: int, once: Callable[[], Awaitable[Any]]) -> float:
+    """The best seconds of ``rounds`` runs of ``once`` (after one to warm)."""
+    await once()
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await once()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+async def listing(address: str, waiting: int, rounds: int, folder: Path) -> dict[str, float]:
+    """Pages of ``waiting`` pending actions on Temporal and in a SQLite store."""
+    client = await Client.connect(address)
+    runtime = _runtime()
+    tools = TemporalTools(client, task_queue=f"{QUEUE}-list", runtime=runtime)
+    figures: dict[str, float] = {}
+    async with worker(client, runtime, task_queue=f"{QUEUE}-list", max_concurrent_activities=64):
+        gate = asyncio.Semaphore(64)
+
+        async def suspend(i: int) -> None:
+            async with gate:
+                done = await tools.call("sync", {"n": i, "suspend": True})
+                assert done["status"] == "pending"
+
+        started = time.perf_counter()
+        await asyncio.gather(*(suspend(i) for i in range(waiting)))
+        figures["start_s"] = time.perf_counter() - started
+        query = 'WorkflowType = "BladeCall" AND ExecutionStatus = "Running"'
+        while (
+            await client.count_workflows(query + " AND BladeWaiting IS NOT NULL")
+        ).count < waiting:
+            await asyncio.sleep(0.2)
+        figures["visible_s"] = time.perf_counter() - started
+
+        async def first() -> None:
+            assert len((await tools.pending_page(limit=100)).items) == min(100, waiting)
+
+        deep_cursor = None
+        figures["deep_page"] = 1 + min(10, (waiting - 1) // 100)
+        for _ in range(min(10, (waiting - 1) // 100)):
+            deep_cursor = (await tools.pending_page(limit=100, cursor=deep_cursor)).next
+
+        async def deep() -> None:
+            assert (await tools.pending_page(limit=100, cursor=deep_cursor)).items
+
+        async def whole() -> None:
+            assert len(await tools.pending()) == waiting
+
+        figures["temporal_page"] = await _timed(rounds, first)
+        figures["temporal_deep"] = await _timed(rounds, deep)
+        figures["temporal_all"] = await _timed(1, whole)
+
+    store_runtime = _runtime(open_store(f"sqlite:///{folder / 'bench.db'}"))
+    for i in range(waiting):
+        done = await store_runtime.call("sync", {"n": i, "suspend": True})
+        assert done.status == "pending"
+    records = store_runtime.records
+
+    async def store_first() -> None:
+        assert len((await records.actions_page(limit=100)).items) == min(100, waiting)
+
+    store_cursor = None
+    for _ in range(min(10, (waiting - 1) // 100)):
+        store_cursor = (await records.actions_page(limit=100, cursor=store_cursor)).next
+
+    async def store_deep() -> None:
+        assert (await records.actions_page(limit=100, cursor=store_cursor)).items
+
+    async def store_whole() -> None:
+        found, cursor = 0, None
+        while True:
+            page = await records.actions_page(limit=1000, cursor=cursor)
+            found, cursor = found + len(page.items), page.next
+            if cursor is None:
+                break
+        assert found == waiting
+
+    figures["store_page"] = await _timed(rounds, store_first)
+    figures["store_deep"] = await _timed(rounds, store_deep)
+    figures["store_all"] = await _timed(1, store_whole)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--waiting", type=int, default=1000, help="waiting calls to list (0: no)")
+    parser.add_argument("--listing-only", action="store_true", help="no call figures")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         _package(Path(folder))
         server = start_server(Path(folder))
         try:
-            figures = asyncio.run(measure(server.address, args.n, args.rounds))
+            if not args.listing_only:
+                _print_calls(asyncio.run(measure(server.address, args.n, args.rounds)))
+            if args.waiting > 0:
+                pages = asyncio.run(
+                    listing(server.address, args.waiting, args.rounds, Path(folder))
+                )
+                _print_listing(args.waiting, pages)
         finally:
             server.stop()
+
+
+def _print_listing(waiting: int, figures: dict[str, float]) -> None:
+    ms = {k: v * 1000 for k, v in figures.items()}
+    print(
+        f"listing, {waiting} waiting calls (suspended in {figures['start_s']:.1f} s, all visible "
+        f"after {figures['visible_s']:.1f} s):"
+    )
+    deep = f"page {int(figures['deep_page'])} of 100"
+    for name, key in (("first page of 100", "page"), (deep, "deep")):
+        temporal, store = figures["temporal_" + key], figures["store_" + key]
+        print(
+            f"  {name}: Temporal {temporal * 1000:.1f} ms vs SQLite store {store * 1000:.1f} ms "
+            f"({temporal / store:.1f}x)"
+        )
+    print(
+        f"  every page (of 1000): Temporal {ms['temporal_all']:.0f} ms vs SQLite store "
+        f"{ms['store_all']:.0f} ms"
+    )
+
+
+def _print_calls(figures: dict[str, float]) -> None:
     ms = {k: v * 1000 for k, v in figures.items()}
     call_ratio = figures["call"] / figures["bare_call"]
     cycle_ratio = figures["cycle"] / figures["bare_cycle"]

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,7 @@ async def main() -> None:
     Tools(config["entries"], hang=config["hang"]).register(runtime)
     client = await Client.connect(config["address"])
     # A killed worker's cached workflows move to the others after this, not Temporal's 10 s.
-    sticky = timedelta(seconds=1)
-    async with worker(
-        client,
-        runtime,
-        task_queue=config["task_queue"],
-        sticky_queue_schedule_to_start_timeout=sticky,
-    ):
+    async with worker(client, runtime, task_queue=config["task_queue"], sticky_timeout_s=1.0):
         Path(config["ready"]).write_text("ready")
         if config.get("go"):
             await _submit_all(client, config)

@@ -531,5 +531,15 @@ def _resolve(store: Store, action: ActionRecord, resolution: Any, event: Any, do
     return 0
 
 
+def console() -> None:
+    """The ``blade-runtime`` command: ``main``'s exit code, whatever the interpreter's exit."""
+    code = main()
+    if "temporalio.bridge" in sys.modules:
+        from blade_runtime.serving.temporal_cli import exit_now
+
+        exit_now(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

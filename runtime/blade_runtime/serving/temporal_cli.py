@@ -9,12 +9,26 @@ worker resumes the call at once. The operator acts as the application (every ten
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sys
 from typing import Any
 
 EXIT_REFUSED = 1
+EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once the output is flushed, skipping the interpreter's
+    finalization: the Temporal client's native threads can outlive it and abort the process
+    ("Fatal Python error: PyGILState_Release", exit 134 or 139) after the command has done its
+    work (temporalio/sdk-python#300; its known workaround)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+            stream.flush()
+    os._exit(code)
 
 
 def run_pending(args: Any) -> int:
@@ -39,7 +53,7 @@ async def _run(client_type: Any, args: Any) -> int:
     tools = TemporalTools(client)
     try:
         if args.verb == "list":
-            return await _list(tools, args.run, args.tool, args.json)
+            return await _list(tools, args)
         if args.verb == "show":
             return await _show(tools, args.action_id)
         if args.verb == "submit":
@@ -72,7 +86,9 @@ def _view(action: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _list(tools: Any, run: str | None, tool: str | None, as_json: bool) -> int:
+async def _list(tools: Any, args: Any) -> int:
+    """One page of the waiting calls, from Temporal's visibility store (no worker is asked)."""
+    from blade_runtime.core.store import BadCursor
     from blade_runtime.serving.cli import listing
 
     def line(action: dict[str, Any]) -> str:
@@ -81,8 +97,22 @@ async def _list(tools: Any, run: str | None, tool: str | None, as_json: bool) ->
             f"call={action['call_id']}  since {action['suspended_at']}"
         )
 
-    found = [a for a in await tools.pending(run_id=run) if tool in (None, a["name"])]
-    return listing(found, as_json, _view, line, "no pending actions")
+    try:
+        page = await tools.pending_page(
+            run_id=args.run, tool=args.tool, tenant=args.tenant, limit=args.limit, cursor=args.after
+        )
+    except BadCursor as error:
+        print(f"error: --after: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return listing(
+        page.items,
+        args.json,
+        _view,
+        line,
+        "no pending actions",
+        first=args.after is None,
+        more=page.next,
+    )
 
 
 async def _show(tools: Any, action_id: str) -> int:

@@ -15,6 +15,7 @@ See docs/temporal.md.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -30,6 +31,7 @@ from blade_runtime.temporal.workflow import SEARCH_ATTRIBUTES, CallWorkflow
 
 __all__ = [
     "SEARCH_ATTRIBUTES",
+    "STICKY_TIMEOUT_S",
     "ActivityStore",
     "CallWorkflow",
     "TemporalTools",
@@ -51,12 +53,34 @@ def sandbox() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=restrictions)
 
 
+STICKY_TIMEOUT_S = 10.0
+"""Temporal's default: how long a call's next workflow step waits for the worker that ran its
+last one (which caches the workflow) before any other worker takes it."""
+
+
 def worker(
-    client: Client, runtime: Runtime, *, task_queue: str = "blade", **options: Any
+    client: Client,
+    runtime: Runtime,
+    *,
+    task_queue: str = "blade",
+    sticky_timeout_s: float = STICKY_TIMEOUT_S,
+    **options: Any,
 ) -> Worker:
     """A Temporal worker running ``runtime``'s tools as activities and the call workflows
-    (``options`` go to ``temporalio.worker.Worker``). Use it as ``async with`` or ``run()``."""
+    (``options`` go to ``temporalio.worker.Worker``). Use it as ``async with`` or ``run()``.
+
+    ``sticky_timeout_s``: how long a workflow step waits for this worker, once it ran the
+    call's last one, before another worker takes it. When a worker dies in a call, the call
+    settles (INTERRUPTED for a non_idempotent step, run again otherwise) within about the
+    call's ``heartbeat_s`` (``TemporalTools``) plus this, plus the server's own dispatch: a
+    lower value moves a dead worker's calls sooner, at the cost of more workflow replays on
+    the others when a live worker is merely slow."""
+    if sticky_timeout_s <= 0:
+        raise ValueError(f"sticky_timeout_s is a number of seconds above 0, not {sticky_timeout_s}")
     options.setdefault("workflow_runner", sandbox())
+    options.setdefault(
+        "sticky_queue_schedule_to_start_timeout", timedelta(seconds=sticky_timeout_s)
+    )
     return Worker(
         client,
         task_queue=task_queue,

@@ -10,12 +10,16 @@ A principal sees only its tenant's calls and actions (an operator sees all).
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
+from temporalio.api.workflowservice.v1 import (
+    ListWorkflowExecutionsRequest,
+    ResetStickyTaskQueueRequest,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -32,19 +36,25 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from blade_runtime.core import actions
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.records import MAX_PAGE_SIZE, Page, mine, page_size
 from blade_runtime.core.results import ErrorCode
-from blade_runtime.core.store import storable_id
+from blade_runtime.core.store import BadCursor, storable_id
 from blade_runtime.runtime import Runtime
 from blade_runtime.temporal.activities import CallInput
 from blade_runtime.temporal.workflow import (
     ACTION,
     DATA,
+    MEMO,
+    OWNER,
     PENDING,
+    RUN,
     SETTLE_UPDATE,
     STATE,
     STEP,
     SUBMIT,
     TENANT,
+    TOOL,
+    WAITING,
     WORKFLOW,
     CallStart,
     CallWorkflow,
@@ -114,7 +124,7 @@ class TemporalTools:
             # one is never started again (its result is the answer).
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=self._attributes(start.tenant),
+            search_attributes=self._attributes(start),
         )
         call_id = start.call.call_id
         try:
@@ -129,7 +139,8 @@ class TemporalTools:
             if earlier is None or earlier["name"] != name or earlier["input"] != dict(arguments):
                 message = f"The call id {call_id!r} is taken by another call."
                 return _error(ErrorCode.DUPLICATE_CALL, message)
-        return self._seen(call_id, first)
+            return self._seen(call_id, earlier["run_id"], first)
+        return self._seen(call_id, start.call.run_id, first)
 
     async def start(
         self,
@@ -150,7 +161,7 @@ class TemporalTools:
             id=handle,
             task_queue=self.task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=self._attributes(start.tenant),
+            search_attributes=self._attributes(start),
         )
         return start.call.call_id
 
@@ -200,36 +211,106 @@ class TemporalTools:
         )
         return workflow_id(call_id), start
 
-    def _attributes(self, tenant: str) -> TypedSearchAttributes:
+    def _attributes(self, start: CallStart) -> TypedSearchAttributes:
         if not self.indexed:
             return TypedSearchAttributes.empty
-        return TypedSearchAttributes(search_attributes(tenant))
+        return TypedSearchAttributes(search_attributes(start))
 
-    def _seen(self, call_id: str, result: dict[str, Any]) -> dict[str, Any]:
+    def _seen(self, call_id: str, run_id: str, result: dict[str, Any]) -> dict[str, Any]:
         if result.get("status") == "pending":
             self._calls[str(result["action_id"])] = call_id
-        return {"call_id": call_id, **result}
+        return {"call_id": call_id, "run_id": run_id, **result}
 
     # -- pending actions -------------------------------------------------------------------
 
     async def pending(
-        self, *, principal: Principal | None = None, run_id: str | None = None
+        self,
+        *,
+        principal: Principal | None = None,
+        run_id: str | None = None,
+        tool: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The pending actions ``principal`` may see, oldest first (each call's workflow is
-        asked: the server's index only narrows the search)."""
+        """Every pending action ``principal`` may see, oldest first: every page of
+        ``pending_page`` (no worker is asked)."""
+        found: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = await self.pending_page(
+                principal=principal, run_id=run_id, tool=tool, limit=MAX_PAGE_SIZE, cursor=cursor
+            )
+            found += page.items
+            cursor = page.next
+            if cursor is None:
+                return sorted(found, key=lambda a: (a.get("suspended_at") or "", a["action_id"]))
+
+    async def pending_page(
+        self,
+        *,
+        principal: Principal | None = None,
+        run_id: str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[dict[str, Any]]:
+        """A page of the pending actions ``principal`` may see (``limit``: at most
+        ``MAX_PAGE_SIZE``; ``cursor``: the ``next`` of the page before), newest call first.
+
+        One visibility query with Temporal's page token: each waiting call keeps its action's
+        summary in its memo (``action_summary``), so no worker is asked and a dead or slow
+        one hides nothing. Temporal's visibility is eventually consistent: an action shows a
+        moment after its call suspends, and leaves a moment after it is answered. Without the
+        search attributes (``indexed=False``) the query pages over the running calls and a page
+        may hold fewer actions than ``limit``. ``tenant``: only that tenant's (within what
+        ``principal`` may see). ``BadCursor`` for a cursor no page made."""
+        size = page_size(limit)
         query = f'WorkflowType = "{WORKFLOW}" AND ExecutionStatus = "Running"'
-        if self.indexed and principal is not None and not principal.operator:
-            query += f" AND {TENANT.name} = {_quoted(principal.tenant)}"
-        who = None if principal is None else principal.to_json()
-        handles = [
-            self.client.get_workflow_handle(found.id)
-            async for found in self.client.list_workflows(query)
-        ]
-        found = await asyncio.gather(*(self._ask(h, PENDING, who) for h in handles))
-        listed = [a for a in found if a is not None]
-        if run_id is not None:
-            listed = [a for a in listed if a.get("run_id") == run_id]
-        return sorted(listed, key=lambda a: (a.get("suspended_at") or "", a["action_id"]))
+        if self.indexed:
+            query += f" AND {WAITING.name} IS NOT NULL"
+            if principal is not None and not principal.operator:
+                query += f" AND {TENANT.name} = {_quoted(principal.tenant)}"
+                query += f" AND ({OWNER.name} IS NULL OR {OWNER.name} = {_quoted(principal.id)})"
+            if tenant is not None:
+                query += f" AND {TENANT.name} = {_quoted(tenant)}"
+            if run_id is not None:
+                query += f" AND {RUN.name} = {_quoted(run_id)}"
+            if tool is not None:
+                query += f" AND {TOOL.name} = {_quoted(tool)}"
+        request = ListWorkflowExecutionsRequest(
+            namespace=self.client.namespace,
+            page_size=size,
+            next_page_token=_token_of(cursor) or b"",
+            query=query,
+        )
+        try:
+            # A cursor's page is asked once: Temporal answers a token it never made with an
+            # error the client would otherwise retry for many seconds.
+            listed = await self.client.workflow_service.list_workflow_executions(
+                request, retry=cursor is None
+            )
+        except RPCError as error:
+            if cursor is not None and error.status in _BAD_TOKEN:
+                raise BadCursor(
+                    "not a cursor this listing made; list from the first page"
+                ) from None
+            raise
+        memos = [e.memo.fields[MEMO] for e in listed.executions if MEMO in e.memo.fields]
+        items = []
+        for summary in await self.client.data_converter.decode(memos):
+            # The query narrowed the search; the summary, written by the call's own workflow,
+            # decides (and is all there is without the search attributes).
+            if not isinstance(summary, dict) or not mine(
+                principal, summary.get("tenant", ""), summary.get("principal", "")
+            ):
+                continue
+            asked = (run_id, summary.get("run_id")), (tool, summary.get("name"))
+            if any(want not in (None, have) for want, have in asked):
+                continue
+            if tenant not in (None, summary.get("tenant")):
+                continue
+            items.append(summary)
+        token = listed.next_page_token
+        return Page(items, _cursor_of(token) if token else None)
 
     async def action(
         self, action_id: str, *, principal: Principal | None = None, call_id: str | None = None
@@ -276,7 +357,7 @@ class TemporalTools:
         request = SubmitRequest(
             action_id, payload, None if principal is None else principal.to_json()
         )
-        return await self._update(action_id, call_id, SUBMIT, request)
+        return await self._update(action_id, call_id, SUBMIT, request, principal)
 
     async def cancel(
         self,
@@ -288,7 +369,7 @@ class TemporalTools:
     ) -> dict[str, Any]:
         who = None if principal is None else principal.to_json()
         request = SettleRequest(action_id, True, reason, who)
-        return await self._update(action_id, call_id, SETTLE_UPDATE, request)
+        return await self._update(action_id, call_id, SETTLE_UPDATE, request, principal)
 
     async def fail(
         self,
@@ -300,27 +381,52 @@ class TemporalTools:
     ) -> dict[str, Any]:
         who = None if principal is None else principal.to_json()
         request = SettleRequest(action_id, False, reason, who)
-        return await self._update(action_id, call_id, SETTLE_UPDATE, request)
+        return await self._update(action_id, call_id, SETTLE_UPDATE, request, principal)
 
     async def _update(
-        self, action_id: str, call_id: str | None, name: str, request: Any
+        self,
+        action_id: str,
+        call_id: str | None,
+        name: str,
+        request: Any,
+        principal: Principal | None,
     ) -> dict[str, Any]:
+        unknown = _error(ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}.")
         handle = await self._handle(action_id, call_id)
         if handle is None:
-            return _error(ErrorCode.UNKNOWN_ACTION, f"No pending action {action_id!r}.")
+            return unknown
+        ids = {"call_id": handle.id.removeprefix(WORKFLOW_PREFIX)}
         try:
             done: dict[str, Any] = await handle.execute_update(name, request)
         except WorkflowUpdateFailedError as failed:
             cause = failed.cause
             if isinstance(cause, ApplicationError) and cause.type in _CODES:
-                return _error(ErrorCode(cause.type), cause.message)
+                code = ErrorCode(cause.type)
+                if code == ErrorCode.UNKNOWN_ACTION:  # maybe another tenant's: names nothing
+                    return unknown
+                return {**ids, **_error(code, cause.message)}
             raise
         except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:  # the call has settled
-                message = f"Action {action_id} was already resolved: its call has settled."
-                return _error(ErrorCode.ACTION_ALREADY_RESOLVED, message)
-            raise
-        return {"call_id": handle.id.removeprefix(WORKFLOW_PREFIX), **done}
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # The call has settled: its search attributes say whose it was (no worker asked).
+            if not await self._owned(handle, principal):
+                return unknown
+            message = f"Action {action_id} was already resolved: its call has settled."
+            return {**ids, **_error(ErrorCode.ACTION_ALREADY_RESOLVED, message)}
+        return {**ids, **done}
+
+    async def _owned(self, handle: WorkflowHandle[Any, Any], principal: Principal | None) -> bool:
+        """Whether ``principal`` may see the (settled) call of ``handle``, by its attributes."""
+        if principal is None or principal.operator:
+            return True
+        if not self.indexed:
+            return False
+        try:
+            found = (await handle.describe()).typed_search_attributes
+        except RPCError:
+            return False
+        return mine(principal, found.get(TENANT) or "", found.get(OWNER) or "")
 
     async def _handle(self, action_id: str, call_id: str | None) -> WorkflowHandle[Any, Any] | None:
         """The workflow of the call that waits (or waited) on ``action_id``."""
@@ -358,11 +464,29 @@ class TemporalTools:
 
 
 _CODES = frozenset(code.value for code in ErrorCode)
+_BAD_TOKEN = frozenset({RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.UNKNOWN})
 
 
 def _quoted(text: str) -> str:
     """A string literal of the server's list filter (the ids we pass are printable ASCII)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _cursor_of(token: bytes) -> str:
+    return base64.urlsafe_b64encode(token).decode().rstrip("=")
+
+
+def _token_of(cursor: str | None) -> bytes | None:
+    """Temporal's page token from a listing's cursor (Temporal checks the token itself)."""
+    if cursor is None:
+        return None
+    try:
+        token = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+    except (ValueError, UnicodeError):
+        token = b""
+    if not token:
+        raise BadCursor("not a cursor this listing made; list from the first page")
+    return token
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 ``Client(TemporalTransport(tools, principal=...))`` makes the same typed calls, results and
 pending actions as ``Client(runtime)`` in process: each goes through ``TemporalTools`` (a call
 starts its workflow; a typed action's ``submit`` is the workflow's update). The typed client
-lists pending actions synchronously; this transport answers that in a thread of its own, with
-its own connection to the same server, so it may be called from a running event loop.
+lists pending actions synchronously too (``pending``): this transport answers that in a thread of
+its own, with its own connection to the same server, from Temporal's visibility store, so it
+never waits on a worker, even one the calling event loop runs; its pages (``pending_pages``) are
+read on the caller's loop without blocking it.
 Run events and files are not served from Temporal (``events`` and ``read_file`` refuse).
 """
 
@@ -79,8 +81,12 @@ class TemporalTransport(Transport):
     async def pending_page(
         self, run_id: str | None, limit: int | None, cursor: str | None
     ) -> tuple[list[Data], str | None]:
-        """Every pending action, as one page (Temporal's listing is not paged yet)."""
-        return await asyncio.to_thread(self.pending, run_id), None
+        """A page of the pending actions, from Temporal's visibility store on this loop's own
+        connection (no worker is asked: it never waits on a worker this loop runs)."""
+        page = await self.tools.pending_page(
+            principal=self.principal, run_id=run_id, limit=limit, cursor=cursor
+        )
+        return [_action(record) for record in page.items], page.next
 
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
         found = self._blocking(lambda tools: tools.data(call_id, principal=self.principal))

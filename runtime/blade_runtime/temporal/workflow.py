@@ -12,6 +12,7 @@ refused submission leaves nothing in the history and never re-enters the tool.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -22,7 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from blade_runtime.core import actions
-    from blade_runtime.core.caller import Principal
+    from blade_runtime.core.caller import CallContext, Principal
     from blade_runtime.core.records import visible
     from blade_runtime.core.results import ErrorCode
     from blade_runtime.core.store import ActionRecord
@@ -43,8 +44,29 @@ PENDING, STATE, DATA = "pending", "state", "data"
 TENANT = SearchAttributeKey.for_keyword("BladeTenant")
 # Every action the call waited on, kept after it is resolved (a late submit then finds the call).
 ACTION = SearchAttributeKey.for_keyword_list("BladeActionIds")
-SEARCH_ATTRIBUTES = {TENANT.name: "Keyword", ACTION.name: "KeywordList"}
+# The action the call waits on now (unset while it runs and once it settled): what a listing asks.
+WAITING = SearchAttributeKey.for_keyword("BladeWaiting")
+# Whom the call was made for (unset for an anonymous call), its run and its tool: a listing's
+# filters, set when the call starts.
+OWNER = SearchAttributeKey.for_keyword("BladeOwner")
+RUN = SearchAttributeKey.for_keyword("BladeRun")
+TOOL = SearchAttributeKey.for_keyword("BladeTool")
+SEARCH_ATTRIBUTES = {
+    TENANT.name: "Keyword",
+    ACTION.name: "KeywordList",
+    WAITING.name: "Keyword",
+    OWNER.name: "Keyword",
+    RUN.name: "Keyword",
+    TOOL.name: "Keyword",
+}
 """Register them once per namespace (``temporal operator search-attribute create``)."""
+MEMO = "blade_action"
+"""The memo key of the waiting action's summary (``action_summary``), which a listing reads from
+Temporal's visibility store without asking a worker."""
+SUMMARY_PAYLOAD_BYTES = 8192
+"""The largest payload (as JSON) a listing shows; a larger one is ``null`` there (``action``
+reads it whole from the workflow)."""
+VISIBILITY_PATCH = "blade-visibility"  # workflows started before the memo replay without it
 
 
 @dataclass
@@ -104,6 +126,7 @@ class CallWorkflow:
             if start.indexed:
                 self.seen.append(action["action_id"])
                 workflow.upsert_search_attributes([ACTION.value_set(list(self.seen))])
+            self._shown(action)
             expires = action.get("expires_at")
             wait = None if expires is None else max(0.0, expires - workflow.time())
             try:
@@ -135,9 +158,24 @@ class CallWorkflow:
                     )
                     step = await self._activity(SETTLE, request)
             self.snapshot = None
+            self._shown(None)
             self.outcomes[action["action_id"]] = step.result
         self.result = step.result
         return step.result
+
+    def _shown(self, action: dict[str, Any] | None) -> None:
+        """Keep the waiting action's summary (or its absence) where Temporal's visibility store
+        lists it: the memo always, and ``BladeWaiting`` where the namespace has it."""
+        start = self.start
+        assert start is not None
+        if not workflow.patched(VISIBILITY_PATCH):
+            return
+        if start.indexed:
+            waiting = (
+                WAITING.value_unset() if action is None else WAITING.value_set(action["action_id"])
+            )
+            workflow.upsert_search_attributes([waiting])
+        workflow.upsert_memo({MEMO: None if action is None else action_summary(action)})
 
     async def _activity(self, name: str, request: Any) -> Step:
         step = await self._run_activity(name, request)
@@ -202,15 +240,27 @@ class CallWorkflow:
             return None
         start = self.start
         assert start is not None
+        # the call's record, as the last snapshot has it (a call that waited), else its start
+        snapshot = self.snapshot or {}
+        call = (snapshot.get("calls") or [None])[0]
+        state = "settled" if self.result is not None else "running"
+        if call is not None and self.result is None:
+            state = call["state"]
         return {
             "call_id": start.call.call_id,
             "run_id": start.call.run_id,
             "name": start.call.name,
+            "spec_id": None if call is None else call["spec_id"],
+            "state": state,
+            "started_at": (
+                workflow.info().start_time.isoformat() if call is None else call["started_at"]
+            ),
             "input": start.call.arguments,
             "tenant": start.tenant,
             "action": self.action,
             "resolved": dict(self.resolved),
             "result": self.result,
+            "data": list(self.data),
         }
 
     @workflow.query(name=DATA)
@@ -231,7 +281,13 @@ class CallWorkflow:
         self.answer = request
         self.resolved[request.action_id] = "submitted"
         await workflow.wait_condition(lambda: request.action_id in self.outcomes)
-        return self.outcomes[request.action_id]
+        return self._with_run(self.outcomes[request.action_id])
+
+    def _with_run(self, outcome: Any) -> Any:
+        """An update's answer with its call's run id (the result as stored has none)."""
+        start = self.start
+        assert start is not None
+        return {"run_id": start.call.run_id, **outcome} if isinstance(outcome, dict) else outcome
 
     @submit.validator
     def _check_submit(self, request: SubmitRequest) -> None:
@@ -245,7 +301,7 @@ class CallWorkflow:
         self.answer = request
         self.resolved[request.action_id] = "cancelled" if request.cancelled else "failed"
         await workflow.wait_condition(lambda: request.action_id in self.outcomes)
-        return self.outcomes[request.action_id]
+        return self._with_run(self.outcomes[request.action_id])
 
     @settle.validator
     def _check_settle(self, request: SettleRequest) -> None:
@@ -269,5 +325,25 @@ class CallWorkflow:
         return ActionRecord(**action)
 
 
-def search_attributes(tenant: str) -> list[SearchAttributePair[str]]:
-    return [SearchAttributePair(TENANT, tenant)]
+def search_attributes(start: CallStart) -> list[SearchAttributePair[str]]:
+    """The attributes a call starts with: its tenant, run, tool and (if any) its principal."""
+    pairs = [
+        SearchAttributePair(TENANT, start.tenant),
+        SearchAttributePair(RUN, start.call.run_id),
+        SearchAttributePair(TOOL, start.call.name),
+    ]
+    caller = CallContext.from_json(start.call.context)
+    if caller is not None and caller.principal is not None:
+        pairs.append(SearchAttributePair(OWNER, caller.principal.id))
+    return pairs
+
+
+def action_summary(action: dict[str, Any]) -> dict[str, Any]:
+    """The pending action's record as a listing shows it: whole, but a payload larger than
+    ``SUMMARY_PAYLOAD_BYTES`` as JSON is ``None`` (its size in ``payload_bytes``)."""
+    size = len(json.dumps(action.get("payload"), ensure_ascii=False).encode())
+    shown = dict(action)
+    if size > SUMMARY_PAYLOAD_BYTES:
+        shown["payload"] = None
+    shown["payload_bytes"] = size
+    return shown

@@ -231,9 +231,11 @@ def test_the_temporal_app_answers_only_its_hosts_and_origins() -> None:
             reached.append("call")
             return {"status": "success", "call_id": "c", "run_id": "r", "content": None}
 
-        async def pending(self, **kwargs: Any) -> list[Any]:
+        async def pending_page(self, **kwargs: Any) -> Any:
+            from blade_runtime.core.records import Page
+
             reached.append("pending")
-            return []
+            return Page([])
 
         async def cancel(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
             reached.append("cancel")

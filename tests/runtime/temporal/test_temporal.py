@@ -519,10 +519,18 @@ def test_the_http_api_serves_calls_and_pending_actions_from_temporal(place: Plac
                 headers={**alice, "idempotency-key": "c-http"},
             )
             assert made.status_code == 202 and made.json()["status"] == "pending"
-            action_id = made.json()["action_id"]
-            listed = (await http.get("/v1/actions", headers=alice)).json()["actions"]
+            action_id = made.json()["action"]["action_id"]
+            listed = (
+                await _eventually(
+                    lambda: http.get("/v1/actions", headers=alice),
+                    lambda answer: answer.json()["actions"],
+                )
+            ).json()["actions"]
             assert [a["action_id"] for a in listed] == [action_id]
-            assert (await http.get("/v1/actions", headers=bob)).json() == {"actions": []}
+            assert (await http.get("/v1/actions", headers=bob)).json() == {
+                "actions": [],
+                "next": None,
+            }
             assert (await http.get(f"/v1/actions/{action_id}", headers=bob)).status_code == 404
             assert (await http.get("/v1/calls/c-http", headers=bob)).status_code == 404
             stolen = await http.post(
@@ -619,3 +627,311 @@ def test_tool_data_written_before_and_after_a_suspension_stays_with_the_call(
             assert kept is not None and [d["value"]["text"] for d in kept] == ["one", "two"]
 
     run(main())
+
+
+async def _eventually(read: Any, check: Any, wait_s: float = 30.0) -> Any:
+    """``await read()`` until ``check`` holds of it: Temporal's visibility store catches up with
+    a workflow's search attributes and memo a moment after it upserts them."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        found = await read()
+        if check(found) or asyncio.get_running_loop().time() > deadline:
+            return found
+        await asyncio.sleep(0.1)
+
+
+def _ids(actions: list[dict[str, Any]]) -> list[str]:
+    return sorted(a["action_id"] for a in actions)
+
+
+def test_a_listing_reads_temporal_s_visibility_and_a_gone_worker_hides_nothing(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each waiting call keeps its action's summary where a visibility query finds it: a
+    listing (TemporalTools, the CLI) pages over them with Temporal's page token and asks no
+    worker, so calls on a task queue whose worker is gone are listed like any other."""
+    from blade_runtime.core.store import BadCursor
+    from blade_runtime.serving.cli import main
+
+    # tenants of this test alone: the dev server is shared by the session's tests
+    t1, t2 = f"t1-{place.task_queue}", f"t2-{place.task_queue}"
+    alice, carol, bob = Principal("alice", t1), Principal("carol", t1), Principal("bob", t2)
+    dave = Principal("dave", t1)
+    gone_queue = f"{place.task_queue}-gone"
+
+    async def main_() -> None:
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        gone_tools = TemporalTools(client, task_queue=gone_queue, runtime=runtime)
+        async with worker(client, place.runtime(), task_queue=gone_queue):
+            on_gone = await gone_tools.call(
+                "sync", {"n": 9, "suspend": True}, context=CallContext(bob), run_id="r-gone"
+            )
+        # that queue's only worker stopped: nothing answers a query of that call any more
+        async with worker(client, runtime, task_queue=place.task_queue):
+            alices = [
+                await tools.call("sync", {"n": n, "suspend": True}, context=CallContext(alice))
+                for n in range(2)
+            ]
+            carols = await tools.call(
+                "charge", {"n": 5, "suspend": True}, context=CallContext(carol)
+            )
+            large = await tools.call(
+                "ask", {"question": "x" * 10_000}, run_id="r-large", context=CallContext(dave)
+            )
+            every = _ids([*alices, carols, on_gone, large])
+            listing = TemporalTools(client)  # an operator's, with no memory of these calls
+
+            def ours(found: list[dict[str, Any]]) -> list[str]:
+                return _ids([a for a in found if a["tenant"] in (t1, t2)])
+
+            listed = await _eventually(listing.pending, lambda found: ours(found) == every)
+            assert ours(listed) == every
+            by_id = {a["action_id"]: a for a in listed}
+            gone = by_id[on_gone["action_id"]]
+            assert (gone["name"], gone["point"], gone["tenant"]) == ("sync", "approval", t2)
+            assert gone["principal"] == "bob" and gone["payload"] == {"prompt": "sync 9?"}
+            assert gone["submit_schema"]["required"] == ["approved"]
+            # a payload over the summary's bound is left out of the listing, shown whole by id
+            assert by_id[large["action_id"]]["payload"] is None
+            assert by_id[large["action_id"]]["payload_bytes"] > 10_000
+            shown = await listing.action(large["action_id"])
+            assert shown is not None and shown["payload"] == {"question": "x" * 10_000}
+
+            # pages of one: every action once, in Temporal's order, then no cursor
+            paged: list[str] = []
+            cursor = None
+            for _ in range(10):
+                page = await listing.pending_page(limit=1, cursor=cursor)
+                assert len(page.items) <= 1
+                paged += [a["action_id"] for a in page.items]
+                cursor = page.next
+                if cursor is None:
+                    break
+            assert len(paged) == len(set(paged))  # each once
+            assert sorted(set(paged) & set(every)) == every
+            for bad in ("not a cursor!", "", "AAAA"):
+                with pytest.raises(BadCursor):
+                    await listing.pending_page(cursor=bad)
+
+            # each principal its own: the tenant, then the principal the call was made for
+            assert _ids(await listing.pending(principal=alice)) == _ids(alices)
+            assert _ids(await listing.pending(principal=carol)) == _ids([carols])
+            assert _ids(await listing.pending(principal=bob)) == _ids([on_gone])
+            assert ours(await listing.pending(run_id="r-gone")) == _ids([on_gone])
+            assert ours(await listing.pending(tool="charge")) == _ids([carols])
+            assert (await listing.pending_page(tenant=t2)).items[0]["call_id"] == on_gone["call_id"]
+
+            def operator() -> None:
+                where = ["--temporal", place.server.address]
+                assert main(["pending", "list", "--json", "--limit", "3", *where]) == 0
+                out, err = capsys.readouterr()
+                first = [a["action_id"] for a in json.loads(out)]
+                assert len(first) == 3 and "more: add --after" in err
+                after = err.split("--after ")[1].split()[0]
+                assert main(["pending", "list", "--json", "--after", after, *where]) == 0
+                rest = [a["action_id"] for a in json.loads(capsys.readouterr().out)]
+                assert set(every) <= set(first + rest)
+                assert main(["pending", "list", "--tenant", t2, *where]) == 0
+                lines = capsys.readouterr().out.splitlines()
+                assert len(lines) == 1 and on_gone["action_id"] in lines[0]
+                assert main(["pending", "list", "--after", "nope!", *where]) == 2
+                assert capsys.readouterr().err.startswith("error: --after: not a cursor")
+
+            await asyncio.to_thread(operator)
+            # answered: it leaves the listing
+            await tools.submit(alices[0]["action_id"], {"approved": True}, principal=alice)
+            left = await _eventually(
+                lambda: listing.pending(principal=alice),
+                lambda found: _ids(found) == _ids(alices[1:]),
+            )
+            assert _ids(left) == _ids(alices[1:])
+
+    run(main_())
+
+
+_VARYING = {"call_id", "action_id", "suspended_at", "started_at", "resolved_at", "message"}
+
+
+def _shape(body: Any) -> Any:
+    """A response body with what differs between two runs of the same case (ids, times, the
+    wording of an error) left out: what both apps must answer alike."""
+    if isinstance(body, dict):
+        return {k: "<varies>" if k in _VARYING else _shape(v) for k, v in body.items()}
+    if isinstance(body, list):
+        return [_shape(item) for item in body]
+    return body
+
+
+async def _conformance(http: Any, later: Any) -> list[tuple[str, int, Any]]:
+    """The API cases both apps answer: (case, status, body shape) each. ``later(read, check)``
+    waits for a listing to catch up (Temporal's visibility)."""
+    alice, bob = {"x-user": "alice"}, {"x-user": "bob"}
+    seen: list[tuple[str, int, Any]] = []
+
+    def note(case: str, answer: Any) -> Any:
+        body = answer.json() if answer.content else None
+        seen.append((case, answer.status_code, _shape(body)))
+        return body
+
+    note("tools", await http.get("/v1/tools", headers=alice))
+    note("no principal", await http.get("/v1/actions"))
+    note("success", await http.post("/v1/tools/fetch/calls", json={"n": 2}, headers=alice))
+    note("invalid input", await http.post("/v1/tools/fetch/calls", json={"n": "x"}, headers=alice))
+    note("no tool", await http.post("/v1/tools/nope/calls", json={}, headers=alice))
+    note(
+        "not json",
+        await http.post(
+            "/v1/tools/fetch/calls",
+            content=b"{",
+            headers={**alice, "content-type": "application/json"},
+        ),
+    )
+    waiting = note(
+        "pending",
+        await http.post(
+            "/v1/tools/sync/calls?run_id=r1",
+            json={"n": 7, "suspend": True},
+            headers={**alice, "idempotency-key": "c-conform"},
+        ),
+    )
+    action_id = waiting["action"]["action_id"]
+    other = note(
+        "pending 2",
+        await http.post("/v1/tools/sync/calls", json={"n": 8, "suspend": True}, headers=alice),
+    )
+
+    async def listed() -> Any:
+        return (await http.get("/v1/actions?run_id=r1", headers=alice)).json()
+
+    await later(listed, lambda body: len(body["actions"]) == 1)
+    note("list", await http.get("/v1/actions?run_id=r1", headers=alice))
+    note("list other tenant", await http.get("/v1/actions", headers=bob))
+    note("list bad limit", await http.get("/v1/actions?limit=0", headers=alice))
+    note("list bad cursor", await http.get("/v1/actions?cursor=nope!", headers=alice))
+    note("show", await http.get(f"/v1/actions/{action_id}", headers=alice))
+    note("show other tenant", await http.get(f"/v1/actions/{action_id}", headers=bob))
+    note("call while waiting", await http.get("/v1/calls/c-conform", headers=alice))
+    note("call other tenant", await http.get("/v1/calls/c-conform", headers=bob))
+    note(
+        "submit other tenant",
+        await http.post(f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=bob),
+    )
+    note(
+        "submit invalid",
+        await http.post(f"/v1/actions/{action_id}/submit", json={"approved": "y"}, headers=alice),
+    )
+    note(
+        "submit",
+        await http.post(
+            f"/v1/actions/{action_id}/submit", json={"approved": True, "note": "n"}, headers=alice
+        ),
+    )
+    note(
+        "submit again",
+        await http.post(f"/v1/actions/{action_id}/submit", json={"approved": True}, headers=alice),
+    )
+    note("call settled", await http.get("/v1/calls/c-conform", headers=alice))
+    note("call unknown", await http.get("/v1/calls/c-none", headers=alice))
+    other_id = other["action"]["action_id"]
+    note(
+        "cancel bad body",
+        await http.post(f"/v1/actions/{other_id}/cancel", json=[1], headers=alice),
+    )
+    note(
+        "cancel",
+        await http.post(f"/v1/actions/{other_id}/cancel", json={"reason": "dup"}, headers=alice),
+    )
+    note("no route", await http.get("/v1/nothing", headers=alice))
+    return seen
+
+
+def test_the_temporal_app_answers_the_api_s_cases_as_create_app_does(place: Place) -> None:
+    """The same API cases against create_app (a runtime on a store) and create_temporal_app:
+    the same statuses and bodies, case by case; and the typed HttpTransport client works
+    against the Temporal app."""
+    import importlib
+
+    import httpx
+    from starlette.requests import Request
+
+    from blade_runtime.client.http import HttpTransport
+    from blade_runtime.serving.http import create_app
+    from blade_runtime.serving.http.temporal import create_temporal_app
+
+    # tenants of this test alone: the dev server is shared by the session's tests
+    t1, t2 = f"t1-{place.task_queue}", f"t2-{place.task_queue}"
+    people = {"alice": Principal("alice", t1), "bob": Principal("bob", t2)}
+
+    def authenticate(request: Request) -> Principal | None:
+        return people.get(request.headers.get("x-user", ""))
+
+    async def at_once(read: Any, check: Any) -> Any:
+        return await read()
+
+    async def on(app: Any, later: Any) -> list[tuple[str, int, Any]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            return await _conformance(http, later)
+
+    async def main() -> None:
+        store_runtime = Runtime()
+        Tools(place.folder / "store-entries").register(store_runtime)
+        on_store = await on(create_app(store_runtime, authenticate=authenticate), at_once)
+        runtime = place.runtime()
+        client, tools = await place.tools(runtime)
+        async with worker(client, runtime, task_queue=place.task_queue):
+            temporal_app = create_temporal_app(tools, authenticate)
+            on_temporal = await on(temporal_app, _eventually)
+            assert [c for c, _, _ in on_temporal] == [c for c, _, _ in on_store]
+            for (case, status, body), (_, t_status, t_body) in zip(
+                on_store, on_temporal, strict=True
+            ):
+                assert (case, t_status) == (case, status)
+                assert (case, t_body) == (case, body)
+
+            # the typed client over HTTP, against the Temporal app
+            package = importlib.import_module("blade_workers.client")
+            charge_v1 = importlib.import_module("blade_workers.work.charge_v1")
+            transport = HttpTransport(
+                "http://127.0.0.1",
+                headers={"x-user": "alice"},
+                transport=httpx.ASGITransport(app=temporal_app),
+            )
+            async with transport:
+                typed = package.Client(transport)
+                waiting = await typed.charge(charge_v1.ChargeInput(n=3, suspend=True))
+                assert waiting.status == "pending" and waiting.action.input.prompt == "charge 3?"
+                done = await waiting.action.submit(
+                    charge_v1.ChargeApprovalResume(approved=True, note="typed")
+                )
+                assert done.status == "success" and done.output.note == "typed"
+
+    run(main())
+
+
+@pytest.mark.slow  # CLI processes
+def test_the_cli_on_temporal_always_exits_with_its_own_code(place: Place) -> None:
+    """``blade-runtime pending ... --temporal`` as a process, run over and over: every exit is
+    0, 1 or 3 as documented, never the SDK's abort at interpreter exit (134, 139)."""
+    import subprocess
+    import sys
+    from pathlib import Path as FilePath
+
+    command = str(FilePath(sys.executable).parent / "blade-runtime")
+    where = ["--temporal", place.server.address]
+    cases = [
+        (["pending", "list", *where], 0),
+        (["pending", "show", "act_nope", *where], 1),
+        (["pending", "submit", "act_nope", "{}", *where], 1),
+        (["pending", "list", "--temporal", f"127.0.0.1:{free_port()}"], 3),
+    ]
+    exits = []
+    for round_ in range(6):
+        for argv, expected in cases:
+            done = subprocess.run([command, *argv], capture_output=True, text=True, timeout=120)
+            exits.append((argv[1], round_, done.returncode, expected))
+            assert "Fatal Python error" not in done.stderr, done.stderr
+    assert [(verb, n, code) for verb, n, code, _ in exits] == [
+        (verb, n, expected) for verb, n, _, expected in exits
+    ]

@@ -490,27 +490,7 @@ class Api:
     # -- records as JSON ---------------------------------------------------------------------
 
     def action_json(self, record: ActionRecord) -> dict[str, JsonValue]:
-        registration = self.registration(record.name)
-        asker = record.principal or None  # who asked: its call's principal, on the record
-        return {
-            "kind": record.spec_id if record.point is None else f"{record.spec_id}#{record.point}",
-            "action_id": record.action_id,
-            "name": record.name if record.point is None else f"{record.name}.{record.point}",
-            "tool": record.name,
-            "spec_id": record.spec_id,
-            "point": record.point,
-            "call_id": record.call_id,
-            "run_id": record.run_id,
-            "principal_id": asker,
-            "suspended_at": record.suspended_at,
-            "input": record.payload,
-            "state": record.state,
-            "resolved_at": record.resolved_at,
-            "reason": record.reason,
-            "expires_at": record.expires_at,
-            "description": None if registration is None else registration.spec.description,
-            "submit_schema": dict(record.submit_schema),
-        }
+        return action_body(record, self.registration(record.name))
 
     def call_json(self, record: CallRecord) -> dict[str, Any]:
         return {
@@ -544,18 +524,7 @@ class Api:
         return self.answers.get(call_id)
 
     def callable_by(self, principal: Principal) -> list[Registration[Any]]:
-        """The registrations ``principal`` may call now: allowed, and enabled for its calls."""
-        context = CallContext(principal=principal)
-        chosen = []
-        for registration in self.runtime.registrations():
-            if not self.runtime.is_allowed(registration.name):
-                continue
-            if registration.enabled is not None:
-                call = CallInfo("", "default", registration.name, registration.spec.id, context)
-                if not enabled_for(registration, call):
-                    continue
-            chosen.append(registration)
-        return chosen
+        return callable_by(self.runtime, principal)
 
     def openapi(self, principal: Principal) -> bytes:
         """The OpenAPI document of the tools ``principal`` may call, kept per set of tools
@@ -595,6 +564,64 @@ def _mismatch(mine: bool, earlier: str, name: str, same_arguments: bool) -> Refu
     else:
         return None
     return Refused(HttpError.IDEMPOTENCY_CONFLICT, message)
+
+
+def action_body(
+    record: ActionRecord, registration: Registration[Any] | None
+) -> dict[str, JsonValue]:
+    """A pending action as the API answers it (``registration``: its tool's, for the
+    description; ``create_temporal_app`` answers with the same)."""
+    asker = record.principal or None  # who asked: its call's principal, on the record
+    return {
+        "kind": record.spec_id if record.point is None else f"{record.spec_id}#{record.point}",
+        "action_id": record.action_id,
+        "name": record.name if record.point is None else f"{record.name}.{record.point}",
+        "tool": record.name,
+        "spec_id": record.spec_id,
+        "point": record.point,
+        "call_id": record.call_id,
+        "run_id": record.run_id,
+        "principal_id": asker,
+        "suspended_at": record.suspended_at,
+        "input": record.payload,
+        "state": record.state,
+        "resolved_at": record.resolved_at,
+        "reason": record.reason,
+        "expires_at": record.expires_at,
+        "description": None if registration is None else registration.spec.description,
+        "submit_schema": dict(record.submit_schema),
+    }
+
+
+def callable_by(runtime: Runtime, principal: Principal) -> list[Registration[Any]]:
+    """The registrations ``principal`` may call now: allowed, and enabled for its calls."""
+    context = CallContext(principal=principal)
+    chosen = []
+    for registration in runtime.registrations():
+        if not runtime.is_allowed(registration.name):
+            continue
+        if registration.enabled is not None:
+            call = CallInfo("", "default", registration.name, registration.spec.id, context)
+            if not enabled_for(registration, call):
+                continue
+        chosen.append(registration)
+    return chosen
+
+
+def tools_body(registrations: Sequence[Registration[Any]]) -> dict[str, Any]:
+    """``GET /v1/tools``: the tools a principal may call."""
+    return {
+        "tools": [
+            {
+                "name": r.name,
+                "spec_id": r.spec.id,
+                "execution": r.spec.execution,
+                "description": r.spec.description,
+                "points": sorted(r.points),
+            }
+            for r in registrations
+        ]
+    }
 
 
 def grant_json(grant: GrantRecord) -> dict[str, JsonValue]:
@@ -761,20 +788,7 @@ def create_app(
         return run_id
 
     async def tools(request: Request, principal: Principal) -> Response:
-        return json_response(
-            {
-                "tools": [
-                    {
-                        "name": r.name,
-                        "spec_id": r.spec.id,
-                        "execution": r.spec.execution,
-                        "description": r.spec.description,
-                        "points": sorted(r.points),
-                    }
-                    for r in api.callable_by(principal)
-                ]
-            }
-        )
+        return json_response(tools_body(api.callable_by(principal)))
 
     async def call(request: Request, principal: Principal) -> Response:
         name = request.path_params["name"]

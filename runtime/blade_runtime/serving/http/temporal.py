@@ -3,12 +3,16 @@
 ``create_temporal_app(tools, authenticate)`` serves the routes of ``create_app`` that calls and
 pending actions need, answered by the call workflows of ``blade_runtime.temporal`` through
 ``TemporalTools``: the same paths, bodies, statuses and per-tenant rules (another tenant's
-action does not exist: 404; the ``operator`` role sees all). A submission is the workflow's
-update, validated before anything is recorded.
+action does not exist: 404; the ``operator`` role sees all), so the typed ``HttpTransport``
+client and the approval inbox (``/inbox``) work against it. A submission is the workflow's
+update, validated before anything is recorded. The actions listing reads Temporal's visibility
+store (no worker is asked), newest call first, paged with Temporal's page token.
 
+    GET  /v1/tools                   the tools the principal may call (``tools.runtime``'s)
     POST /v1/tools/{name}/calls      the tool's arguments; Idempotency-Key: the call id
     GET  /v1/calls/{call_id}         the call as its workflow holds it
-    GET  /v1/actions                 pending actions (?run_id=, ?tool=)
+    GET  /v1/actions                 pending actions (?run_id=, ?tool=, ?limit=, ?cursor=,
+                                     ?waiting_over=, ?waiting_under=; ?state=pending only)
     GET  /v1/actions/{id}            one pending action
     POST /v1/actions/{id}/submit     the payload
     POST /v1/actions/{id}/cancel     {"reason": ...} (optional)
@@ -28,13 +32,22 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.records import ago
 from blade_runtime.core.results import ErrorCode
-from blade_runtime.core.store import storable_id
+from blade_runtime.core.store import ActionRecord, BadCursor, storable_id
+from blade_runtime.runtime import Runtime
 from blade_runtime.serving.http.app import (
     DEFAULT_MAX_BODY_BYTES,
     Refused,
+    _inbox_routes,
+    _page_response,
+    _paging,
+    _seconds,
+    action_body,
+    callable_by,
     error_response,
     json_response,
+    tools_body,
 )
 from blade_runtime.serving.http.auth import (
     DEFAULT_AUTH_THREADS,
@@ -46,8 +59,6 @@ from blade_runtime.serving.http.errors import HttpError, status_of
 from blade_runtime.serving.http.sites import Sites, TrustedSites
 from blade_runtime.temporal.client import TemporalTools
 
-_STATUS_OF_SUCCESS = {"success": 200, "pending": 202}
-
 
 def create_temporal_app(
     tools: TemporalTools,
@@ -57,11 +68,12 @@ def create_temporal_app(
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     auth_threads: int = DEFAULT_AUTH_THREADS,
+    inbox: bool = True,
 ) -> Starlette:
     """An ASGI app over ``tools``; ``authenticate(request)`` returns the Principal or None
     (401): an ``async def`` runs on the event loop, a plain function in a worker thread. The
     hosts, origins and JSON bodies it answers are ``create_app``'s (``allowed_hosts``,
-    ``allowed_origins``)."""
+    ``allowed_origins``); ``inbox``: serve the approval inbox at ``/inbox``."""
     sites = Sites.of(allowed_hosts, allowed_origins)
     authenticated = Authenticator(authenticate, auth_threads)
 
@@ -97,19 +109,49 @@ def create_temporal_app(
                 return await handler(request, await principal_of(request))
             except Refused as refused:
                 return error_response(refused.code, refused.message)
+            except BadCursor as bad:
+                return error_response(HttpError.BAD_CURSOR, str(bad))
 
         return endpoint
 
-    def answer(result: dict[str, Any]) -> Response:
-        if result.get("status") == "error":
-            code = str(result.get("code"))
-            return json_response(result, status_of(code))
-        return json_response(result, _STATUS_OF_SUCCESS.get(str(result.get("status")), 200))
+    def runtime() -> Runtime:
+        if tools.runtime is None:
+            raise TypeError("create_temporal_app needs TemporalTools(runtime=...)")
+        return tools.runtime
+
+    def action_json(found: dict[str, Any]) -> dict[str, Any]:
+        record = ActionRecord(**{k: v for k, v in found.items() if k in _ACTION_FIELDS})
+        registration = (
+            None if tools.runtime is None else tools.runtime.tools.by_name.get(record.name)
+        )
+        return action_body(record, registration)
+
+    def answer(done: dict[str, Any]) -> Response:
+        """A result as ``create_app`` answers it: an error as ``{code, message}``."""
+        status = done.get("status")
+        if status == "error":
+            code = str(done.get("code"))
+            return json_response({"code": code, "message": done.get("message")}, status_of(code))
+        ids = {"call_id": done.get("call_id"), "run_id": done.get("run_id")}
+        if status == "pending":
+            return json_response(
+                {"status": "pending", **ids, "action": action_json(done["action"])}, 202
+            )
+        content = done.get("content")
+        return json_response(
+            {"status": "success", **ids, "output": done.get("output", content), "content": content}
+        )
+
+    async def list_tools(request: Request, principal: Principal) -> Response:
+        return json_response(tools_body(callable_by(runtime(), principal)))
 
     async def call(request: Request, principal: Principal) -> Response:
         call_id = request.headers.get("idempotency-key") or request.query_params.get("call_id")
         if call_id is not None and not storable_id(call_id):
             raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
+        run_id = request.query_params.get("run_id", "default")
+        if not run_id:
+            raise Refused(HttpError.MALFORMED_REQUEST, "run_id must not be empty.")
         arguments = await body_of(request)
         if not isinstance(arguments, dict):
             raise Refused(HttpError.MALFORMED_REQUEST, "The arguments are a JSON object.")
@@ -117,7 +159,7 @@ def create_temporal_app(
             request.path_params["name"],
             arguments,
             call_id=call_id,
-            run_id=request.query_params.get("run_id", "default"),
+            run_id=run_id,
             context=CallContext(principal, thread_id=request.query_params.get("thread_id")),
         )
         return answer(done)
@@ -127,13 +169,61 @@ def create_temporal_app(
         found = await tools.state(call_id, principal=principal) if storable_id(call_id) else None
         if found is None:
             raise Refused(HttpError.UNKNOWN_CALL, f"No call {call_id!r}.")
-        return json_response(found)
+        spec_id = found.get("spec_id")
+        if spec_id is None:  # a call that never waited: its tool's registration names it
+            registration = runtime().tools.by_name.get(found["name"])
+            spec_id = None if registration is None else registration.spec.id
+        channel = request.query_params.get("channel")
+        data: dict[str, list[dict[str, Any]]] = {}
+        for item in found.get("data") or ():
+            if channel in (None, item["channel"]):
+                data.setdefault(item["channel"], []).append(
+                    {
+                        "id": item["item_id"],
+                        "value": item["value"],
+                        "updated_at": item["updated_at"],
+                    }
+                )
+        result = found["result"]
+        if isinstance(result, dict) and result.get("status") == "pending":
+            result = None  # as a store keeps a waiting call: no result yet
+        return json_response(
+            {
+                "call_id": found["call_id"],
+                "run_id": found["run_id"],
+                "name": found["name"],
+                "spec_id": spec_id,
+                "state": found.get("state", "running"),
+                "started_at": found.get("started_at"),
+                "input": found["input"],
+                "result": result,
+                "data": data,
+            }
+        )
 
     async def list_actions(request: Request, principal: Principal) -> Response:
         query = request.query_params
-        found = await tools.pending(principal=principal, run_id=query.get("run_id"))
-        tool = query.get("tool")
-        return json_response({"actions": [a for a in found if tool in (None, a["name"])]})
+        if query.get("state", "pending") != "pending":
+            raise Refused(
+                HttpError.MALFORMED_REQUEST,
+                "state is pending on Temporal: its visibility store lists waiting calls only.",
+            )
+        limit, cursor = _paging(request)
+        over, under = _seconds(query, "waiting_over"), _seconds(query, "waiting_under")
+        page = await tools.pending_page(
+            principal=principal,
+            run_id=query.get("run_id"),
+            tool=query.get("tool"),
+            limit=limit,
+            cursor=cursor,
+        )
+        items = page.items
+        # waiting times narrow the page here (a page may then hold fewer than ``limit``)
+        if over is not None:
+            items = [a for a in items if a["suspended_at"] <= ago(over)]
+        if under is not None:
+            items = [a for a in items if a["suspended_at"] >= ago(under)]
+        return _page_response(request, "actions", [action_json(a) for a in items], page)
 
     async def visible(action_id: str, principal: Principal) -> dict[str, Any]:
         found = await tools.action(action_id, principal=principal)
@@ -142,7 +232,9 @@ def create_temporal_app(
         return found
 
     async def read_action(request: Request, principal: Principal) -> Response:
-        return json_response(await visible(request.path_params["action_id"], principal))
+        return json_response(
+            action_json(await visible(request.path_params["action_id"], principal))
+        )
 
     async def submit(request: Request, principal: Principal) -> Response:
         payload = await body_of(request)
@@ -156,21 +248,23 @@ def create_temporal_app(
         cancelling = request.url.path.endswith("/cancel")
         key = "reason" if cancelling else "error"
         text = (fields or {}).get(key, "cancelled" if cancelling else None)
-        if not isinstance(text, str) or not text.strip():
-            raise Refused(HttpError.MALFORMED_REQUEST, f"{key} is a non-empty string.")
+        if not isinstance(text, str) or not text.strip() or "\x00" in text:
+            raise Refused(HttpError.MALFORMED_REQUEST, f"{key} is a non-empty string without NUL.")
         action_id = request.path_params["action_id"]
         if cancelling:
             done = await tools.cancel(action_id, text, principal=principal)
         else:
             done = await tools.fail(action_id, text, principal=principal)
-        if done.get("code") in ("CANCELLED", "TOOL_FAILED"):
-            return json_response(done)  # what was asked for: the call settled so
+        if done.get("code") in ("CANCELLED", "TOOL_FAILED"):  # what was asked: settled so
+            fields_of = ("status", "call_id", "run_id", "code", "message")
+            return json_response({name: done.get(name) for name in fields_of})
         return answer(done)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(HttpError.NOT_FOUND, f"No route {request.url.path}.")
 
     routes = [
+        Route("/v1/tools", route(list_tools), methods=["GET"]),
         Route("/v1/tools/{name}/calls", route(call), methods=["POST"]),
         Route("/v1/calls/{call_id}", route(read_call), methods=["GET"]),
         Route("/v1/actions", route(list_actions), methods=["GET"]),
@@ -179,8 +273,13 @@ def create_temporal_app(
         Route("/v1/actions/{action_id}/cancel", route(settle), methods=["POST"]),
         Route("/v1/actions/{action_id}/fail", route(settle), methods=["POST"]),
     ]
+    if inbox:
+        routes += _inbox_routes()
     return Starlette(
         routes=routes,
         middleware=[Middleware(TrustedSites, sites=sites)],
         exception_handlers={404: not_found},
     )
+
+
+_ACTION_FIELDS = frozenset(ActionRecord.__dataclass_fields__)
