@@ -131,8 +131,12 @@ def test_a_suspension_is_a_pending_action_resumed_by_a_submit_update(place: Plac
             assert waiting["status"] == "pending" and waiting["call_id"] == "c-suspend"
             action = waiting["action"]
             assert action["point"] == "approval" and action["payload"] == {"prompt": "sync 1?"}
-            listed = await tools.pending()
-            assert [a["action_id"] for a in listed] == [waiting["action_id"]]
+            # Visibility catches up a moment after the suspension (later under load).
+            listed = await _eventually(
+                tools.pending, lambda found: any(a["call_id"] == "c-suspend" for a in found)
+            )
+            mine = [a["action_id"] for a in listed if a["call_id"] == "c-suspend"]
+            assert mine == [waiting["action_id"]]
             shown = await TemporalTools(client).action(waiting["action_id"])  # by id alone
             assert shown is not None and shown["submit_schema"]["required"] == ["approved"]
             done = await tools.submit(waiting["action_id"], {"approved": True, "note": "fine"})
@@ -142,7 +146,10 @@ def test_a_suspension_is_a_pending_action_resumed_by_a_submit_update(place: Plac
             assert final["content"] == done["content"]
             again = await tools.submit(waiting["action_id"], {"approved": True})
             assert again["code"] == "ACTION_ALREADY_RESOLVED"
-            assert await tools.pending() == []
+            left = await _eventually(
+                tools.pending, lambda found: all(a["call_id"] != "c-suspend" for a in found)
+            )
+            assert [a for a in left if a["call_id"] == "c-suspend"] == []
         assert [e[1] for e in place.entries()] == ["initial", "resume"]
 
     run(main())
@@ -188,6 +195,9 @@ def test_two_tenants_never_see_nor_answer_each_other_s_actions(place: Place) -> 
                 "sync", {"n": 2, "suspend": True}, context=CallContext(bob), call_id="c-t2"
             )
             other = TemporalTools(client)  # no cache of action ids: the server's index
+            # Visibility catches up a moment after the suspensions (later under load).
+            everyone = await _eventually(other.pending, lambda found: len(found) >= 2)
+            assert len(everyone) == 2
             seen_by_alice = await other.pending(principal=alice)
             assert [a["action_id"] for a in seen_by_alice] == [mine["action_id"]]
             seen_by_bob = await other.pending(principal=bob)
@@ -412,8 +422,12 @@ def test_pending_actions_survive_every_worker_restarting(place: Place, workers: 
     async def finish() -> list[dict[str, Any]]:
         client = await Client.connect(place.server.address)
         tools = TemporalTools(client, task_queue=place.task_queue)  # an operator's: no runtime
-        listed = await tools.pending()
-        assert sorted(a["call_id"] for a in listed) == calls
+
+        def ours(found: list[dict[str, Any]]) -> list[str]:
+            return sorted(a["call_id"] for a in found if a["call_id"] in calls)
+
+        listed = await _eventually(tools.pending, lambda found: ours(found) == calls)
+        assert ours(listed) == calls
         return list(
             await asyncio.gather(
                 *(
@@ -579,7 +593,9 @@ def test_the_typed_client_calls_and_answers_through_temporal(place: Place) -> No
             assert done.status == "success" and done.output.n == 2
             waiting = await typed.charge(charge_v1.ChargeInput(n=3, suspend=True), run_id="r")
             assert waiting.status == "pending" and waiting.action.input.prompt == "charge 3?"
-            listed = await asyncio.to_thread(typed.pending)
+            listed = await _eventually(
+                lambda: asyncio.to_thread(typed.pending), lambda found: len(found) > 0
+            )
             assert [a.action_id for a in listed] == [waiting.action.action_id]
             assert (
                 await asyncio.to_thread(package.Client(TemporalTransport(tools, bob)).pending) == []
@@ -588,6 +604,8 @@ def test_the_typed_client_calls_and_answers_through_temporal(place: Place) -> No
                 charge_v1.ChargeApprovalResume(approved=True, note="typed")
             )
             assert resumed.status == "success" and resumed.output.note == "typed"
+            settled = await _eventually(lambda: asyncio.to_thread(typed.pending), lambda f: not f)
+            assert settled == []
             assert typed.pending() == []  # from inside the running loop too
 
     run(main())
