@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 from conftest import CORPUS, EXAMPLE_SPECS, run_cli
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import instances
 
@@ -424,6 +424,10 @@ def test_conversion_keeps_every_verdict(index: int) -> None:
         )
     )
     def check(value: Any) -> None:
+        # Draft 4 alone counts 2.0 as no integer; from draft 6 on it is one, and no 2020-12
+        # schema can tell 2.0 from 2 (the same JSON number): the one verdict a conversion
+        # cannot keep, and JSON text rarely carries it.
+        assume(not _integral_float(value))
         assert before.is_valid(value) == after.is_valid(value), value
 
     check()
@@ -765,3 +769,14 @@ def test_the_side_effect_of_imported_tools_is_the_users_word(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     put = json.loads((specs / "shop" / "put.v1.json").read_text())
     assert put["sideEffect"] == "idempotent"
+
+
+def _integral_float(value: Any) -> bool:
+    """Whether ``value`` holds a float with no fractional part (2.0), anywhere in it."""
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, dict):
+        return any(_integral_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_integral_float(v) for v in value)
+    return False
