@@ -29,15 +29,6 @@ def generate(out: Path) -> Path:
     return out / PACKAGE
 
 
-def files(package: Path) -> dict[str, bytes]:
-    """Every file of a generated package by its path inside it."""
-    return {
-        path.relative_to(package).as_posix(): path.read_bytes()
-        for path in sorted(package.rglob("*"))
-        if path.is_file() and "__pycache__" not in path.parts
-    }
-
-
 def refresh() -> None:
     with tempfile.TemporaryDirectory() as folder:
         built = generate(Path(folder))

@@ -65,7 +65,7 @@ from blade_runtime.core.registry import (
     asynchronous,
 )
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
-from blade_runtime.core.retention import Retention, sweep
+from blade_runtime.core.retention import Retention, prune_all, sweep
 from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
@@ -74,7 +74,6 @@ from blade_runtime.core.store import (
     GrantRecord,
     Pruned,
     Store,
-    clock,
 )
 from blade_runtime.core.tools import Tools, takes_children
 from blade_runtime.core.triggers import TriggerHandler, Triggers
@@ -596,14 +595,9 @@ class Runtime:
         policy = retention or self.retention
         if policy is None:
             raise ValueError("prune() needs a Retention: pass one, or Runtime(retention=...)")
-        if dry_run:
-            before = None if policy.older_than_s is None else clock() - policy.older_than_s
+        if dry_run:  # the operators' count, off the loop
             counted: Pruned = await self.io.thread(
-                self.store.prune,
-                settled_before=before,
-                keep=policy.keep,
-                limit=2**31 - 1,
-                dry_run=True,
+                prune_all, self.store, policy.older_than_s, policy.keep, dry_run=True
             )
             return counted
         return await sweep(self.io, policy)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from golden_record import PACKAGE, RECORD, files, generate
+from conftest import tree_bytes
+from golden_record import PACKAGE, RECORD, generate
 
 
 def test_the_bundled_specs_build_to_the_golden_record(tmp_path: Path) -> None:
-    built = files(generate(tmp_path / "out"))
-    recorded = files(RECORD / PACKAGE)
+    built = tree_bytes(generate(tmp_path / "out"))
+    recorded = tree_bytes(RECORD / PACKAGE)
     assert recorded, "no golden record: run .venv/bin/python tests/golden_record.py"
     differing = sorted(
         rel for rel in built.keys() | recorded.keys() if built.get(rel) != recorded.get(rel)

@@ -37,13 +37,16 @@ ContextT = TypeVar("ContextT")
 ExecutionT = TypeVar("ExecutionT")
 
 
-def enabled_for(registration: Registration[Any], call: CallInfo) -> bool:
+def enabled_for(registration: Registration[Any], call: CallInfo, *, strict: bool = False) -> bool:
     """Whether the registration's ``enabled`` callback puts it there for ``call``; one that
-    raises leaves it out (fails closed), in the log."""
+    raises leaves it out (fails closed), in the log, or with ``strict`` is
+    ``ChildEnabledFailed``."""
     assert registration.enabled is not None
     try:
         return bool(registration.enabled(call))
-    except Exception:
+    except Exception as error:
+        if strict:
+            raise ChildEnabledFailed(registration.name, error) from error
         log.exception("%s: its enabled callback raised; the tool is left out", registration.name)
         return False
 
@@ -294,16 +297,11 @@ class Tools:
         disabled = set()
         for spec_id in parent.children:
             child = self.child(parent, spec_id)
-            if child is None or child.enabled is None:
-                continue
-            if strict:
-                try:
-                    there = bool(child.enabled(call))
-                except Exception as error:
-                    raise ChildEnabledFailed(child.name, error) from error
-            else:
-                there = enabled_for(child, call)
-            if not there:
+            if (
+                child is not None
+                and child.enabled is not None
+                and not enabled_for(child, call, strict=strict)
+            ):
                 disabled.add(spec_id)
         return frozenset(disabled)
 
