@@ -564,9 +564,12 @@ class SQLStore:
                     principal=before.principal,
                 )
                 events.append((event, tx.append(event, before.call_id)))
+            # The rows the sweep examined first, then the claimer's grant: its own row may have
+            # been among them (due, holding nothing), and rewritten last it would drop the
+            # calls just granted.
+            found.then({call.call_id for call, _, _ in taken})
             if taken:  # the first event appended has the smallest number
                 self._granted(tx, owner, taken[0][2], events[0][1])
-            found.then({call.call_id for call, _, _ in taken})
         numbered = {event.call_id: event.numbered(_first(seq)) for event, seq in events}
         return [
             Claimed(

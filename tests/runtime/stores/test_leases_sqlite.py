@@ -200,3 +200,20 @@ def test_a_sweep_that_changes_nothing_writes_nothing(tmp_path: Path) -> None:
     assert db.total_changes == before  # the row stayed as it was: not rewritten
     [taken] = store.claim("me", 30.0)
     assert taken.call.call_id == lapsed.call_id
+
+
+def test_a_sweep_whose_own_row_came_due_keeps_what_it_claims(tmp_path: Path) -> None:
+    # Found by the four-worker kill test: the sweeping owner's own row was due (its lease_until
+    # the lease of a call that had ended), so the sweep rewrote it after granting: dropped, as
+    # an owner holding nothing, and its next renewal no longer found the call it had just
+    # claimed (the heartbeat then cancelled it, and the cancellation was recorded).
+    store = SQLiteStore(tmp_path / "s.db")
+    ended = begun(store, owner="me", lease_s=-1.0)
+    store.settle(ended.claim, 1, ev(ended, "result"))  # its row stays, due
+    lost = begun(store, owner="w1", lease_s=60.0)
+    [taken] = store.claim("me", 30.0, dead={"w1"})
+    assert taken.call.call_id == lost.call_id
+    assert store.renew("me", 30.0) == {lost.call_id}
+    assert store.claim("other", 30.0, dead={"w1"}) == []  # leased to a live owner
+    [retaken] = store.claim("other", 30.0, dead={"me"})
+    assert retaken.call.call_id == lost.call_id
