@@ -66,7 +66,7 @@ from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord
 from blade_runtime.runtime import Runtime
-from blade_runtime.serving.mcp_stdio import STDIO_LIMITS, StdioLimits
+from blade_runtime.serving.mcp_limits import STDIO_LIMITS, StdioLimits
 
 if TYPE_CHECKING:
     from starlette.requests import Request

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import signal
 import socket
 import sys
@@ -34,7 +35,7 @@ from typing import Any
 
 from blade_runtime.core.caller import Principal
 from blade_runtime.runtime import Runtime
-from blade_runtime.serving.mcp_stdio import GRACE_S, MAX_IN_FLIGHT, MAX_MESSAGE_BYTES
+from blade_runtime.serving.mcp_limits import GRACE_S, MAX_IN_FLIGHT, MAX_MESSAGE_BYTES
 
 MAX_CONNECTIONS = 256
 REQUEST_TIMEOUT_S = 10.0
@@ -102,6 +103,9 @@ def run_cli(
         url_of,
     )
 
+    if importlib.util.find_spec("mcp") is None:  # the SDK itself is imported once listening
+        print("error: No module named 'mcp': pip install 'blade-runtime[mcp]'", file=sys.stderr)
+        return EXIT_USAGE
     who = None
     if principal is not None:
         ident, _, tenant = principal.partition("@")
@@ -162,7 +166,8 @@ async def _stdio(
     import anyio
 
     from blade_runtime.serving.mcp import serve_stdio
-    from blade_runtime.serving.mcp_stdio import BrokenPipe, StdioLimits
+    from blade_runtime.serving.mcp_limits import StdioLimits
+    from blade_runtime.serving.mcp_stdio import BrokenPipe
 
     stop = anyio.Event()
     limits = StdioLimits(bounds.max_message_bytes, bounds.max_in_flight, bounds.grace_s)
