@@ -89,9 +89,11 @@ def run_cli(
     inbox_url: str | None = None,
     principal: str | None = None,
     bounds: Bounds | None = None,
+    sessions: bool = False,
 ) -> int:
     """``blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT]``: serve over stdio
-    (or streamable HTTP on a loopback address) until the client or a signal ends it."""
+    (or streamable HTTP on a loopback address, stateless unless ``sessions``) until the client
+    or a signal ends it."""
     bounds = bounds or Bounds()
     from blade_runtime.core.store import StoreError
     from blade_runtime.serving.serve import (
@@ -139,7 +141,7 @@ def run_cli(
     try:
         if listening is None:
             return asyncio.run(_stdio(runtime, who, inbox_url, bounds))
-        return _http(runtime, who, inbox_url, bounds, listening, target)
+        return _http(runtime, who, inbox_url, bounds, listening, target, sessions)
     finally:
         if store_url is not None:  # the store this command opened
             close = getattr(runtime.store, "close", None)
@@ -244,6 +246,7 @@ def _http(
     bounds: Bounds,
     listening: socket.socket,
     target: str,
+    sessions: bool = False,
 ) -> int:
     import uvicorn
 
@@ -258,6 +261,7 @@ def _http(
         inbox_url=inbox_url,
         host="::1" if ":" in host else "127.0.0.1",
         max_body_bytes=bounds.max_message_bytes,
+        stateless=not sessions,
     )
     endpoint = f"{url_of(host, listening.getsockname()[1])}/mcp"
     access = (
