@@ -21,10 +21,12 @@ request state carries only the action's id: on the retry the action is looked up
 and checked against the principal stored with its call (and its tenant), never trusted from the
 client; an accepted form goes to ``runtime.submit`` (an invalid answer asks again and leaves the
 action pending), a decline to ``runtime.cancel``, a dismissal leaves it pending. Any worker
-sharing the store can take the retry. Older protocol versions, and clients that cannot elicit,
-get the pending action as an ordinary result (``{"pending": ..., "action_id": ...}``); it is an
-``isError`` result only where the tool announces an output schema, which a call that has no
-output yet cannot match.
+sharing the store can take the retry. The input request's key is the suspension point
+(``input_key``), and an answer sent under it with the first call is taken. On older protocol
+versions the form is asked within the request where the connection carries it (stdio, HTTP with
+sessions). Elsewhere, and for clients that cannot elicit, the result is the pending action
+(``{"pending": ..., "action_id": ...}``); it is an ``isError`` result only where the tool
+announces an output schema, which a call that has no output yet cannot match.
 """
 
 from __future__ import annotations
