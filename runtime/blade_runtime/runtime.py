@@ -44,6 +44,7 @@ from blade_runtime.core.hooks import HookCallback, HookEvent, HookEventName
 from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.jsonvalue import model_of
 from blade_runtime.core.leases import Leases
+from blade_runtime.core.observers import BOUNDARIES
 from blade_runtime.core.outcomes import (
     DEFAULT_TIMEOUT_MS,
     HOST,
@@ -350,7 +351,14 @@ class Runtime:
         self.interceptors.on(event, callback, tools=tools)
 
     def observe(self, observer: object) -> None:
-        """Add a lifecycle observer (its scheduled / execution_started / settled methods)."""
+        """Add a lifecycle observer (its scheduled / execution_started / settled methods...;
+        see ``blade_runtime.core.observers``), and a ``store_operation(name, seconds)`` method
+        is told how long each of this runtime's store operations took."""
+        timer = getattr(observer, "store_operation", None)
+        if timer is not None:
+            self.io.timers.append(timer)
+            if not any(hasattr(observer, b) for b in BOUNDARIES):
+                return  # a store timer alone
         self.interceptors.observe(observer)
 
     # -- registry --------------------------------------------------------------------------

@@ -225,19 +225,22 @@ class CallRunner:
         ):
             refused = self._refuse(registration, call)
             if refused is not None:
-                return refused
+                return await self._refused(registration, call, refused)
         if type(arguments) is dict:
             parsed: JsonObject = arguments
         else:
             read = parse_arguments(arguments)
             if isinstance(read, str):
-                return error_result(call, ErrorCode.INVALID_INPUT, read)
+                return await self._refused(
+                    registration, call, error_result(call, ErrorCode.INVALID_INPUT, read)
+                )
             parsed = read
         if not (
             (run_id == "default" or storable_id(run_id))
             and (call_id is None or storable_id(call_id))
         ):
-            return error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
+            invalid = error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
+            return await self._refused(registration, call, invalid)
         if call.call_id in self.running:
             raise ValueError(f"call id {call.call_id!r} is already running")
 
@@ -253,15 +256,17 @@ class CallRunner:
                     await self._admit(call, parsed, scope) if self.interceptors.pre_any else parsed
                 )
                 if verdict is not parsed and isinstance(verdict, _RESULTS):
-                    result = verdict
+                    result = await self._refused(registration, call, verdict)
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
                     result = await self._run(registration, call, admitted, scope)
                 elif valid is False:
                     admitted = verdict
-                    result = self._invalid(registration, call, admitted)
+                    invalid = self._invalid(registration, call, admitted)
+                    result = await self._refused(registration, call, invalid)
                 else:
-                    result = error_result(call, ErrorCode.INVALID_INPUT, valid)
+                    invalid = error_result(call, ErrorCode.INVALID_INPUT, valid)
+                    result = await self._refused(registration, call, invalid)
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = await self._stopped(call, scope, stopped)
         finally:
@@ -375,6 +380,14 @@ class CallRunner:
             raise ChildHookFailed(
                 registration.spec.id, ErrorCode.OBSERVER_FAILED.value, str(error)
             ) from None
+
+    async def _refused(
+        self, registration: Registration[Any] | None, call: CallInfo, result: ToolResult[Any]
+    ) -> ToolResult[Any]:
+        """A call that never became an invocation: the ``refused`` observers see its result."""
+        if self.interceptors.observers.refused:
+            await self.interceptors.refused(registration, call, result)
+        return result
 
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""

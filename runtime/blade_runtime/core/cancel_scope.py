@@ -30,7 +30,7 @@ T = TypeVar("T")
 GRACE_S = 5.0
 """How long an implementation's cleanup is awaited after it was cancelled."""
 
-CancelReason = Literal["timeout", "cancelled"]
+CancelReason = Literal["timeout", "cancelled", "lease_lost"]
 
 
 class Owner(Protocol):

@@ -69,6 +69,7 @@ from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolRe
 from blade_runtime.core.store import ActionRecord
 from blade_runtime.runtime import Runtime
 from blade_runtime.serving.mcp_limits import STDIO_LIMITS, StdioLimits
+from blade_runtime.serving.trace_context import call_context, traceparent
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -411,7 +412,10 @@ class McpTools:
         name = listing.from_wire.get(params.name, params.name)
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
-        context = CallContext(principal=principal)
+        meta = params.meta
+        context = call_context(
+            principal, traceparent(meta.get("traceparent")) if isinstance(meta, dict) else None
+        )
         arguments = params.arguments or {}
         progress = req.context is not None and _wants_progress(req.context)
         logs = req.context is not None and self._wants_logs(req.context)

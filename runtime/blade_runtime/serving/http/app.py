@@ -68,6 +68,7 @@ from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, HttpError, one_l
 from blade_runtime.serving.http.idempotency import NOTHING_RAN, Answer, Answers, fingerprint
 from blade_runtime.serving.http.openapi import openapi_document
 from blade_runtime.serving.http.sites import Sites, TrustedSites, loopback
+from blade_runtime.serving.trace_context import call_context, traceparent
 
 log = logging.getLogger("blade_runtime.serving.http")
 
@@ -437,12 +438,7 @@ class Api:
     ) -> _Outcome:
         if not isinstance(arguments, dict):
             raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
-        traceparent = _TRACEPARENT.get()
-        context = CallContext(
-            principal=principal,
-            thread_id=thread_id,
-            extra={} if traceparent is None else {"traceparent": traceparent},
-        )
+        context = call_context(principal, _TRACEPARENT.get(), thread_id)
         generated = call_id is None
         call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
         result = await self.runtime.call(
@@ -668,15 +664,8 @@ def _refuse_large_headers(request: Request) -> None:
         )
 
 
-# The W3C trace context a request carries (``traceparent``), kept with the call it makes so that
-# tracing (blade_runtime.otel) continues the caller's trace; well-formed or nothing.
+# The trace context the request carries (serving.trace_context), for the call it makes.
 _TRACEPARENT: ContextVar[str | None] = ContextVar("blade_traceparent", default=None)
-_TRACEPARENT_FORM = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-
-
-def _traceparent(request: Request) -> str | None:
-    given = request.headers.get("traceparent", "").strip().lower()
-    return given if _TRACEPARENT_FORM.fullmatch(given) else None
 
 
 def _paging(request: Request) -> tuple[int | None, str | None]:
@@ -797,7 +786,7 @@ def create_app(
             raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
         run_id = run_of(request)
         arguments = await api.body(request)
-        _TRACEPARENT.set(_traceparent(request))
+        _TRACEPARENT.set(traceparent(request.headers.get("traceparent")))
         outcome = await api.call(
             principal,
             name,
