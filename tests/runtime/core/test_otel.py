@@ -429,3 +429,51 @@ def test_an_mcp_clients_trace_context_in_meta_is_continued(tools: Any) -> None:
     assert format(carried.context.trace_id, "032x") == trace_id
     assert carried.parent is not None and format(carried.parent.span_id, "016x") == parent_id
     assert fresh.parent is None and format(fresh.context.trace_id, "032x") != trace_id
+
+
+def test_a_replay_after_its_worker_died_is_in_the_calls_trace(tmp_path: Path) -> None:
+    """The worker that began the call stops renewing its lease (as a killed one does); another
+    worker's recovery replays the idempotent call: its span continues the first one's trace."""
+    root = tmp_path / "replay"
+    add_spec(
+        root / "specs",
+        spec("ops.fetch.v1", inputSchema=OBJECT, outputSchema=OBJECT, sideEffect="idempotent"),
+    )
+    build(root / "specs", root / "out", "otel_replay_pkg")
+    _import_package(root / "out", "otel_replay_pkg")
+    fetch = importlib.import_module("otel_replay_pkg.ops.fetch_v1")
+    first, second = Recorded(), Recorded()
+    release = asyncio.Event()
+
+    async def stuck(ctx: Any) -> Any:
+        await release.wait()
+        return fetch.SPEC.output_type(n=ctx.input.n)
+
+    async def quick(ctx: Any) -> Any:
+        return fetch.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> list[Any]:
+        dying = Runtime(store=SQLiteStore(tmp_path / "replay.db"), lease_s=0.5)
+        dying.register(fetch.SPEC, stuck)
+        dying.observe(first.telemetry())
+        started = asyncio.create_task(dying.call("fetch", {"n": 2}, call_id="c-replayed"))
+        await asyncio.sleep(0.2)
+        dying.leases.close()  # its heartbeat stops: the lease lapses, as a killed worker's
+        await asyncio.sleep(1.0)
+        survivor = Runtime(store=SQLiteStore(tmp_path / "replay.db"))
+        survivor.register(fetch.SPEC, quick)
+        survivor.observe(second.telemetry())
+        replayed = await survivor.recover()
+        release.set()
+        await started  # its late result is not recorded
+        await survivor.close()
+        await dying.close()
+        return replayed
+
+    [replayed] = asyncio.run(scenario())
+    assert replayed.status == "success"
+    [original] = [s for s in first.spans.get_finished_spans()]
+    [again] = second.spans.get_finished_spans()
+    assert again.attributes["blade.entry"] == "re-entry"
+    assert again.context.trace_id == original.context.trace_id
+    assert again.parent is not None and again.parent.span_id == original.context.span_id
