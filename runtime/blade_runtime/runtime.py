@@ -124,6 +124,7 @@ class Runtime:
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         on_trigger: TriggerHandler | None = None,
         retention: Retention | None = None,
+        large_result_bytes: int | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
@@ -140,7 +141,11 @@ class Runtime:
         across them (see ``blade_runtime.core.triggers``; ``run_triggers`` polls for other
         processes' triggers). ``retention``: how long settled history is kept (see
         ``blade_runtime.core.retention``): ``run_recovery`` deletes the rest as it sweeps, and
-        ``prune()`` on demand; without one, nothing is ever deleted."""
+        ``prune()`` on demand; without one, nothing is ever deleted. ``large_result_bytes``: above
+        this many bytes, what the model reads of a success is saved as a file of the call and the
+        model reads its head and a link (``blade_runtime.core.artifacts``); a registration may
+        set its own; None: never."""
+        checked_size(large_result_bytes, "Runtime(large_result_bytes=...)")
         if store is None:  # imported here: a generated package imports no database driver
             from blade_runtime.stores.memory import MemoryStore
 
@@ -154,6 +159,7 @@ class Runtime:
             timeout_ms=timeout_ms,
             allowed=allowed,
             disallowed=disallowed,
+            large_result_bytes=large_result_bytes,
         )
         self.interceptors = Interceptors(
             hook_timeout_s=hook_timeout_ms / 1000, permission=permission, error_mapper=error_mapper
@@ -384,6 +390,7 @@ class Runtime:
         capability_config: Mapping[str, JsonValue] | None = None,
         children: Collection[Child] = (),
         behavior: Callable[[InputT], Behavior] | None = None,
+        large_result_bytes: int | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -403,7 +410,10 @@ class Runtime:
         ``describe`` that takes ``children=`` reads its enabled children's metadata.
         ``behavior``: the kind and side effect of one call, from its typed input, never wider
         than the spec's (see ``blade_runtime.core.behavior``): the policy sees them, the call's
-        start stores them and recovery follows them.
+        start stores them and recovery follows them. ``large_result_bytes``: above this many
+        bytes, what the model reads of a success is saved as a file of the call and the model
+        reads its head and a link (see ``blade_runtime.core.artifacts``; default: the
+        runtime's).
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -423,6 +433,7 @@ class Runtime:
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
         runnable = asynchronous(implementation, where)
+        checked_size(large_result_bytes, f"{where}: large_result_bytes")
         if behavior is not None and not callable(behavior):
             raise RegistrationError(
                 f"{where}: behavior= is not callable (pass a function of the typed input "
@@ -447,6 +458,7 @@ class Runtime:
             describe_children=describe is not None and takes_children(describe),
             permission=permission,
             behavior=behavior,
+            large_result_bytes=large_result_bytes,
         )
         self.tools.dynamic = (
             self.tools.dynamic
@@ -735,3 +747,9 @@ class CloseReport:
     def clean(self) -> bool:
         """Whether everything ended within the timeout."""
         return not self.abandoned and not self.stuck_callbacks
+
+
+def checked_size(value: int | None, where: str) -> None:
+    """A size in bytes given to the runtime: a positive integer, or None."""
+    if value is not None and (type(value) is not int or value <= 0):
+        raise ValueError(f"{where} is a number of bytes above 0, not {value!r}")

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue
 
 from blade_runtime.core import grants
+from blade_runtime.core.artifacts import offload
 from blade_runtime.core.caller import CallContext
 from blade_runtime.core.cancel_scope import COROUTINE, GRACE_S, Abandoned, CancelScope
 from blade_runtime.core.capabilities import with_capabilities
@@ -271,7 +272,7 @@ class CallRunner:
             result = await self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        if self.interceptors.post_any or scope.observed:
+        if self.interceptors.post_any or scope.observed or self.tools.offloading:
             return await self.settle(registration, call, admitted, scope, result)
         attempt: Attempt | None = scope.stored
         if (attempt is None and not self.events.active) or isinstance(result, ToolPending):
@@ -317,6 +318,13 @@ class CallRunner:
             result = await self.interceptors.finish(
                 registration, call, arguments, scope.signal, result
             )
+        if (
+            isinstance(result, ToolSuccess)
+            and registration is not None
+            and registration.large_result_bytes is not None
+            and call.parent is None  # a child's output goes to its parent's code, not a model
+        ):
+            result = await self._offload(registration.large_result_bytes, call, scope, result)
         if scope.observed and registration is not None:
             result = await self.interceptors.settled(registration, call, arguments, result)
         attempt: Attempt | None = scope.stored
@@ -868,6 +876,33 @@ class CallRunner:
             self.leases.release(call.call_id)
         return result
 
+    async def _offload(
+        self, limit: int, call: CallInfo, scope: CancelScope, done: ToolSuccess[Any]
+    ) -> ToolResult[Any]:
+        """What the model reads of a success over ``limit`` bytes: its head and a link to the
+        file of the call that holds it all (``core.artifacts``)."""
+        assert self.services is not None
+        attempt: Attempt | None = scope.stored
+        try:
+            return await offload(
+                self.services.files,
+                call,
+                scope.signal,
+                None if attempt is None else attempt.claim,
+                done,
+                limit,
+            )
+        except LeaseNotHeld:
+            return error_result(call, ErrorCode.LEASE_LOST, LOST_LEASE)
+        except Exception as error:  # FileRejected (over max_file_bytes), a store error
+            log.error(
+                "%s (call %s): its large result could not be saved as a file: %s",
+                call.name,
+                call.call_id,
+                error,
+            )
+            return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNKEPT)
+
     def _record_later(self, call: CallInfo, claim: Claim, event: Event) -> None:
         """Write the result again until the store takes it. The store keeps this runtime's lease
         on the call while it lives, so no recovery would take the call before it closes; a
@@ -1120,6 +1155,10 @@ NOT_ASKED = (
 NOT_OFFERED = (
     "The client tool's pending action could not be recorded (the store is unavailable); "
     "nothing was asked of the client. Try again."
+)
+UNKEPT = (
+    "The tool ran, but its result is larger than the model may read and could not be kept as "
+    "a file to read instead; try again later."
 )
 UNRECORDED = (
     "The tool ran, but its result could not be recorded (the store is unavailable); this "

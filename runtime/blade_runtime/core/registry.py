@@ -196,6 +196,9 @@ class Registration(Generic[OutputT]):
     """The parent's own registrations of its children, by spec id (else the runtime's)."""
     on_output: OutputObserver | None = None
     """A parent's own child registration: sees each output it delivers to the parent."""
+    large_result_bytes: int | None = None
+    """Above this many bytes, what the model reads is saved as a file of the call and the model
+    reads its head and a link (``core.artifacts``); None: the runtime's setting."""
     plain: bool = field(init=False)
     """Whether a call of it needs nothing but its implementation: a backend implementation
     without server context, behavior, own permission policy, ToolData, lease fencing, children

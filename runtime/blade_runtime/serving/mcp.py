@@ -59,6 +59,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue, ValidationError
 from pydantic_core import from_json
 
+from blade_runtime.core.artifacts import SCHEME
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
 from blade_runtime.core.context import parent_ids
@@ -101,6 +102,7 @@ def input_key(action: ActionRecord) -> str:
 
 
 META = "io.blade"  # our keys in a result's _meta
+RESOURCE_NOT_FOUND = -32002  # MCP's code for a resources/read of an unknown URI
 _STATE_PREFIX = "blade2."
 STATE_KEY_ENV = "BLADE_MCP_STATE_KEY"
 """The environment variable holding the key request states are signed with, shared by the
@@ -330,8 +332,10 @@ class McpTools:
                 ),
             )
             output = entry.get("outputSchema")
-            if registration.project is not None:
-                output = None  # the client gets the projection, which need not be its shape
+            if registration.project is not None or registration.large_result_bytes is not None:
+                # the client gets the projection, or a large result's head and link: neither
+                # need be the output's shape
+                output = None
             if isinstance(output, dict):
                 structured.add(name)
             tools.append(
@@ -396,6 +400,35 @@ class McpTools:
     ) -> types.ListToolsResult:
         principal = await self._principal(McpRequest.of(ctx))
         return self.listing(CallContext(principal=principal)).result
+
+    # -- resources/read: a call's files (a large result saved as one: core.artifacts) ----------
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """A file of a call, by the ``blade://files/<id>`` a resource link names: only the
+        caller's tenant's (another tenant's is as unknown as one never saved)."""
+        principal = await self._principal(McpRequest.of(ctx))
+        uri = str(params.uri)
+        body = None
+        if uri.startswith(SCHEME):
+            body = await self.runtime.records.file(uri[len(SCHEME) :], principal=principal)
+        if body is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}", {"uri": uri})
+        media_type = body.file.media_type
+        if media_type.startswith("text/") or media_type == "application/json":
+            try:
+                text = body.content.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return types.ReadResourceResult(
+                    contents=[types.TextResourceContents(uri=uri, mime_type=media_type, text=text)]
+                )
+        blob = base64.b64encode(body.content).decode("ascii")
+        return types.ReadResourceResult(
+            contents=[types.BlobResourceContents(uri=uri, mime_type=media_type, blob=blob)]
+        )
 
     # -- tools/call ---------------------------------------------------------------------------
 
@@ -971,6 +1004,7 @@ def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
             version=__version__,
             on_list_tools=tools.list_tools,
             on_call_tool=tools.call_tool,
+            on_read_resource=tools.read_resource,
             on_set_logging_level=tools.set_logging_level,
             # Mcp-Param header checks read the schema here instead of running tools/list
             get_tool_input_schema=tools.input_schema,

@@ -44,7 +44,14 @@ from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import WINDOW, Subscription
 from blade_runtime.core.records import MAX_PAGE_SIZE, Page, visible
 from blade_runtime.core.registry import Registration
-from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
+from blade_runtime.core.results import (
+    ErrorCode,
+    ToolError,
+    ToolPending,
+    ToolResult,
+    ToolSkipped,
+    ToolSuccess,
+)
 from blade_runtime.core.store import (
     ActionRecord,
     ActionState,
@@ -481,7 +488,15 @@ class Api:
                 "content": result.content,
             }
         output = result.content if result.output_json is None else result.output_json
-        return 200, {"status": "success", **ids, "output": output, "content": result.content}
+        answer: dict[str, JsonValue] = {"status": "success", **ids, "output": output}
+        answer["content"] = result.content
+        if isinstance(result, ToolSuccess) and result.artifact is not None:
+            # what the model reads was over the tool's large_result_bytes: the whole of it
+            answer["artifact"] = {
+                "file_id": result.artifact,
+                "url": f"/v1/files/{result.artifact}",
+            }
+        return 200, answer
 
     # -- records as JSON ---------------------------------------------------------------------
 

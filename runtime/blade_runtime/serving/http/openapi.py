@@ -145,6 +145,13 @@ _SHARED: Final[dict[str, Any]] = {
             "run_id": _TEXT,
             "output": {},
             "content": {},
+            "artifact": {
+                "type": "object",
+                "description": "What the model reads was over the tool's large_result_bytes: "
+                "the whole of it is this file of the call (content is its head and a link).",
+                "properties": {"file_id": _TEXT, "url": _TEXT},
+                "required": ["file_id", "url"],
+            },
             "reason": _TEXT,
             "action": _ref("Action"),
         },
