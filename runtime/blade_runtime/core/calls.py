@@ -260,6 +260,8 @@ class CallRunner:
                     result = await self._refused(registration, call, verdict)
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
+                    if verdict is not parsed:  # a hook changed them: observers see both
+                        scope.model_input = parsed
                     result = await self._run(registration, call, admitted, scope)
                 elif valid is False:
                     admitted = verdict
@@ -566,7 +568,12 @@ class CallRunner:
             if admitting and observers.scheduled:
                 try:
                     await self.interceptors.observing(
-                        "scheduled", observers.scheduled, registration, call, arguments
+                        "scheduled",
+                        observers.scheduled,
+                        registration,
+                        call,
+                        arguments,
+                        model_input=scope.model_input,
                     )
                 except Exception as error:
                     return self.interceptors.observer_failed("scheduled", call, error)

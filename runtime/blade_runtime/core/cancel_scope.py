@@ -67,6 +67,9 @@ class CancelScope:
     """What the runtime recorded for this call, so that a cancelled call is settled there too."""
     observed = False
     """Whether lifecycle observers saw the call scheduled (so they see it settle)."""
+    model_input: Any = None
+    """The model's own arguments, when a pre_tool_use hook changed them (the scheduled
+    observers see both)."""
 
     def __init__(
         self,

@@ -330,6 +330,7 @@ class Interceptors:
         reason: str | None = None,
         action_id: str | None = None,
         outcome: ToolResult[Any] | None = None,
+        model_input: JsonObject | None = None,
     ) -> Awaitable[object]:
         """The observers' ``methods`` of ``boundary`` run in order on one event, as one
         awaitable; the caller turns a raise into ``_observer_failed``. (One observer's own
@@ -337,6 +338,8 @@ class Interceptors:
         event = Lifecycle(
             boundary, call, registration.spec, arguments, decision, reason, action_id, outcome
         )
+        if model_input is not None:
+            event.model_input = model_input
         if len(methods) == 1:
             return methods[0](event)
         return _in_order(methods, event)

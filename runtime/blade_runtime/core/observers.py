@@ -62,6 +62,17 @@ class Lifecycle:
     action_id: str | None = None
     outcome: Any = None
     _result: JsonValue = field(default=None, repr=False)
+    _model_input: JsonObject | None = field(default=None, repr=False)
+
+    @property
+    def model_input(self) -> JsonObject:
+        """scheduled: the model's own arguments, before a ``pre_tool_use`` hook changed them
+        (``input`` is the final input); the same as ``input`` when no hook did."""
+        return self.input if self._model_input is None else self._model_input
+
+    @model_input.setter
+    def model_input(self, value: JsonObject) -> None:
+        self._model_input = value
 
     @property
     def spec_id(self) -> str:

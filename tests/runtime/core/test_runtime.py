@@ -527,6 +527,34 @@ def test_pre_hooks_all_run_on_the_original_input_and_merge_until_the_first_abort
     assert len(executed) == 1
 
 
+def test_the_scheduled_observer_sees_the_models_own_arguments_beside_the_final_input(
+    deploy: Any,
+) -> None:
+    """Seed 000's ToolScheduledLifecycle: ``modelInput`` (the provider's arguments) beside
+    ``input`` (what the hooks made of them)."""
+    from blade_runtime.core.hooks import HookOutput
+
+    runtime, executed = hooked(deploy)
+    seen: list[tuple[Any, Any]] = []
+
+    class Scheduled:
+        async def scheduled(self, event: Any) -> None:
+            seen.append((dict(event.model_input), dict(event.input)))
+
+    runtime.observe(Scheduled())
+    run(runtime.call("deploy_service", GOOD))  # no hook: the same
+
+    async def canary(event: Any) -> HookOutput:
+        return HookOutput(modified_input={"canary_percent": 5})
+
+    runtime.on("pre_tool_use", canary)
+    run(runtime.call("deploy_service", GOOD))
+    (plain_model, plain_input), (model, final) = seen
+    assert plain_model == plain_input == GOOD
+    assert model == GOOD and final == {**GOOD, "canary_percent": 5}
+    assert executed[-1].canary_percent == 5
+
+
 def test_a_skip_is_a_success_carrying_the_reason(deploy: Any) -> None:
     from blade_runtime.core.hooks import HookOutput
 
