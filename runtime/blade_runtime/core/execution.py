@@ -367,16 +367,30 @@ class ToolContext:
         self._display = content
 
     def progress(
-        self, message: str, *, completed: float | None = None, total: float | None = None
+        self,
+        message: str = "",
+        *,
+        completed: float | None = None,
+        total: float | None = None,
+        data: JsonValue = None,
+        resume_token: str | None = None,
     ) -> None:
         """Tell whoever watches the call how far it is: a transient ``progress`` event, in
         order with the call's other events, never stored; it never fails the tool (nobody
-        watching, or a watcher gone, is not an error)."""
-        payload: JsonValue = {
+        watching, or a watcher gone, is not an error). ``data`` (JSON; a value that is not is
+        its text) and ``resume_token`` ride in the event when given (seed 000)."""
+        payload: dict[str, JsonValue] = {
             "message": str(message),
             "completed": _amount(completed),
             "total": _amount(total),
         }
+        if data is not None:
+            try:
+                payload["data"] = checked(data)
+            except NotJson:
+                payload["data"] = str(data)
+        if resume_token is not None:
+            payload["resume_token"] = str(resume_token)
         self._announce("progress", payload)
 
     def message(self, display: JsonValue) -> None:

@@ -279,3 +279,40 @@ def test_the_runtimes_api_is_its_methods_and_pending_has_an_async_twin(
     listed, blocking = asyncio.run(scenario())
     assert [a.action_id for a in listed] == [a.action_id for a in blocking]
     assert len(listed) == 1 and listed[0].name == "count.@permission"
+
+
+def test_progress_carries_data_and_a_resume_token_to_a_subscriber(count: Any) -> None:
+    """Seed 000's progress yield: message, data, completed, total, resumeToken."""
+
+    async def uploading(ctx: Any) -> Any:
+        ctx.progress(completed=1, total=3, data={"part": 1, "etag": "a1"}, resume_token="up-1")
+        ctx.progress("almost", completed=2, total=3)
+        ctx.progress(data={"odd": {1, 2}})  # not JSON: its text, never a failed tool
+        return count.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> tuple[Any, list[Any]]:
+        runtime = Runtime()
+        runtime.register(count.SPEC, uploading)
+        subscription = runtime.subscribe("uploads")
+        result = await runtime.call("count", {"n": 1}, run_id="uploads")
+        seen = []
+        async for event in subscription:
+            if event.kind == "progress":
+                seen.append(event.payload)
+            if event.kind == "result":
+                break
+        subscription.close()
+        return result, seen
+
+    result, seen = asyncio.run(scenario())
+    assert isinstance(result, ToolSuccess)
+    first, second, third = seen
+    assert first == {
+        "message": "",
+        "completed": 1,
+        "total": 3,
+        "data": {"part": 1, "etag": "a1"},
+        "resume_token": "up-1",
+    }
+    assert second == {"message": "almost", "completed": 2, "total": 3}  # nothing more given
+    assert third["data"] == "{'odd': {1, 2}}"
