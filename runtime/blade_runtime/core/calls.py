@@ -194,6 +194,9 @@ class CallRunner:
         self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
         self.held: dict[str, Claim] = {}  # a running parent's claim, by call id, for its children
         self.unrecorded: set[asyncio.Task[None]] = set()  # results written again until stored
+        self.cleaning: dict[str, int] = {}
+        """Runs with a cancelled implementation still running detached, and how many: their new
+        tool calls are refused until it exits (seed 000)."""
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
@@ -223,6 +226,7 @@ class CallRunner:
             or self.tools.restricted
             or registration.enabled is not None
             or registration.detached  # Registration.checked, without a property's call
+            or self.cleaning
         ):
             refused = self._refuse(registration, call)
             if refused is not None:
@@ -431,6 +435,13 @@ class CallRunner:
                 call,
                 ErrorCode.TOOL_UNAVAILABLE,
                 f"The tool {name!r} is temporarily unavailable; try again later.",
+            )
+        if self.cleaning and call.run_id in self.cleaning:
+            return error_result(
+                call,
+                ErrorCode.TOOL_UNAVAILABLE,
+                "A cancelled tool call of this run is still cleaning up; this run takes no new "
+                "tool call until it ends. Try again later.",
             )
         return None
 
@@ -963,13 +974,15 @@ class CallRunner:
         """The result of a call a cancellation or a deadline ended (or the exception to raise)."""
         if isinstance(stopped, Abandoned):
             log.error(
-                "%s (call %s, run %s) ignored cancellation for %.1f s; the registration refuses "
-                "new calls until it exits",
+                "%s (call %s, run %s) ignored cancellation for %.1f s; the registration and the "
+                "run refuse new calls until it exits",
                 call.name,
                 call.call_id,
                 call.run_id,
                 self.cleanup_grace_s,
             )
+            if scope.detached is not None:
+                self._hold_run(call.run_id, scope.detached)
             return self._cancelled(call, scope)
         if scope.release() > 0:
             attempt: Attempt | None = scope.stored
@@ -981,6 +994,21 @@ class CallRunner:
                 call, asyncio.CancelledError("raised by the tool"), self.interceptors.error_mapper
             )
         return self._cancelled(call, scope)
+
+    def _hold_run(self, run_id: str, detached: asyncio.Task[Any]) -> None:
+        """Refuse ``run_id``'s new tool calls until ``detached`` (an implementation that
+        ignored its cancellation) exits."""
+        self.cleaning[run_id] = self.cleaning.get(run_id, 0) + 1
+
+        def exited(_: asyncio.Task[Any]) -> None:
+            left = self.cleaning.get(run_id, 1) - 1
+            if left > 0:
+                self.cleaning[run_id] = left
+                return
+            self.cleaning.pop(run_id, None)
+            log.warning("run %s: its cancelled call exited; it accepts tool calls again", run_id)
+
+        detached.add_done_callback(exited)
 
     async def _fallback(
         self, call: CallInfo, arguments: JsonObject, scope: CancelScope

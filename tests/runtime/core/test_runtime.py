@@ -388,6 +388,45 @@ def test_an_implementation_ignoring_cancellation_is_abandoned_and_blocks_its_reg
     assert after.status == "success"
 
 
+def test_a_cancelled_call_still_cleaning_up_holds_off_its_runs_new_tool_work(
+    deploy: Any,
+) -> None:
+    """Seed 000: while a cancelled tool's cleanup is pending, the pipeline refuses new tool
+    work (of its run, here: other runs go on), until the implementation exits."""
+    release = asyncio.Event()
+
+    async def stubborn(ctx: Any) -> Any:
+        while True:
+            try:
+                await release.wait()
+                break
+            except asyncio.CancelledError:
+                continue  # ignores cancellation
+        return deployed(deploy)
+
+    async def quick(ctx: Any) -> Any:
+        return deployed(deploy)
+
+    async def scenario() -> list[Any]:
+        runtime = Runtime(timeout_ms=50, cleanup_grace_s=0.05)
+        runtime.register(deploy.SPEC, stubborn)
+        runtime.register(deploy.SPEC, quick, name="deploy_quick")
+        timed_out = await runtime.call("deploy_service", GOOD, run_id="r1")
+        same_run = await runtime.call("deploy_quick", GOOD, run_id="r1")
+        other_run = await runtime.call("deploy_quick", GOOD, run_id="r2")
+        release.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        again = await runtime.call("deploy_quick", GOOD, run_id="r1")
+        return [timed_out, same_run, other_run, again]
+
+    timed_out, same_run, other_run, again = asyncio.run(scenario())
+    error_of(timed_out, ErrorCode.TIMEOUT)
+    refused = error_of(same_run, ErrorCode.TOOL_UNAVAILABLE)
+    assert "still cleaning up" in refused.message
+    assert other_run.status == "success" and again.status == "success"
+
+
 def test_cancelling_a_run_cancels_its_calls_only(deploy: Any) -> None:
     async def waits(ctx: Any) -> Any:
         await ctx.signal.wait()
