@@ -819,6 +819,11 @@ def create_app(
         if record is not None:
             found = api.call_json(record)
             found["data"] = await api.data_json(call_id, channel, principal)
+            episodes = await api.records.suspensions(call_id, principal=principal)
+            found["suspensions"] = episodes
+            found["pending_suspension"] = next(
+                (e for e in episodes if e["state"] == "pending"), None
+            )
             return json_response(found)
         # no record this principal may see: where the store has none at all (a MemoryStore's
         # call that neither waited nor was kept), the first answer kept here, if it was theirs

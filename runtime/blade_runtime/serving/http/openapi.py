@@ -181,6 +181,17 @@ _SHARED: Final[dict[str, Any]] = {
             "input": {},
             "result": {},
             "data": {"type": "object", "description": "ToolData records by channel"},
+            "suspensions": {
+                "type": "array",
+                "description": "Every suspend point the call waited at, oldest first (the "
+                "pending one last): action_id, name, input, suspended_at, state, and once "
+                "resolved resolved_at (and resume, the answer, when submitted).",
+                "items": {"type": "object"},
+            },
+            "pending_suspension": {
+                "description": "The episode still waiting, or null.",
+                "anyOf": [{"type": "object"}, {"type": "null"}],
+            },
         },
         "required": ["call_id", "run_id", "name", "state"],
     },
