@@ -66,11 +66,19 @@ class SuspendPoint(Generic[SuspendT, ResumeT]):
 @dataclass(frozen=True)
 class CapabilitySpec:
     """A service a tool's implementation needs (``ctx.capabilities.<name>``), and the schema of
-    the configuration a registration gives it (``True``: any)."""
+    the configuration a registration gives it (``True``: any). ``binding``: the capability's
+    id, the key of its binding at the runtime, when the tool names it otherwise in ``ctx``
+    (seed 002: ``{box: sandbox}`` reads as ``ctx.capabilities.box``)."""
 
     name: str
     config_schema: JsonObject | bool = True
     description: str | None = None
+    binding: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The runtime's binding this capability takes."""
+        return self.name if self.binding is None else self.binding
 
 
 @dataclass(frozen=True, kw_only=True)

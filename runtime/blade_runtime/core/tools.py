@@ -135,7 +135,7 @@ class Tools:
     ) -> dict[str, tuple[Binding, JsonValue]]:
         """The binding and configuration of every capability ``spec`` declares, or why not."""
         declared: Mapping[str, CapabilitySpec] = getattr(spec, "capabilities", {})
-        missing = sorted(set(declared) - set(self.capabilities))
+        missing = sorted({c.key for c in declared.values()} - set(self.capabilities))
         if missing:
             raise RegistrationError(
                 f"{where}: this runtime has no binding of its capabilities {', '.join(missing)}; "
@@ -157,7 +157,7 @@ class Tools:
                     f"{where}: capability_config[{name!r}] does not match the capability's "
                     f"configSchema: {problems}"
                 )
-            chosen[name] = (self.capabilities[name], value)
+            chosen[name] = (self.capabilities[capability.key], value)
         return chosen
 
     def check_children(self, spec: Any, where: str) -> None:
