@@ -143,6 +143,7 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
             "suspend",
             "contextSchema",
             "capabilities",
+            "caller",
             "lease",
             "permissions",
             "environment",
