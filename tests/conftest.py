@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["postgres"]  # tests/postgres.py: the PostgreSQL server fixtures
+# tests/postgres.py: the PostgreSQL server fixtures; tests/browser_support.py: Chromium
+pytest_plugins = ["postgres", "browser_support"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_SPECS = ROOT / "specs"
