@@ -16,6 +16,7 @@ import json
 import tokenize
 import warnings
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from functools import cache
 from typing import Any
 
@@ -78,7 +79,10 @@ DMCG_OPTIONS: Mapping[str, Any] = {
 # 16: a literal that fits a line of its own but not its line is moved to one (in parentheses);
 # 17: value definitions near reference cycles written out, no field named like another's
 # property, patterns both engines read, open pattern maps typed as maps of anything.
-POSTPROCESS_REVISION = 17
+# 18: typeless array keywords widened, additionalProperties open beside patternProperties,
+# unevaluatedProperties/Items out of the model unless they mean additionalProperties.
+# 19: typeless allOf and anyOf parts widened with their node (found by the differential check).
+POSTPROCESS_REVISION = 19
 
 
 OPTIONS_SIGNATURE = canonical_json(
@@ -92,6 +96,11 @@ OBJECT_KEYWORDS = frozenset(
     | {"minProperties", "maxProperties"}
 )
 
+
+# Keywords that the generator reads as "an array" where a schema without "type" says them (the
+# schema still accepts every non-array).
+ARRAY_KEYWORDS = frozenset({"items", "prefixItems"})
+_JSON_TYPES = ("object", "array", "boolean", "number", "string", "null")
 
 NON_OBJECT = {"type": ["array", "boolean", "number", "string", "null"]}
 # A schema that accepts every value and that the generator reads as one (beside
@@ -110,29 +119,51 @@ def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
     """``schema`` reshaped (for the model document only) where the generator's reading of it
     would reject values the schema accepts:
 
-    - a subschema with object keywords but no ``type`` (``{"properties": ...}``) accepts any
-      non-object value too: it becomes ``anyOf`` of the object and the other JSON types;
-    - ``additionalProperties: false`` beside ``patternProperties`` allows the pattern-matching
-      names, which a closed model would refuse: it is dropped (the schema still validates them);
+    - a subschema with object or array keywords but no ``type`` (``{"properties": ...}``,
+      ``{"items": ...}``) accepts every value of the other types too: it becomes ``anyOf`` of
+      the object (or array) and the other JSON types;
+    - ``additionalProperties`` beside ``patternProperties`` says nothing about the names a
+      pattern matches, which a closed model (or one whose every extra value is typed) would
+      refuse: any value is allowed there (the schema still validates them);
     - a map of ``patternProperties`` alone that allows other names too (no
-      ``additionalProperties``, or ``true``) would become a dict whose keys must match the
-      patterns: its other values are said to be anything, and the generator writes a dict of
-      any string to any value.
+      ``additionalProperties``, ``true`` or a schema) would become a dict whose keys must match
+      the patterns: its other values are said to be anything, and the generator writes a dict
+      of any string to any value;
+    - ``unevaluatedProperties`` and ``unevaluatedItems`` (see ``without_unevaluated``).
     """
 
     def widen(node: Any) -> Any:
         if (
-            isinstance(node, dict)
-            and "type" not in node
-            and not node.keys() & {"$ref", "allOf", "anyOf", "oneOf", "enum", "const", "not"}
-            and node.keys() & OBJECT_KEYWORDS
+            not isinstance(node, dict)
+            or "type" in node
+            or node.keys() & {"$ref", "oneOf", "enum", "const", "not"}
         ):
-            notes = {k: node[k] for k in ("title", "description", "default") if k in node}
-            shape = {k: v for k, v in node.items() if k not in notes}
-            return {**notes, "anyOf": [{**shape, "type": "object"}, NON_OBJECT]}
-        return node
+            return node
+        keys = set(node)
+        for combinator in _TYPELESS_COMBINATORS:  # their parts say no type either: see below
+            parts = node.get(combinator)
+            if parts is None:
+                continue
+            if not isinstance(parts, list) or not all(_typeless(part) for part in parts):
+                return node
+            keys |= {key for part in parts if isinstance(part, dict) for key in part}
+        objects, arrays = bool(keys & OBJECT_KEYWORDS), bool(keys & ARRAY_KEYWORDS)
+        if not objects and not arrays:
+            return node
+        notes = {k: node[k] for k in ("title", "description", "default") if k in node}
+        shape = {k: v for k, v in node.items() if k not in notes}
+        branches = []
+        if objects:
+            branches.append({**_narrowed(shape, _ARRAY_ONLY), "type": "object"})
+        if arrays:
+            branches.append({**_narrowed(shape, OBJECT_KEYWORDS), "type": "array"})
+        taken = {"object"} if objects else set()
+        taken |= {"array"} if arrays else set()
+        branches.append({"type": [t for t in _JSON_TYPES if t not in taken]})
+        return {**notes, "anyOf": branches}
 
     def edit(node: dict[str, Any]) -> dict[str, Any]:
+        node = without_unevaluated(node)
         changes: dict[str, Any] = {}
         for key in _VALUE_MAPS:
             value = node.get(key)
@@ -143,10 +174,13 @@ def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
         for key in _VALUE_SINGLES:
             if isinstance(node.get(key), dict) and widen(node[key]) is not node[key]:
                 changes[key] = widen(node[key])
+        extra = node.get("additionalProperties", True)
         if node.get("patternProperties") and "properties" not in node:
-            if node.get("additionalProperties", True) in (True, {}):
+            if extra is not False:
                 changes["additionalProperties"] = ANY_VALUE
-        elif node.get("additionalProperties") is False and node.get("patternProperties"):
+            else:
+                changes["additionalProperties"] = True
+        elif node.get("patternProperties") and extra not in (True, {}):
             changes["additionalProperties"] = True
         node = {**node, **changes} if changes else node
         return typed_keywords_into_branches(single_all_of(node), schema)
@@ -155,17 +189,79 @@ def model_shapes(schema: Any, root_is_value: bool = True) -> Any:
     return widen(shaped) if root_is_value else shaped
 
 
+# Keywords by which a schema takes in annotations from subschemas in place: beside them,
+# ``unevaluated*`` also sees the properties and items those subschemas evaluated.
+_IN_PLACE = frozenset(
+    {"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "$ref"}
+    | {"$dynamicRef", "contains"}
+)
+
+
+def without_unevaluated(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` without ``unevaluatedProperties`` and ``unevaluatedItems``, which the generator
+    reads as the node's own ``additionalProperties`` and items: beside subschemas that evaluate
+    more (an ``allOf``, a ``$ref``...) that refuses properties and items the schema accepts.
+    Where nothing beside it evaluates anything, ``unevaluatedProperties`` is the node's
+    ``additionalProperties`` and stays in the model as that."""
+    if "unevaluatedProperties" not in node and "unevaluatedItems" not in node:
+        return node
+    rest = _without(node, {"unevaluatedProperties", "unevaluatedItems"})
+    if unevaluated_is_additional(node):
+        rest["additionalProperties"] = node["unevaluatedProperties"]
+    return rest
+
+
+def unevaluated_is_additional(node: Mapping[str, Any]) -> bool:
+    """Whether this node's ``unevaluatedProperties`` means what ``additionalProperties`` would."""
+    return (
+        "unevaluatedProperties" in node
+        and "additionalProperties" not in node
+        and not node.keys() & _IN_PLACE
+    )
+
+
+def _without(node: Mapping[str, Any], keys: AbstractSet[str]) -> dict[str, Any]:
+    return {k: v for k, v in node.items() if k not in keys}
+
+
+# A typeless node's allOf and anyOf parts that say no type either accept every value of the
+# types their keywords do not constrain, as the node itself does (a oneOf's would match twice).
+_TYPELESS_COMBINATORS = ("allOf", "anyOf")
+_TYPED = frozenset({"type", "$ref", "enum", "const", "not", "allOf", "anyOf", "oneOf"})
+
+
+def _typeless(part: Any) -> bool:
+    """A combinator's part that constrains no type (no ``type``, reference or nested choice)."""
+    return part is True or (isinstance(part, dict) and not part.keys() & _TYPED)
+
+
+def _narrowed(node: Mapping[str, Any], keys: AbstractSet[str]) -> dict[str, Any]:
+    """``node`` without ``keys``, in its typeless combinators' parts too."""
+    narrowed = _without(node, keys)
+    for combinator in _TYPELESS_COMBINATORS:
+        parts = narrowed.get(combinator)
+        if isinstance(parts, list):
+            narrowed[combinator] = [
+                _without(part, keys) if isinstance(part, dict) else part for part in parts
+            ]
+    return narrowed
+
+
 # Keywords that constrain only values of some JSON types (others pass them by).
 _TYPE_KEYWORDS: Mapping[str, frozenset[str]] = {
     **{k: frozenset({"object"}) for k in OBJECT_KEYWORDS},
     **{k: frozenset({"array"}) for k in ("items", "prefixItems", "minItems", "maxItems")},
     **{k: frozenset({"array"}) for k in ("contains", "uniqueItems")},
+    **{k: frozenset({"array"}) for k in ("minContains", "maxContains", "unevaluatedItems")},
     **{k: frozenset({"string"}) for k in ("minLength", "maxLength", "pattern")},
     **{
         k: frozenset({"number", "integer"})
         for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
     },
 }
+
+
+_ARRAY_ONLY = frozenset(k for k, kinds in _TYPE_KEYWORDS.items() if kinds == {"array"})
 
 
 def _types(branch: Any, root: Any, hops: int = 0) -> frozenset[str] | None:
@@ -212,8 +308,13 @@ def typed_keywords_into_branches(node: dict[str, Any], root: Any) -> dict[str, A
 
 def single_all_of(node: dict[str, Any]) -> dict[str, Any]:
     """``{"allOf": [part]}`` (with nothing the part also says) as the part itself: the
-    generator would make a class of the wrapper and lose the part's non-object branches."""
+    generator would make a class of the wrapper and lose the part's non-object branches. Parts
+    that accept everything (``{}``, ``true``) are no part: the generator reads an ``allOf`` of
+    them as an object."""
     parts = node.get("allOf")
+    if isinstance(parts, list) and any(p is True or p == {} for p in parts):
+        parts = [p for p in parts if not (p is True or p == {})]
+        node = {**node, "allOf": parts} if parts else _without(node, {"allOf"})
     if not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict):
         return node
     part = parts[0]
@@ -943,6 +1044,8 @@ def looser_than_schema(slots: tuple[Slot, ...]) -> list[tuple[str, str]]:
             for keyword in sorted(set(node) & set(LOOSER_KEYWORDS)):
                 if keyword == "uniqueItems" and node[keyword] is not True:
                     continue
+                if keyword == "unevaluatedProperties" and unevaluated_is_additional(node):
+                    continue  # the model's additionalProperties
                 found.append((where, LOOSER_KEYWORDS[keyword]))
             patterns = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
             if isinstance(node.get("patternProperties"), dict):
