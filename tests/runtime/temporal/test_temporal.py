@@ -992,3 +992,41 @@ def test_a_call_on_temporal_is_one_trace_with_the_sdks_tracing_interceptor(place
     assert tool.attributes["gen_ai.tool.call.id"] == "c-traced"
     parent = {s.context.span_id: s for s in finished}[tool.parent.span_id]  # type: ignore[union-attr]
     assert parent.name.startswith("RunActivity")  # the activity Temporal's interceptor traced
+
+
+def test_the_temporal_app_says_why_for_each_route_it_does_not_serve(place: Place) -> None:
+    """create_app's routes that Temporal cannot serve answer 501 NOT_SERVED with the reason,
+    never a bare 404 (issue 44: every surface, or a documented reason with a test)."""
+    import httpx
+    from starlette.requests import Request
+
+    from blade_runtime.serving.http.temporal import create_temporal_app
+
+    def authenticate(request: Request) -> Principal | None:
+        return Principal("alice", "t1") if request.headers.get("x-user") == "alice" else None
+
+    async def main() -> list[tuple[int, dict[str, Any]]]:
+        _, tools = await place.tools()
+        app = create_temporal_app(tools, authenticate)
+        transport = httpx.ASGITransport(app=app)
+        alice = {"x-user": "alice"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            answers = [
+                await http.get("/v1/runs/r1/events", headers=alice),
+                await http.get("/v1/runs/r1/calls", headers=alice),
+                await http.get("/v1/files/file_0", headers=alice),
+                await http.get("/v1/grants", headers=alice),
+                await http.delete("/v1/grants/g1", headers=alice),
+                await http.get("/v1/runs/r1/events"),  # nobody: authentication first
+                await http.get("/v1/nowhere", headers=alice),
+            ]
+        return [(a.status_code, a.json()) for a in answers]
+
+    *refused, anonymous, missing = run(main())
+    for (status, body), why in zip(
+        refused, ["events", "settled calls", "file backend", "grants", "grants"], strict=True
+    ):
+        assert status == 501 and body["code"] == "NOT_SERVED", body
+        assert why in body["message"] and "\n" not in body["message"]
+    assert anonymous[0] == 401  # who asks is checked first, as on every route
+    assert missing[0] == 404 and missing[1]["code"] == "NOT_FOUND"

@@ -50,6 +50,9 @@ class HttpError(StrEnum):
     principal's, pruned since, or no cursor at all): list from the first page."""
     TOO_MANY_STREAMS = "TOO_MANY_STREAMS"
     """The principal has as many event streams open as the server allows; close one."""
+    NOT_SERVED = "NOT_SERVED"
+    """A route of the API this server does not serve (the Temporal app: event streams, files,
+    a run's calls, grants); the message says why and where to go instead."""
     INTERNAL = "INTERNAL"
 
 
@@ -97,6 +100,7 @@ STATUS: Final[dict[str, int]] = {
     HttpError.CALL_IN_PROGRESS: 409,
     HttpError.BAD_CURSOR: 400,
     HttpError.TOO_MANY_STREAMS: 429,
+    HttpError.NOT_SERVED: 501,
     HttpError.INTERNAL: 500,
 }
 """One HTTP status per code (a runtime code the table lacks is a 500, and a test says so)."""

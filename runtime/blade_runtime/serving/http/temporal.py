@@ -267,6 +267,12 @@ def create_temporal_app(
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(HttpError.NOT_FOUND, f"No route {request.url.path}.")
 
+    def not_served(why: str) -> Callable[[Request], Awaitable[Response]]:
+        async def refuse(request: Request, principal: Principal) -> Response:
+            raise Refused(HttpError.NOT_SERVED, f"{request.url.path}: {why}")
+
+        return route(refuse)
+
     routes = [
         Route("/v1/tools", route(list_tools), methods=["GET"]),
         Route("/v1/tools/{name}/calls", route(call), methods=["POST"]),
@@ -276,6 +282,12 @@ def create_temporal_app(
         Route("/v1/actions/{action_id}/submit", route(submit), methods=["POST"]),
         Route("/v1/actions/{action_id}/cancel", route(settle), methods=["POST"]),
         Route("/v1/actions/{action_id}/fail", route(settle), methods=["POST"]),
+        # create_app's other routes, each with why Temporal does not serve it (docs/temporal.md)
+        Route("/v1/runs/{run_id}/events", not_served(NO_EVENTS), methods=["GET"]),
+        Route("/v1/runs/{run_id}/calls", not_served(NO_LISTING), methods=["GET"]),
+        Route("/v1/files/{file_id}", not_served(NO_FILES), methods=["GET"]),
+        Route("/v1/grants", not_served(NO_GRANTS), methods=["GET"]),
+        Route("/v1/grants/{grant_id}", not_served(NO_GRANTS), methods=["DELETE"]),
     ]
     if inbox:
         routes += _inbox_routes()
@@ -285,6 +297,20 @@ def create_temporal_app(
         exception_handlers={404: not_found},
     )
 
+
+NO_EVENTS = (
+    "run event streams are not served from Temporal: a worker's ActivityStore drops a call's "
+    "events when its activity returns, and a workflow's history holds steps, not events; read "
+    "a call with GET /v1/calls/{call_id}"
+)
+NO_LISTING = (
+    "no visibility query lists a run's settled calls; read a call with GET /v1/calls/{call_id}"
+)
+NO_FILES = (
+    "files live in the workers' file backend (Runtime(files=FolderFiles(path)) on a shared "
+    "volume), which this app does not serve"
+)
+NO_GRANTS = "standing grants are kept by a store, which tools on Temporal do not have"
 
 _ACTION_FIELDS = frozenset(ActionRecord.__dataclass_fields__)
 
