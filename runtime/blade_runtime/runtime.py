@@ -57,15 +57,18 @@ from blade_runtime.core.permissions import ADMISSION, STEP, PermissionRequest, P
 from blade_runtime.core.records import Records
 from blade_runtime.core.recovery import Recovery
 from blade_runtime.core.registry import (
+    TRUST_LEVELS,
     Child,
     ContextProvider,
     Describe,
     Registration,
     RegistrationError,
+    Trust,
     asynchronous,
 )
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.retention import Retention, prune_all, sweep
+from blade_runtime.core.sources import SourcePolicy
 from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
@@ -123,6 +126,7 @@ class Runtime:
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         on_trigger: TriggerHandler | None = None,
         retention: Retention | None = None,
+        sources: SourcePolicy | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
@@ -139,7 +143,9 @@ class Runtime:
         across them (see ``blade_runtime.core.triggers``; ``run_triggers`` polls for other
         processes' triggers). ``retention``: how long settled history is kept (see
         ``blade_runtime.core.retention``): ``run_recovery`` deletes the rest as it sweeps, and
-        ``prune()`` on demand; without one, nothing is ever deleted."""
+        ``prune()`` on demand; without one, nothing is ever deleted. ``sources``: the sources and
+        trust levels of the tools let in (``SourcePolicy``; the rest are left out of every tool
+        list and their calls refused, TOOL_NOT_ALLOWED)."""
         if store is None:  # imported here: a generated package imports no database driver
             from blade_runtime.stores.memory import MemoryStore
 
@@ -154,6 +160,7 @@ class Runtime:
             allowed=allowed,
             disallowed=disallowed,
         )
+        self.tools.sources = sources
         self.interceptors = Interceptors(
             hook_timeout_s=hook_timeout_ms / 1000, permission=permission, error_mapper=error_mapper
         )
@@ -376,6 +383,8 @@ class Runtime:
         capability_config: Mapping[str, JsonValue] | None = None,
         children: Collection[Child] = (),
         behavior: Callable[[InputT], Behavior] | None = None,
+        source: str = "spec",
+        trust: Trust = "workspace",
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -395,7 +404,10 @@ class Runtime:
         ``describe`` that takes ``children=`` reads its enabled children's metadata.
         ``behavior``: the kind and side effect of one call, from its typed input, never wider
         than the spec's (see ``blade_runtime.core.behavior``): the policy sees them, the call's
-        start stores them and recovery follows them.
+        start stores them and recovery follows them. ``source`` and ``trust``: where the tool
+        comes from (``spec``, ``dynamic``, ``mcp:<server>``) and how far it is trusted
+        (``trusted``, ``workspace``, ``remote``): the source policy, the permission policy and
+        observers read them.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -414,6 +426,10 @@ class Runtime:
             )
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
+        if trust not in TRUST_LEVELS:
+            raise RegistrationError(
+                f"{where}: trust={trust!r} is no trust level; use {', '.join(TRUST_LEVELS)}"
+            )
         runnable = asynchronous(implementation, where)
         if behavior is not None and not callable(behavior):
             raise RegistrationError(
@@ -439,6 +455,8 @@ class Runtime:
             describe_children=describe is not None and takes_children(describe),
             permission=permission,
             behavior=behavior,
+            source=source,
+            trust=trust,
         )
         self.tools.dynamic = (
             self.tools.dynamic
@@ -500,6 +518,15 @@ class Runtime:
     @property
     def capabilities(self) -> dict[str, Binding]:
         return self.tools.capabilities
+
+    @property
+    def sources(self) -> SourcePolicy | None:
+        """The sources and trust levels of the tools let in (None: all; it may change)."""
+        return self.tools.sources
+
+    @sources.setter
+    def sources(self, policy: SourcePolicy | None) -> None:
+        self.tools.sources = policy
 
     @property
     def allowed(self) -> frozenset[str] | None:

@@ -642,7 +642,7 @@ class CallRunner:
         """The result of an implementation that raised ``error`` (one of ``_FAILURES``)."""
         if isinstance(error, ToolFailed):
             return self.fatal.pop(call.call_id, None) or error_result(
-                call, ErrorCode.TOOL_FAILED, error.message
+                call, ErrorCode(error.code), error.message
             )
         if isinstance(error, ChildHookFailed):
             return self.fatal.pop(call.call_id)
@@ -680,8 +680,9 @@ class CallRunner:
         decision: Decision = ASK
         if policy is not None:
             request = PermissionRequest(
-                call.name, registration.spec, call, arguments, scope, True, prompt, subject
-            )
+                call.name, registration.spec, call, arguments, scope, True, prompt, subject,
+                registration.source, registration.trust,
+            )  # fmt: skip
             try:
                 decision = await decide(policy, request)
             except Exception as error:

@@ -37,9 +37,10 @@ class ToolFailed(BaseException):
     it by accident.
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, code: str = "TOOL_FAILED") -> None:
         super().__init__(message)
         self.message = message
+        self.code = code  # an ErrorCode's value: a bridge to a remote tool names its own
 
 
 class Suspended(BaseException):

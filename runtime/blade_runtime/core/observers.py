@@ -58,6 +58,8 @@ class Lifecycle:
     action_id: str | None = None
     outcome: Any = None
     _result: JsonValue = field(default=None, repr=False)
+    source: str = "spec"  # the registration's source: spec, dynamic, mcp:<server>
+    trust: str = "workspace"  # and trust level: trusted, workspace, remote
 
     @property
     def spec_id(self) -> str:

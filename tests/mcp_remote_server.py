@@ -1,0 +1,129 @@
+"""A remote MCP server for the bridge's tests, written with the MCP SDK's own server (MCPServer,
+formerly FastMCP), run over stdio or streamable HTTP in its own process.
+
+``python mcp_remote_server.py stdio`` or ``python mcp_remote_server.py http PORT``.
+``FIXTURE_VARIANT=changed`` is the same server a release later: ``forecast`` takes a new
+required argument (incompatible for our callers), ``echo`` a new optional one (compatible),
+and ``gone`` is dropped. ``FIXTURE_MARKS``: a file each call that matters appends a line to
+(``start <tool>``, ``cancelled <tool>``, ``done <tool>``), so tests see what the server saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import sys
+from typing import Annotated
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ImageContent, ResourceLink, TextContent
+from pydantic import BaseModel, Field
+
+CHANGED = os.environ.get("FIXTURE_VARIANT") == "changed"
+MARKS = os.environ.get("FIXTURE_MARKS")
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+
+server = MCPServer("fixture")
+
+
+def mark(line: str) -> None:
+    if MARKS:
+        with open(MARKS, "a", encoding="utf-8") as marks:
+            marks.write(line + "\n")
+
+
+class Forecast(BaseModel):
+    city: str
+    celsius: float
+    summary: str
+
+
+if CHANGED:
+
+    @server.tool(description="The weather in a city.")
+    def forecast(city: str, units: str) -> Forecast:
+        return Forecast(city=city, celsius=21.5, summary=f"sunny ({units})")
+
+    @server.tool(description="Say the text back.", structured_output=False)
+    def echo(text: str, times: int = 1) -> str:
+        return text * times
+
+else:
+
+    @server.tool(description="The weather in a city.")
+    def forecast(city: str) -> Forecast:
+        return Forecast(city=city, celsius=21.5, summary="sunny")
+
+    @server.tool(description="Say the text back.", structured_output=False)
+    def echo(text: str) -> str:
+        return text
+
+    @server.tool(description="A tool the next release drops.", structured_output=False)
+    def gone() -> str:
+        return "still here"
+
+
+@server.tool(description="A small picture and a link to a report.", structured_output=False)
+def picture() -> list[ImageContent | ResourceLink | TextContent]:
+    return [
+        ImageContent(type="image", data=PNG, mime_type="image/png"),
+        ResourceLink(type="resource_link", uri="file:///reports/q3.pdf", name="q3.pdf"),
+        TextContent(type="text", text="the picture and the report"),
+    ]
+
+
+@server.tool(description="Count to n slowly, reporting progress.", structured_output=False)
+async def slow(n: Annotated[int, Field(ge=1, le=1000)], ctx: Context) -> str:
+    mark("start slow")
+    try:
+        for step in range(1, n + 1):
+            await ctx.report_progress(step, n, f"step {step}")
+            await ctx.info(f"counted {step}")
+            await asyncio.sleep(0.05)
+    except asyncio.CancelledError:
+        mark("cancelled slow")
+        raise
+    mark("done slow")
+    return f"counted to {n}"
+
+
+@server.tool(description="Append a line to a ledger (not idempotent).", structured_output=False)
+async def append(line: str, wait_s: float = 0.0) -> str:
+    mark(f"start append {line}")
+    await asyncio.sleep(wait_s)
+    mark(f"done append {line}")
+    return "appended"
+
+
+@server.tool(description="Always fails.", structured_output=False)
+def broken() -> str:
+    raise ValueError("the ledger is locked")
+
+
+@server.tool(description="Ten megabytes of text.", structured_output=False)
+def huge() -> str:
+    return "x" * (10 * 1024 * 1024)
+
+
+@server.tool(description="The server's process id.", structured_output=False)
+def pid() -> str:
+    return str(os.getpid())
+
+
+@server.tool(description="Add a tool named `name` and say the list changed.")
+async def grow(name: str, ctx: Context) -> str:
+    def added() -> str:
+        return f"I am {name}"
+
+    server.add_tool(added, name=name, description=f"Added at run time: {name}")
+    await ctx.session.send_tool_list_changed()
+    return name
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+    else:
+        server.settings.log_level = "WARNING"
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
