@@ -117,7 +117,7 @@ async def grow(name: str, ctx: Context) -> str:
         return f"I am {name}"
 
     server.add_tool(added, name=name, description=f"Added at run time: {name}")
-    await ctx.session.send_tool_list_changed()
+    await ctx.notify_tools_changed()  # to subscriptions/listen streams (2026-07-28)
     return name
 
 

@@ -24,7 +24,7 @@ from typing import IO, Any
 log = logging.getLogger("blade_runtime.mcp")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class McpServer:
     """A remote MCP server: a stdio ``command`` (with ``args``, ``env``, ``cwd``) or a streamable
     HTTP ``url`` (with ``headers``). ``name`` names it in logs and in its tools' source
@@ -70,6 +70,9 @@ class McpServer:
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
             raise ValueError(f"MCP server {self.name!r}: name a command or a url (one of them)")
+
+    def __repr__(self) -> str:  # no environment, header or URL credentials
+        return f"McpServer({self.name!r}, {self.where!r})"
 
     @property
     def where(self) -> str:
@@ -200,12 +203,47 @@ class Connection:
             await self._lost.wait()
 
     async def _watch(self, client: Any) -> None:
-        """Until the connection is lost or closed: ping it whenever it has been idle a while."""
+        """Until the connection is lost or closed, follow the server's tool list and notice its
+        death: on a 2026-07-28 connection, a ``subscriptions/listen`` stream of tool-list
+        changes (an abrupt end of it is the connection's); on an older one, the server's
+        ``notifications/tools/list_changed`` (the bridge's message handler) and a ping whenever
+        the connection has been idle a while; where neither is offered, a re-listing."""
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            listening = asyncio.get_running_loop().create_task(self._listen(client))
+            try:
+                await self._lost.wait()
+            finally:
+                listening.cancel()
+                with contextlib.suppress(BaseException):
+                    await listening
+            return
         while not self._lost.is_set():
             try:
                 await asyncio.wait_for(self._lost.wait(), self.server.ping_interval_s)
             except TimeoutError:
                 await asyncio.wait_for(client.send_ping(), self.server.startup_timeout_s)
+
+    async def _listen(self, client: Any) -> None:
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            try:
+                async with client.listen(tools_list_changed=True) as changes:
+                    async for _ in changes:
+                        await self.opened(client)
+            except MCPError as error:
+                if error.code != -32601:  # anything but "method not found": the connection's
+                    raise
+                while True:  # no listen: the tool list, re-read now and then, is the heartbeat
+                    await asyncio.sleep(self.server.ping_interval_s)
+                    await asyncio.wait_for(self.opened(client), self.server.startup_timeout_s)
+        except Exception as error:
+            if not self._closing:
+                log.warning("MCP server %r: connection lost: %s", self.server.name, _reason(error))
+        finally:
+            self.broken(client)
 
     @contextlib.asynccontextmanager
     async def _session(self) -> AsyncIterator[Any]:

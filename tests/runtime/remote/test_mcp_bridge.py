@@ -1,0 +1,354 @@
+"""The MCP bridge against a real MCP server (``tests/mcp_remote_server.py``, the MCP SDK's own
+server) in its own process, over stdio and streamable HTTP on 127.0.0.1, driven through the
+public API: a runtime, ``connect_mcp``, ``runtime.call``, subscriptions and records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blade_runtime import (
+    CallContext,
+    ErrorCode,
+    Principal,
+    Runtime,
+    SourcePolicy,
+    ToolError,
+    ToolSuccess,
+)
+from blade_runtime.core.permissions import Deny, PermissionRequest
+from blade_runtime.remote import McpBridge, McpServer, ServerUnavailable, connect_mcp
+from blade_runtime.stores.sqlite import SQLiteStore
+
+SERVER = Path(__file__).resolve().parents[2] / "mcp_remote_server.py"
+SECRET = "Bearer s3cr3t-token-never-logged"
+
+
+def stdio_server(marks: Path | None = None, variant: str = "", **options: Any) -> McpServer:
+    env = {"FIXTURE_MARKS": str(marks or ""), "FIXTURE_VARIANT": variant}
+    return McpServer.stdio("fx", sys.executable, [str(SERVER), "stdio"], env=env, **options)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def http_server(marks: Path | None = None, variant: str = "") -> Iterator[str]:
+    """The fixture server over streamable HTTP on 127.0.0.1; its URL."""
+    port = free_port()
+    env = dict(os.environ, FIXTURE_MARKS=str(marks or ""), FIXTURE_VARIANT=variant)
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), "http", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            assert process.poll() is None, "the fixture HTTP server exited"
+            assert time.monotonic() < deadline, "the fixture HTTP server did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def blocks(result: Any) -> list[dict[str, Any]]:
+    """The content blocks a successful call's model reads."""
+    assert isinstance(result, ToolSuccess), result
+    assert isinstance(result.content, list)
+    return [block for block in result.content if isinstance(block, dict)]
+
+
+def first_text(result: Any) -> str:
+    text: str = blocks(result)[0]["text"]
+    return text
+
+
+def marks_of(path: Path) -> list[str]:
+    return path.read_text("utf-8").splitlines() if path.exists() else []
+
+
+async def wait_for(condition: Any, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+def names(runtime: Runtime, context: CallContext | None = None) -> set[str]:
+    document: Any = runtime.export(context=context).document
+    return {tool["name"] for tool in document["tools"]}
+
+
+# -- dynamic binding, over both transports ----------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_dynamic_binding_maps_every_kind_of_answer(
+    transport: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's tools become tools at connect (prefix, filter); structured output is the
+    typed output, text/image/resource-link blocks are what the model reads; isError is a
+    failure the model reads; invalid input never reaches the server; a 10 MB text is a clear
+    failure; the HTTP headers never reach the log."""
+    marks = tmp_path / "marks"
+    caplog.set_level(logging.DEBUG)
+
+    async def scenario(server: McpServer) -> None:
+        runtime = Runtime()
+        bridge = await connect_mcp(
+            runtime, server, prefix="fx_", include=lambda tool: tool.name != "pid"
+        )
+        try:
+            listed = names(runtime)
+            assert {"fx_forecast", "fx_echo", "fx_picture", "fx_append"} <= listed
+            assert "fx_pid" not in listed and "forecast" not in listed
+
+            weather = await runtime.call("fx_forecast", {"city": "Oslo"})
+            assert isinstance(weather, ToolSuccess)
+            assert weather.output == {"city": "Oslo", "celsius": 21.5, "summary": "sunny"}
+
+            echoed = await runtime.call("fx_echo", {"text": "héllo"})
+            assert isinstance(echoed, ToolSuccess)
+            assert echoed.content == [{"type": "text", "text": "héllo"}]
+
+            picture = blocks(await runtime.call("fx_picture", {}))
+            assert [block["type"] for block in picture] == ["image", "resource_link", "text"]
+            assert picture[0]["mimeType"] == "image/png" and picture[0]["data"]
+            assert picture[1]["uri"] == "file:///reports/q3.pdf"
+
+            failed = await runtime.call("fx_broken", {})
+            assert isinstance(failed, ToolError) and failed.code == ErrorCode.TOOL_FAILED
+            assert "broken" in failed.message
+
+            invalid = await runtime.call("fx_append", {"line": 7})
+            assert isinstance(invalid, ToolError) and invalid.code == ErrorCode.INVALID_INPUT
+            assert not any("append" in line for line in marks_of(marks))  # never sent
+
+            huge = await runtime.call("fx_huge", {})
+            assert isinstance(huge, ToolError) and huge.code == ErrorCode.INVALID_OUTPUT
+            assert len(huge.message) < 300
+
+            again = await runtime.call("fx_echo", {"text": "still fine"})  # nothing crashed
+            assert isinstance(again, ToolSuccess)
+        finally:
+            await bridge.close()
+            await runtime.close()
+
+    if transport == "stdio":
+        asyncio.run(scenario(stdio_server(marks)))
+    else:
+        with http_server(marks) as url:
+            asyncio.run(scenario(McpServer.http("fx", url, headers={"Authorization": SECRET})))
+    assert "s3cr3t" not in caplog.text
+    assert any("connected" in record.getMessage() for record in caplog.records)
+
+
+def test_the_tool_list_follows_list_changed(tmp_path: Path) -> None:
+    """A tool the server adds (and announces with notifications/tools/list_changed) is
+    registered under the prefix; the filter applies to it too."""
+
+    async def scenario() -> None:
+        runtime = Runtime()
+        bridge = await connect_mcp(
+            runtime, stdio_server(), prefix="fx_", include=lambda tool: tool.name != "hidden"
+        )
+        try:
+            assert "fx_extra" not in names(runtime)
+            grown = await runtime.call("fx_grow", {"name": "extra"})
+            assert isinstance(grown, ToolSuccess)
+            await runtime.call("fx_grow", {"name": "hidden"})
+            await wait_for(lambda: "fx_extra" in names(runtime))
+            assert "fx_hidden" not in names(runtime)
+            extra = await runtime.call("fx_extra", {})
+            assert isinstance(extra, ToolSuccess)
+            assert extra.output == {"result": "I am extra"}
+        finally:
+            await bridge.close()
+
+    asyncio.run(scenario())
+
+
+def test_progress_reaches_a_subscriber_and_cancellation_reaches_the_server(
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+
+    async def scenario() -> tuple[list[Any], ToolError]:
+        runtime = Runtime()
+        bridge = await connect_mcp(runtime, stdio_server(marks))
+        try:
+            subscription = runtime.subscribe("r-progress", after=0)
+            done = await runtime.call("slow", {"n": 3}, run_id="r-progress")
+            assert isinstance(done, ToolSuccess)
+            seen: list[Any] = []
+            iterator = subscription.__aiter__()
+            while not any(event.kind == "result" for event in seen):
+                seen.append(await asyncio.wait_for(iterator.__anext__(), 20))
+            subscription.drop()
+
+            call = asyncio.ensure_future(
+                runtime.call("slow", {"n": 1000}, call_id="c-slow", run_id="r-cancel")
+            )
+            await wait_for(lambda: marks_of(marks).count("start slow") == 2)
+            assert runtime.cancel_call("c-slow", "the user changed their mind")
+            cancelled = await call
+            assert isinstance(cancelled, ToolError)
+            await wait_for(lambda: "cancelled slow" in marks_of(marks))
+            return seen, cancelled
+        finally:
+            await bridge.close()
+
+    seen, cancelled = asyncio.run(scenario())
+    progress: list[Any] = [event.payload for event in seen if event.kind == "progress"]
+    assert [p["completed"] for p in progress] == [1, 2, 3]
+    assert progress[0]["total"] == 3 and progress[0]["message"] == "step 1"
+    assert cancelled.code == ErrorCode.CANCELLED
+    assert "done slow" not in marks_of(marks)[-1:]
+
+
+# -- connections ------------------------------------------------------------------------------
+
+
+def test_a_killed_server_is_restarted_and_calls_in_flight_fail_with_a_code(
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+
+    async def scenario() -> None:
+        runtime = Runtime()
+        bridge = await connect_mcp(runtime, stdio_server(marks, backoff_s=0.05))
+        try:
+            pid = int(first_text(await runtime.call("pid", {})))
+            in_flight = asyncio.ensure_future(runtime.call("append", {"line": "a", "wait_s": 30}))
+            await wait_for(lambda: "start append a" in marks_of(marks))
+            os.kill(pid, signal.SIGKILL)
+            lost = await asyncio.wait_for(in_flight, 30)  # a code, not a hang
+            assert isinstance(lost, ToolError) and lost.code == ErrorCode.TOOL_UNAVAILABLE
+            second = await runtime.call("pid", {})  # a new process, after back-off
+            assert int(first_text(second)) != pid
+            assert bridge.connection.connects == 2
+        finally:
+            await bridge.close()
+        assert bridge.connection.client is None
+
+    asyncio.run(scenario())
+
+
+def test_close_stops_the_server_and_a_server_that_never_starts_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        runtime = Runtime()
+        bridge = await connect_mcp(runtime, stdio_server())
+        pid = int(first_text(await runtime.call("pid", {})))
+        await bridge.close()
+        await wait_for(lambda: not _alive(pid), 10)
+        after = await runtime.call("pid", {})
+        assert isinstance(after, ToolError) and after.code == ErrorCode.TOOL_UNAVAILABLE
+
+        missing = McpServer.stdio("nowhere", str(tmp_path / "no-such-server"), startup_timeout_s=2)
+        with pytest.raises(ServerUnavailable, match=r"nowhere.*not reachable"):
+            await connect_mcp(Runtime(), missing)
+
+    asyncio.run(scenario())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(ChildProcessError):
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    return True
+
+
+# -- source and trust -------------------------------------------------------------------------
+
+
+def test_a_source_policy_keeps_remote_tools_out_and_the_policy_sees_trust() -> None:
+    asked: list[tuple[str, str, str]] = []
+
+    def policy(request: PermissionRequest) -> Deny | None:
+        asked.append((request.name, request.source, request.trust))
+        return Deny("no remote writes") if request.trust == "remote" else None
+
+    async def scenario() -> None:
+        runtime = Runtime(sources=SourcePolicy(trust={"trusted", "workspace"}), permission=policy)
+        bridge = await connect_mcp(runtime, stdio_server(), prefix="fx_")
+        try:
+            assert not any(name.startswith("fx_") for name in names(runtime))
+            refused = await runtime.call("fx_echo", {"text": "x"})
+            assert isinstance(refused, ToolError) and refused.code == ErrorCode.TOOL_NOT_ALLOWED
+            assert asked == []  # refused before any policy ran
+
+            runtime.sources = SourcePolicy(sources={"spec", "mcp:*"})
+            assert "fx_echo" in names(runtime)
+            denied = await runtime.call("fx_echo", {"text": "x"})
+            assert isinstance(denied, ToolError) and denied.code == ErrorCode.PERMISSION_DENIED
+            assert asked == [("fx_echo", "mcp:fx", "remote")]
+
+            runtime.sources = SourcePolicy(sources={"mcp:other"})
+            assert not names(runtime)
+        finally:
+            await bridge.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_tenant_never_sees_another_tenant_s_bridged_calls(tmp_path: Path) -> None:
+    ann = CallContext(Principal("ann", "acme"))
+    bob = CallContext(Principal("bob", "globex"))
+
+    async def scenario() -> None:
+        runtime = Runtime(store=SQLiteStore(str(tmp_path / "calls.db")))
+        bridge = await connect_mcp(runtime, stdio_server())
+        try:
+            mine = await runtime.call("echo", {"text": "ann's"}, call_id="c-ann", context=ann)
+            theirs = await runtime.call("echo", {"text": "bob's"}, call_id="c-bob", context=bob)
+            assert isinstance(mine, ToolSuccess) and isinstance(theirs, ToolSuccess)
+            assert ann.principal is not None and bob.principal is not None
+            seen = await runtime.records.calls(principal=ann.principal)
+            assert [record.call_id for record in seen] == ["c-ann"]
+            assert await runtime.records.call("c-bob", principal=ann.principal) is None
+            bobs = await runtime.records.calls(principal=bob.principal)
+            assert [record.call_id for record in bobs] == ["c-bob"]
+        finally:
+            await bridge.close()
+            await runtime.close()
+            runtime.store.close()
+
+    asyncio.run(scenario())
+
+
+def test_bridge_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="a command or a url"):
+        McpServer("x")
+    with pytest.raises(ValueError, match="a command or a url"):
+        McpServer("x", command="a", url="http://b")
+    server = McpServer.http("x", "https://user:pw@example.com:8443/mcp?key=1", headers={"A": "b"})
+    assert server.where == "https://example.com:8443/mcp"
+    assert "pw" not in repr(server) and "'b'" not in repr(server)
+    assert isinstance(McpBridge(Runtime(), server), McpBridge)
