@@ -3,7 +3,7 @@ formerly FastMCP), run over stdio or streamable HTTP in its own process.
 
 ``python mcp_remote_server.py stdio`` or ``python mcp_remote_server.py http PORT``.
 ``FIXTURE_VARIANT=changed`` is the same server a release later: ``forecast`` takes a new
-required argument (incompatible for our callers), ``echo`` a new optional one (compatible),
+required argument (incompatible for our callers), ``echo`` takes longer texts (compatible),
 and ``gone`` is dropped. ``FIXTURE_MARKS``: a file each call that matters appends a line to
 (``start <tool>``, ``cancelled <tool>``, ``done <tool>``), so tests see what the server saw.
 """
@@ -46,8 +46,8 @@ if CHANGED:
         return Forecast(city=city, celsius=21.5, summary=f"sunny ({units})")
 
     @server.tool(description="Say the text back.", structured_output=False)
-    def echo(text: str, times: int = 1) -> str:
-        return text * times
+    def echo(text: Annotated[str, Field(max_length=1000)]) -> str:
+        return text
 
 else:
 
@@ -56,7 +56,7 @@ else:
         return Forecast(city=city, celsius=21.5, summary="sunny")
 
     @server.tool(description="Say the text back.", structured_output=False)
-    def echo(text: str) -> str:
+    def echo(text: Annotated[str, Field(max_length=100)]) -> str:
         return text
 
     @server.tool(description="A tool the next release drops.", structured_output=False)

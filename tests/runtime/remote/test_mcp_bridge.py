@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -352,3 +353,140 @@ def test_bridge_options_are_checked() -> None:
     assert server.where == "https://example.com:8443/mcp"
     assert "pw" not in repr(server) and "'b'" not in repr(server)
     assert isinstance(McpBridge(Runtime(), server), McpBridge)
+
+
+# -- typed binding and drift ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The fixture server's tools imported as a user would (its tools/list through the MCP
+    SDK's client, ``blade-codegen import --from mcp``) and built; the generated package."""
+    import importlib
+
+    from click.testing import CliRunner
+    from mcp import Client, StdioServerParameters
+
+    from blade_codegen.build import build
+    from blade_codegen.cli import main
+
+    root = tmp_path_factory.mktemp("imported")
+
+    async def listing() -> Any:
+        parameters = StdioServerParameters(command=sys.executable, args=[str(SERVER), "stdio"])
+        async with Client(parameters) as client:
+            return (await client.list_tools()).model_dump(
+                mode="json", by_alias=True, exclude_none=True
+            )
+
+    (root / "tools.json").write_text(json.dumps(asyncio.run(listing())), "utf-8")
+    arguments = ["import", "--from", "mcp", str(root / "tools.json"), "--namespace", "fixture"]
+    ran = CliRunner().invoke(main, [*arguments, "--out", str(root / "specs")])
+    assert ran.exit_code == 0, ran.output
+    build(root / "specs", root / "out", "fixture_tools")
+    sys.path.insert(0, str(root / "out"))
+    try:
+        return {
+            name: importlib.import_module(f"fixture_tools.fixture.{name}_v1").SPEC
+            for name in ("forecast", "echo", "gone")
+        }
+    finally:
+        sys.path.remove(str(root / "out"))
+
+
+def test_typed_binding_returns_the_generated_types_and_catches_drift(
+    imported: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Specs imported from the server are registered with a forwarding implementation: the
+    output is the generated model. Against the server's next release, the tool whose input
+    gained a required argument and the tool it dropped are unavailable (one log line each,
+    naming the tool, the pointer and the change); the compatibly changed one is used."""
+    forecast, echo, gone = imported["forecast"], imported["echo"], imported["gone"]
+    caplog.set_level(logging.INFO, logger="blade_runtime.mcp")
+
+    async def scenario(variant: str) -> dict[str, Any]:
+        runtime = Runtime()
+        bridge = await connect_mcp(
+            runtime, stdio_server(variant=variant), specs=[forecast, echo, gone]
+        )
+        try:
+            assert {"forecast", "echo", "gone"} <= names(runtime)
+            found = {"forecast": await runtime.call("forecast", {"city": "Oslo"})}
+            found["echo"] = await runtime.call("echo", {"text": "typed"})
+            found["gone"] = await runtime.call("gone", {})
+            found["registration"] = runtime.registration_of(forecast.id)
+            return found
+        finally:
+            await bridge.close()
+
+    same = asyncio.run(scenario(""))
+    weather = same["forecast"]
+    assert isinstance(weather, ToolSuccess)
+    assert isinstance(weather.output, forecast.output_type)
+    assert weather.output.city == "Oslo" and weather.output.celsius == 21.5
+    assert isinstance(same["gone"], ToolSuccess)
+    assert same["registration"].source == "mcp:fx" and same["registration"].trust == "remote"
+    assert same["registration"].spec.side_effect == "non_idempotent"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+    caplog.clear()
+    changed = asyncio.run(scenario("changed"))
+    for tool in ("forecast", "gone"):
+        result = changed[tool]
+        assert isinstance(result, ToolError) and result.code == ErrorCode.TOOL_UNAVAILABLE
+    assert isinstance(changed["echo"], ToolSuccess)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(
+        "forecast" in line and "/inputSchema/properties/units" in line and "REQUIRED" in line
+        for line in errors
+    ), errors
+    assert any("gone" in line and "dropped" in line for line in errors), errors
+    assert not any("echo" in line for line in errors)
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("echo" in line and "compatibly" in line for line in infos), infos
+
+
+# -- durability -------------------------------------------------------------------------------
+
+
+def test_kill_9_of_the_worker_mid_call_settles_interrupted_and_never_runs_twice(
+    tmp_path: Path,
+) -> None:
+    """A bridged tool is non_idempotent (the server's hints prove nothing): when the worker
+    holding the call dies, recovery on another worker settles the call INTERRUPTED instead of
+    sending it to the server again."""
+    store, marks = tmp_path / "calls.db", tmp_path / "marks"
+    SQLiteStore(str(store)).close()
+    worker = subprocess.Popen(
+        [sys.executable, str(SERVER.parent / "mcp_bridge_worker.py"), str(store), str(marks)],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "start append once" not in marks_of(marks):
+            assert worker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)  # the worker and the server it started
+        worker.wait(10)
+
+    async def recover() -> Any:
+        runtime = Runtime(store=SQLiteStore(str(store)), lease_s=1.0)
+        bridge = await connect_mcp(runtime, stdio_server(marks))
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                settled = [r for r in await runtime.recover() if r.call.call_id == "c-kill"]
+                if settled:
+                    return settled[0]
+                assert time.monotonic() < deadline, "recovery never took the call up"
+                await asyncio.sleep(0.3)
+        finally:
+            await bridge.close()
+            await runtime.close()
+            runtime.store.close()
+
+    result = asyncio.run(recover())
+    assert isinstance(result, ToolError) and result.code == ErrorCode.INTERRUPTED
+    assert marks_of(marks).count("start append once") == 1
