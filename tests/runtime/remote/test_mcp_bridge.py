@@ -411,7 +411,7 @@ def test_typed_binding_returns_the_generated_types_and_catches_drift(
         )
         try:
             assert {"forecast", "echo", "gone"} <= names(runtime)
-            found = {"forecast": await runtime.call("forecast", {"city": "Oslo"})}
+            found: dict[str, Any] = {"forecast": await runtime.call("forecast", {"city": "Oslo"})}
             found["echo"] = await runtime.call("echo", {"text": "typed"})
             found["gone"] = await runtime.call("gone", {})
             found["registration"] = runtime.registration_of(forecast.id)
