@@ -970,8 +970,9 @@ class CallRunner:
             return error_result(call, ErrorCode.TOOL_ERROR, GENERIC_ERROR)
         # ctx.suspend checked the name; ctx.request_permission uses the runtime's own point
         point = STEP_POINT if suspended.point == STEP else registration.points[suspended.point]
+        resume = point.resume.schema if suspended.resume_schema is None else suspended.resume_schema
         action = self._action(
-            call, suspended.point, suspended.payload, point.resume.schema, point.expires_after_s
+            call, suspended.point, suspended.payload, resume, point.expires_after_s
         )
         record = self._record(registration, call, arguments, "suspended")
         payload: JsonValue = {"action_id": action.action_id, "point": action.point}

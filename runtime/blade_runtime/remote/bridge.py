@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,9 +34,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from blade_runtime.core.context import ToolFailed
+from blade_runtime.core.context import ResumeEntry, Suspended, ToolFailed
 from blade_runtime.core.registry import NAME, Trust
-from blade_runtime.core.spec import BackendToolSpec, JsonObject, SideEffect
+from blade_runtime.core.spec import BackendToolSpec, JsonObject, SideEffect, SuspendPoint
 from blade_runtime.remote.drift import drift
 from blade_runtime.remote.results import answer, failure
 from blade_runtime.remote.servers import Connection, McpServer, ServerUnavailable
@@ -43,6 +44,26 @@ from blade_runtime.remote.servers import Connection, McpServer, ServerUnavailabl
 log = logging.getLogger("blade_runtime.mcp")
 
 DEFAULT_TIMEOUT_MS = 120_000
+ELICITATION = "elicitation"
+ASKING = SuspendPoint[Any, Any](
+    ELICITATION,
+    suspend_schema={
+        "type": "object",
+        "properties": {
+            "message": {"type": "string"},
+            "requestedSchema": {"type": "object"},
+            "key": {"type": "string"},
+            "requestState": {"type": ["string", "null"]},
+        },
+        "required": ["message", "requestedSchema", "key"],
+    },
+    resume_schema={"type": "object"},  # each suspension's own: the server's form schema
+    suspend_type=Any,
+    resume_type=Any,
+)
+"""Where a bridged call waits for a person to answer the server's form (``elicitation/create``
+in a 2026-07-28 ``input_required`` result): the action's submit schema is the form's."""
+MAX_ROUNDS = 8  # input_required rounds answered without a person, before the call gives up
 MAX_RESULT_BYTES = 4 * 1024 * 1024
 
 
@@ -92,6 +113,7 @@ class McpBridge:
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         max_result_bytes: int = MAX_RESULT_BYTES,
         sampling: Any = None,
+        elicit: Any = None,
     ) -> None:
         self.runtime = runtime
         self.server = server
@@ -113,7 +135,14 @@ class McpBridge:
         callbacks: dict[str, Any] = {
             "message_handler": self._on_message,
             "logging_callback": self._on_log,
+            # Advertises form elicitation. On a 2026-07-28 connection a server's question comes
+            # in an input_required result and becomes a pending action (``_asked``); a server
+            # of an older protocol asks in the middle of the call, with the request held open,
+            # which no person on another worker could answer: ``elicit`` answers it (else it
+            # is declined).
+            "elicitation_callback": self._elicit_in_call,
         }
+        self.elicit = elicit
         if sampling is not None:  # else the SDK refuses sampling/createMessage for us
             callbacks["sampling_callback"] = sampling
         self.connection = Connection(server, callbacks, self._opened)
@@ -123,7 +152,8 @@ class McpBridge:
     async def start(self) -> McpBridge:
         if self.specs is not None:
             for spec in self.specs:
-                self._register(spec, self.names.get(spec.id, spec.name))
+                asking = dataclasses.replace(spec, suspend={ELICITATION: ASKING, **spec.suspend})
+                self._register(asking, self.names.get(spec.id, spec.name))
         await self.connection.start()
         return self
 
@@ -255,6 +285,7 @@ class McpBridge:
             output_type=None,
             context_schema=None,
             context_type=None,
+            suspend={ELICITATION: ASKING},
         )
 
     def _register(self, spec: Any, remote_name: str, *, name: str | None = None) -> None:
@@ -294,10 +325,26 @@ class McpBridge:
             async def progress(done: float, total: float | None, message: str | None) -> None:
                 ctx.progress(message or "", completed=done, total=total)
 
+            responses, state = _answers(ctx)
             self._in_flight[id(ctx)] = ctx
             try:
-                result = await client.call_tool(remote_name, arguments, progress_callback=progress)
-            except (ToolFailed, asyncio.CancelledError):
+                for _ in range(MAX_ROUNDS):
+                    result = await client.session.call_tool(
+                        remote_name,
+                        arguments,
+                        progress_callback=progress,
+                        input_responses=responses,
+                        request_state=state,
+                        allow_input_required=True,
+                    )
+                    if getattr(result, "result_type", None) != "input_required":
+                        break
+                    responses, state = self._asked(ctx, result)
+                else:
+                    raise ToolFailed(
+                        f"The remote tool {ctx.call.name} kept asking for input.", "TOOL_ERROR"
+                    )
+            except (ToolFailed, Suspended, asyncio.CancelledError):
                 raise
             except Exception as error:
                 code = getattr(error, "code", None)
@@ -331,6 +378,51 @@ class McpBridge:
 
         return forward
 
+    def _asked(self, ctx: Any, result: Any) -> tuple[Any, str | None]:
+        """The server needs input: a form becomes this call's suspension (``ctx.suspend``
+        raises), with the form's schema as what the answer must meet; a roots request is
+        answered here (none), for the next round; the rest is refused."""
+        import mcp_types as types
+
+        state = result.request_state
+        answers: dict[str, Any] = {}
+        for key, request in (result.input_requests or {}).items():
+            asked = request.model_dump(mode="json", by_alias=True, exclude_none=True)
+            method, params = asked.get("method"), asked.get("params") or {}
+            if method == "elicitation/create" and "requestedSchema" in params:
+                payload = {
+                    "message": str(params.get("message", "")),
+                    "requestedSchema": params["requestedSchema"],
+                    "key": key,
+                    "requestState": state,
+                }
+                try:
+                    ctx.suspend(ELICITATION, payload)
+                except Suspended as suspended:
+                    suspended.resume_schema = params["requestedSchema"]
+                    raise
+            if method == "roots/list":
+                answers[key] = types.ListRootsResult(roots=[])
+                continue
+            raise ToolFailed(  # a URL form, or sampling: the server decides what that means
+                f"The remote tool {ctx.call.name} asked for {method}, which this bridge does "
+                "not answer.",
+                "TOOL_FAILED",
+            )
+        return answers, state
+
+    async def _elicit_in_call(self, context: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        if self.elicit is not None:
+            return await self.elicit(context, params)
+        log.warning(
+            "MCP server %r asked a question in the middle of a call (an older protocol's "
+            "elicitation): declined (pass elicit= to answer it)",
+            self.server.name,
+        )
+        return types.ElicitResult(action="decline")
+
     async def _on_log(self, params: Any) -> None:
         level = getattr(params, "level", "info")
         data = getattr(params, "data", None)
@@ -342,6 +434,22 @@ class McpBridge:
         if len(self._in_flight) == 1:  # a log line is for the call it came during
             (ctx,) = self._in_flight.values()
             ctx.message({"level": level, "data": data})
+
+
+def _answers(ctx: Any) -> tuple[Any, str | None]:
+    """For an entry that resumes the server's question: the person's answer as the input
+    response the server asked for, and its request state (else nothing to send)."""
+    entry = getattr(ctx, "entry", None)
+    if not isinstance(entry, ResumeEntry) or entry.point != ELICITATION:
+        return None, None
+    import mcp_types as types
+
+    episode = next(
+        e for e in reversed(ctx.suspend_history) if e.action_id == entry.action.action_id
+    )
+    asked = episode.payload
+    answer = types.ElicitResult(action="accept", content=entry.payload)
+    return {asked["key"]: answer}, asked.get("requestState")
 
 
 class _Closed(Exception):
