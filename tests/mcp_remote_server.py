@@ -16,7 +16,9 @@ import os
 import sys
 from typing import Annotated
 
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp_types import ImageContent, ResourceLink, TextContent
 from pydantic import BaseModel, Field
 
@@ -41,12 +43,12 @@ class Forecast(BaseModel):
 
 if CHANGED:
 
-    @server.tool(description="The weather in a city.")
-    def forecast(city: str, units: str) -> Forecast:
+    @server.tool(name="forecast", description="The weather in a city.")
+    def forecast_in(city: str, units: str) -> Forecast:
         return Forecast(city=city, celsius=21.5, summary=f"sunny ({units})")
 
-    @server.tool(description="Say the text back.", structured_output=False)
-    def echo(text: Annotated[str, Field(max_length=1000)]) -> str:
+    @server.tool(name="echo", description="Say the text back.", structured_output=False)
+    def echo_longer(text: Annotated[str, Field(max_length=1000)]) -> str:
         return text
 
 else:
@@ -104,6 +106,23 @@ def broken() -> str:
 @server.tool(description="Ten megabytes of text.", structured_output=False)
 def huge() -> str:
     return "x" * (10 * 1024 * 1024)
+
+
+class Approval(BaseModel):
+    approver: str
+    note: str = ""
+
+
+def ask(amount: int) -> Elicit[Approval]:
+    return Elicit(f"Approve a transfer of {amount}?", Approval)
+
+
+@server.tool(description="Transfer an amount, once a person approves.", structured_output=False)
+def transfer(amount: int, approval: Annotated[ElicitationResult[Approval], Resolve(ask)]) -> str:
+    if isinstance(approval, AcceptedElicitation):
+        mark(f"transferred {amount}")
+        return f"transferred {amount}, approved by {approval.data.approver}"
+    return f"not transferred ({approval.action})"
 
 
 @server.tool(description="The server's process id.", structured_output=False)

@@ -27,6 +27,7 @@ from blade_runtime import (
     Runtime,
     SourcePolicy,
     ToolError,
+    ToolPending,
     ToolSuccess,
 )
 from blade_runtime.core.permissions import Deny, PermissionRequest
@@ -490,3 +491,51 @@ def test_kill_9_of_the_worker_mid_call_settles_interrupted_and_never_runs_twice(
     result = asyncio.run(recover())
     assert isinstance(result, ToolError) and result.code == ErrorCode.INTERRUPTED
     assert marks_of(marks).count("start append once") == 1
+
+
+# -- a server's questions ---------------------------------------------------------------------
+
+
+def test_a_server_s_form_is_a_pending_action_answered_on_another_worker(tmp_path: Path) -> None:
+    """The server asks (elicitation/create in a 2026-07-28 input_required result): the call
+    suspends with the form's schema as what an answer must meet; an answer that does not meet
+    it is refused and the action stays; a valid answer on another worker (its own connection
+    to the server, the same store) resumes the call there and goes back to the server, which
+    acts once."""
+    store, marks = tmp_path / "calls.db", tmp_path / "marks"
+    SQLiteStore(str(store)).close()
+
+    async def scenario(url: str) -> None:
+        first = Runtime(store=SQLiteStore(str(store)))
+        second = Runtime(store=SQLiteStore(str(store)))
+        bridges = [
+            await connect_mcp(runtime, McpServer.http("fx", url)) for runtime in (first, second)
+        ]
+        try:
+            asked = await first.call("transfer", {"amount": 5}, call_id="c-transfer")
+            assert isinstance(asked, ToolPending), asked
+            action = await second.records.action(asked.action.action_id)
+            assert action is not None and action.point == "elicitation"
+            assert action.submit_schema["required"] == ["approver"]  # the server's form
+            payload: Any = action.payload
+            assert payload["message"] == "Approve a transfer of 5?"
+
+            refused = await second.submit(action.action_id, {"note": "no approver"})
+            assert isinstance(refused, ToolError)
+            assert refused.code == ErrorCode.INVALID_SUBMISSION
+            assert "transferred 5" not in marks_of(marks)
+
+            done = await second.submit(action.action_id, {"approver": "ann"})
+            assert first_text(done) == "transferred 5, approved by ann"
+            assert marks_of(marks).count("transferred 5") == 1
+            stored = await first.records.call("c-transfer")
+            assert stored is not None and stored.state == "settled"
+        finally:
+            for bridge in bridges:
+                await bridge.close()
+            for runtime in (first, second):
+                await runtime.close()
+                runtime.store.close()
+
+    with http_server(marks) as url:
+        asyncio.run(scenario(url))
