@@ -18,8 +18,8 @@ from typing import Annotated
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp_types import ImageContent, ResourceLink, TextContent
+from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
+from mcp_types import CreateMessageResult, ImageContent, ResourceLink, SamplingMessage, TextContent
 from pydantic import BaseModel, Field
 
 CHANGED = os.environ.get("FIXTURE_VARIANT") == "changed"
@@ -123,6 +123,17 @@ def transfer(amount: int, approval: Annotated[ElicitationResult[Approval], Resol
         mark(f"transferred {amount}")
         return f"transferred {amount}, approved by {approval.data.approver}"
     return f"not transferred ({approval.action})"
+
+
+def sample(text: str) -> Sample:
+    prompt = TextContent(type="text", text=f"Summarize: {text}")
+    return Sample([SamplingMessage(role="user", content=prompt)], max_tokens=50)
+
+
+@server.tool(description="Summarize a text with the client's model.", structured_output=False)
+def summarize(text: str, summary: Annotated[CreateMessageResult, Resolve(sample)]) -> str:
+    content = summary.content
+    return content.text if isinstance(content, TextContent) else "(no text)"
 
 
 @server.tool(description="The server's process id.", structured_output=False)

@@ -143,6 +143,7 @@ class McpBridge:
             "elicitation_callback": self._elicit_in_call,
         }
         self.elicit = elicit
+        self.sampling = sampling
         if sampling is not None:  # else the SDK refuses sampling/createMessage for us
             callbacks["sampling_callback"] = sampling
         self.connection = Connection(server, callbacks, self._opened)
@@ -339,7 +340,7 @@ class McpBridge:
                     )
                     if getattr(result, "result_type", None) != "input_required":
                         break
-                    responses, state = self._asked(ctx, result)
+                    responses, state = await self._asked(ctx, result)
                 else:
                     raise ToolFailed(
                         f"The remote tool {ctx.call.name} kept asking for input.", "TOOL_ERROR"
@@ -378,10 +379,11 @@ class McpBridge:
 
         return forward
 
-    def _asked(self, ctx: Any, result: Any) -> tuple[Any, str | None]:
+    async def _asked(self, ctx: Any, result: Any) -> tuple[Any, str | None]:
         """The server needs input: a form becomes this call's suspension (``ctx.suspend``
         raises), with the form's schema as what the answer must meet; a roots request is
-        answered here (none), for the next round; the rest is refused."""
+        answered here (none), sampling by the application's ``sampling`` callback (with no
+        request context), for the next round; the rest is refused."""
         import mcp_types as types
 
         state = result.request_state
@@ -403,6 +405,10 @@ class McpBridge:
                     raise
             if method == "roots/list":
                 answers[key] = types.ListRootsResult(roots=[])
+                continue
+            if method == "sampling/createMessage" and self.sampling is not None:
+                asked_for = types.CreateMessageRequestParams.model_validate(params)
+                answers[key] = await self.sampling(None, asked_for)
                 continue
             raise ToolFailed(  # a URL form, or sampling: the server decides what that means
                 f"The remote tool {ctx.call.name} asked for {method}, which this bridge does "

@@ -539,3 +539,28 @@ def test_a_server_s_form_is_a_pending_action_answered_on_another_worker(tmp_path
 
     with http_server(marks) as url:
         asyncio.run(scenario(url))
+
+
+def test_sampling_is_refused_unless_the_application_gives_a_callback() -> None:
+    import mcp_types as types
+
+    async def model(context: Any, params: Any) -> types.CreateMessageResult:
+        asked = params.messages[0].content.text
+        answer = types.TextContent(type="text", text=f"short ({asked})")
+        return types.CreateMessageResult(role="assistant", content=answer, model="a-model")
+
+    async def scenario() -> tuple[Any, Any]:
+        results = []
+        for sampling in (None, model):
+            runtime = Runtime()
+            bridge = await connect_mcp(runtime, stdio_server(), sampling=sampling)
+            try:
+                results.append(await runtime.call("summarize", {"text": "a long text"}))
+            finally:
+                await bridge.close()
+        return results[0], results[1]
+
+    refused, answered = asyncio.run(scenario())
+    assert isinstance(refused, ToolError) and refused.code == ErrorCode.TOOL_ERROR
+    assert "sampling" in refused.message.lower()
+    assert first_text(answered) == "short (Summarize: a long text)"
