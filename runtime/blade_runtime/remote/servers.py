@@ -31,7 +31,8 @@ class McpServer:
     (``mcp:<name>``). ``startup_timeout_s``: how long a connection may take to open;
     ``call_timeout_s``: how long one call waits for its answer (None: the tool's own timeout
     alone); ``ping_interval_s``: how often an idle connection is checked; ``backoff_s`` and
-    ``max_backoff_s``: the first and longest wait between reconnection attempts."""
+    ``max_backoff_s``: the first and longest wait between reconnection attempts; ``log_level``: the
+    least important log message the server is asked to send with a call (None: none)."""
 
     name: str
     command: str | None = None
@@ -45,6 +46,7 @@ class McpServer:
     ping_interval_s: float = 5.0
     backoff_s: float = 0.2
     max_backoff_s: float = 30.0
+    log_level: str | None = "info"
 
     @classmethod
     def stdio(
@@ -276,7 +278,8 @@ class Connection:
             client = Client(
                 transport,
                 read_timeout_seconds=server.call_timeout_s,
-                cache=None,
+                cache=None,  # a bridge reads the tool list itself, when the server says
+                log_level=server.log_level,  # the log lines a 2026-07-28 server sends
                 **self.callbacks,
             )
             async with asyncio.timeout(server.startup_timeout_s):

@@ -226,6 +226,8 @@ def test_progress_reaches_a_subscriber_and_cancellation_reaches_the_server(
     progress: list[Any] = [event.payload for event in seen if event.kind == "progress"]
     assert [p["completed"] for p in progress] == [1, 2, 3]
     assert progress[0]["total"] == 3 and progress[0]["message"] == "step 1"
+    logged: list[Any] = [event.payload for event in seen if event.kind == "message"]
+    assert {"level": "info", "data": "counted 2"} in logged  # the server's log, the call's
     assert cancelled.code == ErrorCode.CANCELLED
     assert "done slow" not in marks_of(marks)[-1:]
 
@@ -564,3 +566,45 @@ def test_sampling_is_refused_unless_the_application_gives_a_callback() -> None:
     assert isinstance(refused, ToolError) and refused.code == ErrorCode.TOOL_ERROR
     assert "sampling" in refused.message.lower()
     assert first_text(answered) == "short (Summarize: a long text)"
+
+
+def test_a_bridged_tool_served_over_our_mcp_server_forwards_progress_and_observers_see_trust(
+    tmp_path: Path,
+) -> None:
+    """A remote tool re-served by our own MCP server (a gateway): an MCP client of ours calls
+    it and receives the remote server's progress; lifecycle observers see source and trust."""
+    from mcp import Client
+
+    from blade_runtime.serving.mcp import mcp_server
+
+    seen: list[tuple[str, str, str]] = []
+
+    class Audit:
+        async def scheduled(self, event: Any) -> None:
+            seen.append((event.call.name, event.source, event.trust))
+
+    async def scenario() -> tuple[list[float], Any]:
+        runtime = Runtime()
+        runtime.observe(Audit())
+        bridge = await connect_mcp(runtime, stdio_server(), prefix="remote_")
+        progress: list[float] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append(done)
+
+        try:
+            async with Client(mcp_server(runtime)) as ours:
+                listed = {tool.name for tool in (await ours.list_tools()).tools}
+                assert "remote_slow" in listed
+                result = await ours.call_tool(
+                    "remote_slow", {"n": 3}, progress_callback=on_progress
+                )
+            return progress, result
+        finally:
+            await bridge.close()
+
+    progress, result = asyncio.run(scenario())
+    assert not result.is_error
+    # each remote progress, then its log line (our server sends messages as progress too)
+    assert progress == sorted(progress) and set(progress) == {1, 2, 3}
+    assert seen == [("remote_slow", "mcp:fx", "remote")]
