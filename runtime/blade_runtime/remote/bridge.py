@@ -323,8 +323,8 @@ class McpBridge:
                 ) from None
             arguments = dict(getattr(ctx, "_arguments", None) or ctx.input.model_dump(mode="json"))
 
-            async def progress(done: float, total: float | None, message: str | None) -> None:
-                ctx.progress(message or "", completed=done, total=total)
+            async def progress(progress: float, total: float | None, message: str | None) -> None:
+                ctx.progress(message or "", completed=progress, total=total)
 
             responses, state = _answers(ctx)
             self._in_flight[id(ctx)] = ctx

@@ -19,9 +19,10 @@ import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 log = logging.getLogger("blade_runtime.mcp")
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -46,7 +47,7 @@ class McpServer:
     ping_interval_s: float = 5.0
     backoff_s: float = 0.2
     max_backoff_s: float = 30.0
-    log_level: str | None = "info"
+    log_level: LogLevel | None = "info"
 
     @classmethod
     def stdio(

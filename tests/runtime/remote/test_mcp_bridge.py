@@ -587,10 +587,10 @@ def test_a_bridged_tool_served_over_our_mcp_server_forwards_progress_and_observe
         runtime = Runtime()
         runtime.observe(Audit())
         bridge = await connect_mcp(runtime, stdio_server(), prefix="remote_")
-        progress: list[float] = []
+        reported: list[float] = []
 
-        async def on_progress(done: float, total: float | None, message: str | None) -> None:
-            progress.append(done)
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            reported.append(progress)
 
         try:
             async with Client(mcp_server(runtime)) as ours:
@@ -599,7 +599,7 @@ def test_a_bridged_tool_served_over_our_mcp_server_forwards_progress_and_observe
                 result = await ours.call_tool(
                     "remote_slow", {"n": 3}, progress_callback=on_progress
                 )
-            return progress, result
+            return reported, result
         finally:
             await bridge.close()
 
