@@ -608,3 +608,22 @@ def test_a_bridged_tool_served_over_our_mcp_server_forwards_progress_and_observe
     # each remote progress, then its log line (our server sends messages as progress too)
     assert progress == sorted(progress) and set(progress) == {1, 2, 3}
     assert seen == [("remote_slow", "mcp:fx", "remote")]
+
+
+def test_a_call_past_its_timeout_settles_timeout_and_the_server_hears_of_it(
+    tmp_path: Path,
+) -> None:
+    marks = tmp_path / "marks"
+
+    async def scenario() -> Any:
+        runtime = Runtime()
+        bridge = await connect_mcp(runtime, stdio_server(marks, call_timeout_s=0.5))
+        try:
+            late = await runtime.call("slow", {"n": 1000})
+            await wait_for(lambda: "cancelled slow" in marks_of(marks))
+            return late
+        finally:
+            await bridge.close()
+
+    late = asyncio.run(scenario())
+    assert isinstance(late, ToolError) and late.code == ErrorCode.TIMEOUT
