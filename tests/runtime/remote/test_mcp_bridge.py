@@ -160,6 +160,10 @@ def test_dynamic_binding_maps_every_kind_of_answer(
 
     if transport == "stdio":
         asyncio.run(scenario(stdio_server(marks)))
+        deadline = time.monotonic() + 10  # its stderr (the failing tool's traceback), logged
+        while not any("stderr" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the server's stderr never reached the log"
+            time.sleep(0.05)
     else:
         with http_server(marks) as url:
             asyncio.run(scenario(McpServer.http("fx", url, headers={"Authorization": SECRET})))
