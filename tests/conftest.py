@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["postgres"]  # tests/postgres.py: the PostgreSQL server fixtures
+# tests/postgres.py: the PostgreSQL server fixtures; tests/browser_support.py: Chromium
+pytest_plugins = ["postgres", "browser_support"]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_SPECS = ROOT / "specs"
@@ -364,7 +365,7 @@ _HEAVY = ("mcp_package", "test_schemastore")
 _LONGEST_FIRST = ("test_schemastore", "mcp_package", "worker_package", "test_pack", "test_inbox")
 # Also left out of the quick subset: wheels and fresh virtual environments, worker processes
 # killed and restarted, a browser.
-_SLOW_MODULES = frozenset({"test_pack", "test_workers", "test_inbox"})
+_SLOW_MODULES = frozenset({"test_pack", "test_workers", "test_inbox", "test_mcp_conformance"})
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

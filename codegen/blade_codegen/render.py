@@ -737,6 +737,8 @@ def manifest(plan: BuildPlan) -> str:
             entry["children"] = list(spec.children)
         if spec.lease:
             entry["lease"] = True
+        if spec.caller:
+            entry["caller"] = True
         if spec.permissions:
             entry["permissions"] = dict(sorted(spec.permissions.items()))
         if spec.environment:

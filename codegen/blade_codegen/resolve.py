@@ -64,6 +64,7 @@ class ResolvedSpec:
     # Also server-side only, outside the fingerprint: lease fencing (ctx.lease), and what the
     # README documents: the permission subjects it asks for and the environment it reads.
     lease: bool = False
+    caller: bool = False  # its implementation reads who the call is for (ctx.call.context)
     permissions: Mapping[str, Any] = field(default_factory=dict)
     environment: Mapping[str, Any] = field(default_factory=dict)
 
@@ -235,6 +236,7 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 deadlines=deadlines,
                 capabilities=dict(spec.get("capabilities", {})),
                 lease=bool(spec.get("lease", False)),
+                caller=bool(spec.get("caller", False)),
                 permissions=dict(spec.get("permissions", {})),
                 environment=dict(spec.get("environment", {})),
             )

@@ -27,7 +27,6 @@ UNSUPPORTED_KEYWORDS = {
     "$dynamicAnchor": "remove it and use $ref to a $defs entry",
     "$recursiveRef": "write the reference as $ref to a $defs entry",
     "$id": "remove it: references in a spec resolve relative to the spec file",
-    "$anchor": "reference the definition by JSON pointer (#/$defs/Name) instead",
 }
 
 _VERSION = re.compile(r"v[0-9]+")
@@ -144,6 +143,7 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
             "suspend",
             "contextSchema",
             "capabilities",
+            "caller",
             "lease",
             "permissions",
             "environment",

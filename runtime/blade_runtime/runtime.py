@@ -44,6 +44,7 @@ from blade_runtime.core.hooks import HookCallback, HookEvent, HookEventName
 from blade_runtime.core.interceptors import Interceptors
 from blade_runtime.core.jsonvalue import model_of
 from blade_runtime.core.leases import Leases
+from blade_runtime.core.observers import BOUNDARIES
 from blade_runtime.core.outcomes import (
     DEFAULT_TIMEOUT_MS,
     HOST,
@@ -126,6 +127,7 @@ class Runtime:
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         on_trigger: TriggerHandler | None = None,
         retention: Retention | None = None,
+        large_result_bytes: int | None = None,
         sources: SourcePolicy | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
@@ -143,9 +145,13 @@ class Runtime:
         across them (see ``blade_runtime.core.triggers``; ``run_triggers`` polls for other
         processes' triggers). ``retention``: how long settled history is kept (see
         ``blade_runtime.core.retention``): ``run_recovery`` deletes the rest as it sweeps, and
-        ``prune()`` on demand; without one, nothing is ever deleted. ``sources``: the sources and
-        trust levels of the tools let in (``SourcePolicy``; the rest are left out of every tool
-        list and their calls refused, TOOL_NOT_ALLOWED)."""
+        ``prune()`` on demand; without one, nothing is ever deleted. ``large_result_bytes``: above
+        this many bytes, what the model reads of a success is saved as a file of the call and the
+        model reads its head and a link (``blade_runtime.core.artifacts``); a registration may
+        set its own; None: never. ``sources``: the sources and trust levels of the tools let in
+        (``SourcePolicy``; the rest are left out of every tool list and their calls refused,
+        TOOL_NOT_ALLOWED)."""
+        checked_size(large_result_bytes, "Runtime(large_result_bytes=...)")
         if store is None:  # imported here: a generated package imports no database driver
             from blade_runtime.stores.memory import MemoryStore
 
@@ -159,6 +165,7 @@ class Runtime:
             timeout_ms=timeout_ms,
             allowed=allowed,
             disallowed=disallowed,
+            large_result_bytes=large_result_bytes,
         )
         self.tools.sources = sources
         self.interceptors = Interceptors(
@@ -357,7 +364,14 @@ class Runtime:
         self.interceptors.on(event, callback, tools=tools)
 
     def observe(self, observer: object) -> None:
-        """Add a lifecycle observer (its scheduled / execution_started / settled methods)."""
+        """Add a lifecycle observer (its scheduled / execution_started / settled methods...;
+        see ``blade_runtime.core.observers``), and a ``store_operation(name, seconds)`` method
+        is told how long each of this runtime's store operations took."""
+        timer = getattr(observer, "store_operation", None)
+        if timer is not None:
+            self.io.timers.append(timer)
+            if not any(hasattr(observer, b) for b in BOUNDARIES):
+                return  # a store timer alone
         self.interceptors.observe(observer)
 
     # -- registry --------------------------------------------------------------------------
@@ -383,6 +397,7 @@ class Runtime:
         capability_config: Mapping[str, JsonValue] | None = None,
         children: Collection[Child] = (),
         behavior: Callable[[InputT], Behavior] | None = None,
+        large_result_bytes: int | None = None,
         source: str = "spec",
         trust: Trust = "workspace",
     ) -> Registration[OutputT]:
@@ -404,10 +419,12 @@ class Runtime:
         ``describe`` that takes ``children=`` reads its enabled children's metadata.
         ``behavior``: the kind and side effect of one call, from its typed input, never wider
         than the spec's (see ``blade_runtime.core.behavior``): the policy sees them, the call's
-        start stores them and recovery follows them. ``source`` and ``trust``: where the tool
-        comes from (``spec``, ``dynamic``, ``mcp:<server>``) and how far it is trusted
-        (``trusted``, ``workspace``, ``remote``): the source policy, the permission policy and
-        observers read them.
+        start stores them and recovery follows them. ``large_result_bytes``: above this many
+        bytes, what the model reads of a success is saved as a file of the call and the model
+        reads its head and a link (see ``blade_runtime.core.artifacts``; default: the
+        runtime's). ``source`` and ``trust``: where the tool comes from (``spec``, ``dynamic``,
+        ``mcp:<server>``) and how far it is trusted (``trusted``, ``workspace``, ``remote``):
+        the source policy, the permission policy and observers read them.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -431,6 +448,7 @@ class Runtime:
                 f"{where}: trust={trust!r} is no trust level; use {', '.join(TRUST_LEVELS)}"
             )
         runnable = asynchronous(implementation, where)
+        checked_size(large_result_bytes, f"{where}: large_result_bytes")
         if behavior is not None and not callable(behavior):
             raise RegistrationError(
                 f"{where}: behavior= is not callable (pass a function of the typed input "
@@ -455,6 +473,7 @@ class Runtime:
             describe_children=describe is not None and takes_children(describe),
             permission=permission,
             behavior=behavior,
+            large_result_bytes=large_result_bytes,
             source=source,
             trust=trust,
         )
@@ -754,3 +773,9 @@ class CloseReport:
     def clean(self) -> bool:
         """Whether everything ended within the timeout."""
         return not self.abandoned and not self.stuck_callbacks
+
+
+def checked_size(value: int | None, where: str) -> None:
+    """A size in bytes given to the runtime: a positive integer, or None."""
+    if value is not None and (type(value) is not int or value <= 0):
+        raise ValueError(f"{where} is a number of bytes above 0, not {value!r}")

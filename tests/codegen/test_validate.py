@@ -124,6 +124,26 @@ def test_rule(tmp_path: Path, data: dict[str, Any], expected: str) -> None:
     assert any(expected in line for line in found), found
 
 
+ANCHORED = {
+    "type": "object",
+    "$defs": {"address": {"$anchor": "addressDef", "type": "object"}},
+    "properties": {"address": {"$ref": "#/$defs/address"}},
+}
+
+
+def test_an_anchor_is_allowed_and_only_a_reference_by_it_is_refused(tmp_path: Path) -> None:
+    """JSON Schema 2020-12's ``$anchor`` names a subschema (MCP's conformance suite lists one in
+    a tool's schema): a spec may carry it, referenced by JSON pointer; a ``$ref`` by the
+    anchor's name is what cannot be resolved, and is refused where it is written."""
+    assert one(tmp_path / "ok", spec("ns.t.v1", inputSchema=ANCHORED)) == []
+    by_name = {**ANCHORED, "properties": {"address": {"$ref": "#addressDef"}}}
+    found = one(tmp_path / "by-name", spec("ns.t.v1", inputSchema=by_name))
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "/inputSchema/properties/address/$ref: reference '#addressDef' uses a plain-name "
+        "fragment (use a JSON pointer fragment such as #/$defs/Name)"
+    ]
+
+
 @pytest.mark.parametrize(
     ("spec_id", "expected"),
     [

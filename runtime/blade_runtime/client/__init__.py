@@ -211,6 +211,22 @@ class RunEvent(BaseModel):
     seq: int = 0
 
 
+class Suspension(BaseModel):
+    """One suspension episode of a call (seed 002's suspension view): ``name`` is its suspend
+    point and ``input`` what it showed; ``state`` is ``pending``, ``submitted`` (with
+    ``resume``, the answer), ``cancelled``, ``failed`` or ``expired``, and a resolved one has
+    ``resolved_at``."""
+
+    model_config = _DTO
+    action_id: str
+    name: str
+    input: JsonValue = None
+    suspended_at: str
+    state: str
+    resolved_at: str | None = None
+    resume: JsonValue = None
+
+
 class Transport:
     """Where a typed client's requests go. Results come back as DTO fields (``status`` and
     the ids, then ``output``, ``code`` and ``message``, ``action`` or ``reason``)."""
@@ -240,6 +256,10 @@ class Transport:
 
     def data(self, call_id: str) -> dict[str, list[dict[str, JsonValue]]]:
         raise NotImplementedError
+
+    async def suspensions(self, call_id: str) -> list[Data]:
+        """The call's suspension episodes, oldest first (empty: not the client's call)."""
+        raise NotImplementedError(f"{type(self).__name__} does not read suspension episodes")
 
     async def read_file(self, file_id: str) -> FileBody:
         raise NotImplementedError
@@ -300,6 +320,9 @@ class RuntimeTransport(Transport):
             item = {"id": record.item_id, "value": record.value, "updated_at": record.updated_at}
             channels.setdefault(record.channel, []).append(item)
         return channels
+
+    async def suspensions(self, call_id: str) -> list[Data]:
+        return await self.runtime.records.suspensions(call_id, principal=self.principal)
 
     async def read_file(self, file_id: str) -> FileBody:
         found = await self.runtime.records.file(file_id, principal=self.principal)
@@ -442,6 +465,13 @@ class ToolClient:
         """A file a tool saved (``ctx.files``), of this client's tenant; ``UnknownFile`` when
         there is none (another tenant's is none)."""
         return await self.transport.read_file(file_id)
+
+    async def suspensions(self, call_id: str) -> list[Suspension]:
+        """Every suspension episode of the call ``call_id``, oldest first: the points it waited
+        at, answered or not (the pending one, if any, is the last); empty when the call is not
+        this client's."""
+        found = await self.transport.suspensions(call_id)
+        return [Suspension.model_validate(episode) for episode in found]
 
     def events(self, run_id: str, *, after: int | None = None) -> AsyncIterator[RunEvent]:
         """The run's events from now on (or after the sequence number ``after``): stored ones

@@ -194,6 +194,15 @@ class HttpTransport(Transport):
             raise _refused(answer.status_code, body)
         return dict(body.get("data", {}))
 
+    async def suspensions(self, call_id: str) -> list[Data]:
+        answer = await self._async().get(f"/v1/calls/{call_id}")
+        body = _body(answer)
+        if answer.status_code == 404:
+            return []
+        if answer.status_code != 200:
+            raise _refused(answer.status_code, body)
+        return list(body.get("suspensions", []))
+
     async def read_file(self, file_id: str) -> FileBody:
         answer = await self._async().get(f"/v1/files/{file_id}")
         if answer.status_code == 404 and _body(answer).get("code") == "UNKNOWN_FILE":

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue
 
 from blade_runtime.core import grants
+from blade_runtime.core.artifacts import offload
 from blade_runtime.core.caller import CallContext
 from blade_runtime.core.cancel_scope import COROUTINE, GRACE_S, Abandoned, CancelScope
 from blade_runtime.core.capabilities import with_capabilities
@@ -193,6 +194,9 @@ class CallRunner:
         self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
         self.held: dict[str, Claim] = {}  # a running parent's claim, by call id, for its children
         self.unrecorded: set[asyncio.Task[None]] = set()  # results written again until stored
+        self.cleaning: dict[str, int] = {}
+        """Runs with a cancelled implementation still running detached, and how many: their new
+        tool calls are refused until it exits (seed 000)."""
         prefix = f"call_{uuid.uuid4().hex[:12]}"
         self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
 
@@ -222,22 +226,26 @@ class CallRunner:
             or self.tools.restricted
             or registration.enabled is not None
             or registration.detached  # Registration.checked, without a property's call
+            or self.cleaning
         ):
             refused = self._refuse(registration, call)
             if refused is not None:
-                return refused
+                return await self._refused(registration, call, refused)
         if type(arguments) is dict:
             parsed: JsonObject = arguments
         else:
             read = parse_arguments(arguments)
             if isinstance(read, str):
-                return error_result(call, ErrorCode.INVALID_INPUT, read)
+                return await self._refused(
+                    registration, call, error_result(call, ErrorCode.INVALID_INPUT, read)
+                )
             parsed = read
         if not (
             (run_id == "default" or storable_id(run_id))
             and (call_id is None or storable_id(call_id))
         ):
-            return error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
+            invalid = error_result(call, ErrorCode.INVALID_INPUT, _ID_RULE)
+            return await self._refused(registration, call, invalid)
         if call.call_id in self.running:
             raise ValueError(f"call id {call.call_id!r} is already running")
 
@@ -253,20 +261,24 @@ class CallRunner:
                     await self._admit(call, parsed, scope) if self.interceptors.pre_any else parsed
                 )
                 if verdict is not parsed and isinstance(verdict, _RESULTS):
-                    result = verdict
+                    result = await self._refused(registration, call, verdict)
                 elif (valid := _valid(registration, verdict)) is True:
                     admitted = verdict
+                    if verdict is not parsed:  # a hook changed them: observers see both
+                        scope.model_input = parsed
                     result = await self._run(registration, call, admitted, scope)
                 elif valid is False:
                     admitted = verdict
-                    result = self._invalid(registration, call, admitted)
+                    invalid = self._invalid(registration, call, admitted)
+                    result = await self._refused(registration, call, invalid)
                 else:
-                    result = error_result(call, ErrorCode.INVALID_INPUT, valid)
+                    invalid = error_result(call, ErrorCode.INVALID_INPUT, valid)
+                    result = await self._refused(registration, call, invalid)
         except (asyncio.CancelledError, Abandoned) as stopped:
             result = await self._stopped(call, scope, stopped)
         finally:
             scope.close()
-        if self.interceptors.post_any or scope.observed:
+        if self.interceptors.post_any or scope.observed or self.tools.offloading:
             return await self.settle(registration, call, admitted, scope, result)
         attempt: Attempt | None = scope.stored
         if (attempt is None and not self.events.active) or isinstance(result, ToolPending):
@@ -312,6 +324,13 @@ class CallRunner:
             result = await self.interceptors.finish(
                 registration, call, arguments, scope.signal, result
             )
+        if (
+            isinstance(result, ToolSuccess)
+            and registration is not None
+            and registration.large_result_bytes is not None
+            and call.parent is None  # a child's output goes to its parent's code, not a model
+        ):
+            result = await self._offload(registration.large_result_bytes, call, scope, result)
         if scope.observed and registration is not None:
             result = await self.interceptors.settled(registration, call, arguments, result)
         attempt: Attempt | None = scope.stored
@@ -376,6 +395,14 @@ class CallRunner:
                 registration.spec.id, ErrorCode.OBSERVER_FAILED.value, str(error)
             ) from None
 
+    async def _refused(
+        self, registration: Registration[Any] | None, call: CallInfo, result: ToolResult[Any]
+    ) -> ToolResult[Any]:
+        """A call that never became an invocation: the ``refused`` observers see its result."""
+        if self.interceptors.observers.refused:
+            await self.interceptors.refused(registration, call, result)
+        return result
+
     def _refuse(self, registration: Registration[Any] | None, call: CallInfo) -> ToolError | None:
         """Why the call cannot even start: no handler, not allowed, or unavailable."""
         name = call.name
@@ -408,6 +435,13 @@ class CallRunner:
                 call,
                 ErrorCode.TOOL_UNAVAILABLE,
                 f"The tool {name!r} is temporarily unavailable; try again later.",
+            )
+        if self.cleaning and call.run_id in self.cleaning:
+            return error_result(
+                call,
+                ErrorCode.TOOL_UNAVAILABLE,
+                "A cancelled tool call of this run is still cleaning up; this run takes no new "
+                "tool call until it ends. Try again later.",
             )
         return None
 
@@ -545,7 +579,12 @@ class CallRunner:
             if admitting and observers.scheduled:
                 try:
                     await self.interceptors.observing(
-                        "scheduled", observers.scheduled, registration, call, arguments
+                        "scheduled",
+                        observers.scheduled,
+                        registration,
+                        call,
+                        arguments,
+                        model_input=scope.model_input,
                     )
                 except Exception as error:
                     return self.interceptors.observer_failed("scheduled", call, error)
@@ -856,6 +895,33 @@ class CallRunner:
             self.leases.release(call.call_id)
         return result
 
+    async def _offload(
+        self, limit: int, call: CallInfo, scope: CancelScope, done: ToolSuccess[Any]
+    ) -> ToolResult[Any]:
+        """What the model reads of a success over ``limit`` bytes: its head and a link to the
+        file of the call that holds it all (``core.artifacts``)."""
+        assert self.services is not None
+        attempt: Attempt | None = scope.stored
+        try:
+            return await offload(
+                self.services.files,
+                call,
+                scope.signal,
+                None if attempt is None else attempt.claim,
+                done,
+                limit,
+            )
+        except LeaseNotHeld:
+            return error_result(call, ErrorCode.LEASE_LOST, LOST_LEASE)
+        except Exception as error:  # FileRejected (over max_file_bytes), a store error
+            log.error(
+                "%s (call %s): its large result could not be saved as a file: %s",
+                call.name,
+                call.call_id,
+                error,
+            )
+            return error_result(call, ErrorCode.STORE_UNAVAILABLE, UNKEPT)
+
     def _record_later(self, call: CallInfo, claim: Claim, event: Event) -> None:
         """Write the result again until the store takes it. The store keeps this runtime's lease
         on the call while it lives, so no recovery would take the call before it closes; a
@@ -909,13 +975,15 @@ class CallRunner:
         """The result of a call a cancellation or a deadline ended (or the exception to raise)."""
         if isinstance(stopped, Abandoned):
             log.error(
-                "%s (call %s, run %s) ignored cancellation for %.1f s; the registration refuses "
-                "new calls until it exits",
+                "%s (call %s, run %s) ignored cancellation for %.1f s; the registration and the "
+                "run refuse new calls until it exits",
                 call.name,
                 call.call_id,
                 call.run_id,
                 self.cleanup_grace_s,
             )
+            if scope.detached is not None:
+                self._hold_run(call.run_id, scope.detached)
             return self._cancelled(call, scope)
         if scope.release() > 0:
             attempt: Attempt | None = scope.stored
@@ -927,6 +995,21 @@ class CallRunner:
                 call, asyncio.CancelledError("raised by the tool"), self.interceptors.error_mapper
             )
         return self._cancelled(call, scope)
+
+    def _hold_run(self, run_id: str, detached: asyncio.Task[Any]) -> None:
+        """Refuse ``run_id``'s new tool calls until ``detached`` (an implementation that
+        ignored its cancellation) exits."""
+        self.cleaning[run_id] = self.cleaning.get(run_id, 0) + 1
+
+        def exited(_: asyncio.Task[Any]) -> None:
+            left = self.cleaning.get(run_id, 1) - 1
+            if left > 0:
+                self.cleaning[run_id] = left
+                return
+            self.cleaning.pop(run_id, None)
+            log.warning("run %s: its cancelled call exited; it accepts tool calls again", run_id)
+
+        detached.add_done_callback(exited)
 
     async def _fallback(
         self, call: CallInfo, arguments: JsonObject, scope: CancelScope
@@ -1109,6 +1192,10 @@ NOT_ASKED = (
 NOT_OFFERED = (
     "The client tool's pending action could not be recorded (the store is unavailable); "
     "nothing was asked of the client. Try again."
+)
+UNKEPT = (
+    "The tool ran, but its result is larger than the model may read and could not be kept as "
+    "a file to read instead; try again later."
 )
 UNRECORDED = (
     "The tool ran, but its result could not be recorded (the store is unavailable); this "

@@ -30,7 +30,7 @@ T = TypeVar("T")
 GRACE_S = 5.0
 """How long an implementation's cleanup is awaited after it was cancelled."""
 
-CancelReason = Literal["timeout", "cancelled"]
+CancelReason = Literal["timeout", "cancelled", "lease_lost"]
 
 
 class Owner(Protocol):
@@ -67,6 +67,11 @@ class CancelScope:
     """What the runtime recorded for this call, so that a cancelled call is settled there too."""
     observed = False
     """Whether lifecycle observers saw the call scheduled (so they see it settle)."""
+    detached: asyncio.Task[Any] | None = None
+    """The task its implementation runs on after it ignored cancellation past the grace."""
+    model_input: Any = None
+    """The model's own arguments, when a pre_tool_use hook changed them (the scheduled
+    observers see both)."""
 
     def __init__(
         self,
@@ -189,6 +194,7 @@ class CancelScope:
         detached = asyncio.get_running_loop().create_task(
             _finish_detached(coroutine, error), name=self.call.call_id
         )
+        self.detached = detached
         if self._owner is not None:
             self._owner.track(detached)
 

@@ -59,6 +59,7 @@ class ResourceLink:
     name: str
     mime_type: str | None = None
     description: str | None = None
+    size: int | None = None  # bytes, when known
 
 
 Block: TypeAlias = Text | Image | Audio | ResourceLink | EmbeddedResource
@@ -100,6 +101,8 @@ def block_json(block: Block) -> dict[str, JsonValue]:
         link["mimeType"] = block.mime_type
     if block.description is not None:
         link["description"] = block.description
+    if block.size is not None:
+        link["size"] = block.size
     return link
 
 

@@ -236,9 +236,17 @@ class Execution(Protocol[InputT, ContextT]):
         """The answer to ``request_permission`` when this entry resumes from one."""
 
     def progress(
-        self, message: str, *, completed: float | None = None, total: float | None = None
+        self,
+        message: str = "",
+        *,
+        completed: float | None = None,
+        total: float | None = None,
+        data: JsonValue = None,
+        resume_token: str | None = None,
     ) -> None:
-        """Tell whoever watches the call how far it is (a transient, ordered event)."""
+        """Tell whoever watches the call how far it is (a transient, ordered event); ``data``:
+        JSON for a client that reads it; ``resume_token``: a token the tool hands out with this
+        point of its work (a client keeps the last one it saw)."""
         ...
 
     def message(self, display: JsonValue) -> None:

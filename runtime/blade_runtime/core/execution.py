@@ -12,10 +12,12 @@ import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NoReturn, Protocol
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from blade_runtime.core.caller import CallContext
 from blade_runtime.core.cancel_scope import CancelScope
 from blade_runtime.core.context import (
     CallInfo,
@@ -283,6 +285,7 @@ class ToolContext:
     """
 
     # Class-level defaults rather than slots: most calls set five attributes, not eleven.
+    _view: CallInfo | None = None  # ``call`` as the implementation sees it, made when first read
     context: Any = None
     capabilities: Any = None
     data: CallData | None = None
@@ -320,7 +323,7 @@ class ToolContext:
         self._build_input = registration.build_input
         self._points: Mapping[str, Point] = registration.points
         self._arguments = arguments
-        self.call = call
+        self._call = call
         self._scope = scope
         self._steps = steps
         self._publish = publish
@@ -342,6 +345,16 @@ class ToolContext:
         return self._history
 
     @property
+    def call(self) -> CallInfo:
+        """The call: its ids, tool name and thread. Who it is for (the principal, its tenant,
+        the client's untrusted data) only when the spec declares ``"caller": true``: a tool
+        gets the context it declares (seed 002), and its server context from the provider."""
+        view = self._view
+        if view is None:
+            view = self._view = caller_view(self._call, self._registration.spec)
+        return view
+
+    @property
     def input(self) -> Any:
         if self._input is None:
             try:
@@ -355,7 +368,7 @@ class ToolContext:
                         "the text is not valid Unicode (a lone surrogate)"
                     ) from None
                 raise InputModelMismatch(
-                    f"{self.call.spec_id}: the generated input model rejected input its JSON "
+                    f"{self._call.spec_id}: the generated input model rejected input its JSON "
                     f"Schema accepts (rebuild with the current blade-codegen): {error}"
                 ) from None
         return self._input
@@ -367,16 +380,30 @@ class ToolContext:
         self._display = content
 
     def progress(
-        self, message: str, *, completed: float | None = None, total: float | None = None
+        self,
+        message: str = "",
+        *,
+        completed: float | None = None,
+        total: float | None = None,
+        data: JsonValue = None,
+        resume_token: str | None = None,
     ) -> None:
         """Tell whoever watches the call how far it is: a transient ``progress`` event, in
         order with the call's other events, never stored; it never fails the tool (nobody
-        watching, or a watcher gone, is not an error)."""
-        payload: JsonValue = {
+        watching, or a watcher gone, is not an error). ``data`` (JSON; a value that is not is
+        its text) and ``resume_token`` ride in the event when given (seed 000)."""
+        payload: dict[str, JsonValue] = {
             "message": str(message),
             "completed": _amount(completed),
             "total": _amount(total),
         }
+        if data is not None:
+            try:
+                payload["data"] = checked(data)
+            except NotJson:
+                payload["data"] = str(data)
+        if resume_token is not None:
+            payload["resume_token"] = str(resume_token)
         self._announce("progress", payload)
 
     def message(self, display: JsonValue) -> None:
@@ -393,7 +420,7 @@ class ToolContext:
         """Durable files bound to this call's tenant, creator and thread (see ``core.files``)."""
         if self._files is None:
             self._files = ScopedFiles(
-                self._runtime().files, self.call, self._scope.signal, self._claim
+                self._runtime().files, self._call, self._scope.signal, self._claim
             )
         return self._files
 
@@ -405,8 +432,8 @@ class ToolContext:
         self._triggered += 1  # the n-th of this entry: the same trigger when the entry runs again
         entry = self.entry
         made_in = entry.action.action_id if isinstance(entry, ResumeEntry) else "initial"
-        key = f"{self.call.call_id}\x00{made_in}\x00{self._triggered}"
-        return await services.triggers.request(self.call, input, claim=self._claim, key=key)
+        key = f"{self._call.call_id}\x00{made_in}\x00{self._triggered}"
+        return await services.triggers.request(self._call, input, claim=self._claim, key=key)
 
     def _runtime(self) -> CallServices:
         if self._services is None:
@@ -418,12 +445,12 @@ class ToolContext:
         if publish is None:
             return
         try:
-            publish(event_of(self.call, kind, payload))
+            publish(event_of(self._call, kind, payload))
         except Exception:  # a watcher's failure is never the tool's
             log.exception(
                 "%s (call %s): a %s event was not delivered",
-                self.call.name,
-                self.call.call_id,
+                self._call.name,
+                self._call.call_id,
                 kind,
             )
 
@@ -451,11 +478,11 @@ class ToolContext:
             ) from None
         if self._steps is not None:
             allowed = await self._steps.decide_step(
-                self._registration, self.call, self._arguments, self._scope, prompt, subject
+                self._registration, self._call, self._arguments, self._scope, prompt, subject
             )
             if allowed is not None:
                 return allowed
-        raise Suspended(STEP, step_payload(self.call, prompt, shown, subject))
+        raise Suspended(STEP, step_payload(self._call, prompt, shown, subject))
 
     def _answer_of(self, prompt: str, subject: str | None) -> PermissionAnswer | None:
         """The person's answer to this request when an earlier entry of the call asked it: the
@@ -518,3 +545,14 @@ def _amount(value: Any) -> float | None:
         except (TypeError, ValueError):
             return None
     return value if math.isfinite(value) else None
+
+
+def caller_view(call: CallInfo, spec: Any) -> CallInfo:
+    """``call`` as an implementation whose spec does not declare ``caller`` sees it: its
+    context keeps the thread and nothing of who called (the runtime keeps the whole call)."""
+    context = call.context
+    if context is None or getattr(spec, "caller", False):
+        return call
+    if context.principal is None and context.client_data is None and not context.extra:
+        return call
+    return replace(call, context=CallContext(thread_id=context.thread_id))

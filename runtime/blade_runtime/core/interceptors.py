@@ -27,7 +27,7 @@ from blade_runtime.core.hooks import (
     HookVerdict,
     dispatch,
 )
-from blade_runtime.core.observers import Lifecycle, ObserverFailed, Observers
+from blade_runtime.core.observers import Lifecycle, ObserverFailed, Observers, Refusal
 from blade_runtime.core.observers import Method as ObserverMethod
 from blade_runtime.core.outcomes import (
     GENERIC_ERROR,
@@ -338,6 +338,7 @@ class Interceptors:
         reason: str | None = None,
         action_id: str | None = None,
         outcome: ToolResult[Any] | None = None,
+        model_input: JsonObject | None = None,
     ) -> Awaitable[object]:
         """The observers' ``methods`` of ``boundary`` run in order on one event, as one
         awaitable; the caller turns a raise into ``_observer_failed``. (One observer's own
@@ -346,6 +347,8 @@ class Interceptors:
             boundary, call, registration.spec, arguments, decision, reason, action_id, outcome,
             source=registration.source, trust=registration.trust,
         )  # fmt: skip
+        if model_input is not None:
+            event.model_input = model_input
         if len(methods) == 1:
             return methods[0](event)
         return _in_order(methods, event)
@@ -373,6 +376,21 @@ class Interceptors:
             failed = self.observer_failed(boundary, call, error)
             # A pending action is stored already: the caller is told of it all the same.
             return result if committed or isinstance(result, ToolPending) else failed
+        return result
+
+    async def refused(
+        self, registration: Registration[Any] | None, call: CallInfo, result: ToolResult[Any]
+    ) -> ToolResult[Any]:
+        """A call that never became an invocation ends with ``result``: the ``refused``
+        observers see it, after the fact (one that raises is logged). Returns ``result``."""
+        refusal = Refusal(call, None if registration is None else registration.spec, result)
+        for method in self.observers.refused:
+            try:
+                await method(refusal)
+            except Exception as error:
+                log.error(
+                    "%s (call %s): %s", call.name, call.call_id, ObserverFailed("refused", error)
+                )
         return result
 
     @staticmethod

@@ -85,7 +85,7 @@ class Leases:
                 call_id,
                 now - vouched,
             )
-            scope.cancel("cancelled", "this runtime could not renew its lease")
+            scope.cancel("lease_lost", "this runtime could not renew its lease")
             self.release(call_id)
 
     def renewed(self, asked: tuple[str, ...], held: set[str]) -> None:
@@ -100,7 +100,7 @@ class Leases:
                 scope.call.name,
                 call_id,
             )
-            scope.cancel("cancelled", "another worker took the call over")
+            scope.cancel("lease_lost", "another worker took the call over")
             self.release(call_id)
 
     def renew(self) -> None:

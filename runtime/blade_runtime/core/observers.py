@@ -13,9 +13,12 @@ the step happens:
     execution_started      the start, the final input and the side-effect contract are stored;
                            before the implementation runs (a failure here blocks the side effect)
     settled                the call has its result; before it is recorded and announced
+    refused                the call never became an invocation (no such tool, not enabled,
+                           arguments that are not a JSON object or fail the input schema, a
+                           ``pre_tool_use`` hook's skip or abort): it sees a ``Refusal``
 
-An observer that raises stops that call, as OBSERVER_FAILED, and no other. Arguments that are
-not even JSON never enter the lifecycle: they never form an invocation.
+An observer that raises stops that call, as OBSERVER_FAILED, and no other (``refused`` comes
+after the fact: a raise there is logged).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ BOUNDARIES = (
     "execution_started",
     "suspended",
     "settled",
+    "refused",
 )
 
 
@@ -58,6 +62,18 @@ class Lifecycle:
     action_id: str | None = None
     outcome: Any = None
     _result: JsonValue = field(default=None, repr=False)
+    _model_input: JsonObject | None = field(default=None, repr=False)
+
+    @property
+    def model_input(self) -> JsonObject:
+        """scheduled: the model's own arguments, before a ``pre_tool_use`` hook changed them
+        (``input`` is the final input); the same as ``input`` when no hook did."""
+        return self.input if self._model_input is None else self._model_input
+
+    @model_input.setter
+    def model_input(self, value: JsonObject) -> None:
+        self._model_input = value
+
     source: str = "spec"  # the registration's source: spec, dynamic, mcp:<server>
     trust: str = "workspace"  # and trust level: trusted, workspace, remote
 
@@ -89,11 +105,22 @@ class Lifecycle:
         return self._result
 
 
+@dataclass(slots=True)
+class Refusal:
+    """What a ``refused`` observer sees: the call, its tool's spec (None where no tool has the
+    name) and the result that ended it (a ToolError, or a hook's ToolSkipped)."""
+
+    call: CallInfo
+    spec: ToolSpec[Any, Any, Any] | None
+    outcome: Any
+
+
 class LifecycleObserver(Protocol):
     """Implement any of ``scheduled``, ``permission_requested``, ``permission_resolved``,
     ``execution_started``, ``suspended`` (an entry ended waiting on a pending action: its
     ``outcome`` is the ToolPending; the call settles in a later entry) and ``settled`` as
-    ``async def name(self, event: Lifecycle)``."""
+    ``async def name(self, event: Lifecycle)``, and ``refused`` as
+    ``async def refused(self, refusal: Refusal)``."""
 
 
 class ObserverFailed(Exception):
@@ -116,6 +143,7 @@ class Observers:
         self.execution_started: list[Method] = []
         self.suspended: list[Method] = []  # an entry ended waiting on a pending action
         self.settled: list[Method] = []
+        self.refused: list[Callable[[Refusal], Awaitable[Any]]] = []
         self.any = False
 
     def add(self, observer: object) -> None:

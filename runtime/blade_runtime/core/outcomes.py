@@ -70,8 +70,9 @@ def tool_error(call: CallInfo, error: BaseException, mapper: ErrorMapper | None)
 
 
 def cancelled(call: CallInfo, scope: CancelScope, timeout_ms: int | None) -> ToolError:
-    """TIMEOUT or CANCELLED, as the scope that ended the call says; a cancellation says whether
-    the implementation had started (a non-idempotent one may have taken effect) and why."""
+    """TIMEOUT, CANCELLED or LEASE_LOST, as the scope that ended the call says; a cancellation
+    says whether the implementation had started (a non-idempotent one may have taken effect)
+    and why."""
     if scope.reason == "timeout":
         seconds = (timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
         return error_result(
@@ -79,6 +80,13 @@ def cancelled(call: CallInfo, scope: CancelScope, timeout_ms: int | None) -> Too
         )
     when = "after its implementation started" if scope.entered else "before it started"
     why = scope.signal.reason or "no reason was given"
+    if scope.reason == "lease_lost":  # the heartbeat's: another worker may run it now
+        return error_result(
+            call,
+            ErrorCode.LEASE_LOST,
+            f"The tool call was stopped here {when}: {why}; its outcome is the one the store "
+            "records.",
+        )
     return error_result(call, ErrorCode.CANCELLED, f"The tool call was cancelled {when}: {why}.")
 
 

@@ -226,6 +226,15 @@ class Records:
         )
         return found
 
+    async def suspensions(
+        self, call_id: str, *, principal: Principal | None = None
+    ) -> list[dict[str, Any]]:
+        """The call's suspension episodes as a client reads them (seed 002's suspension view),
+        oldest first: every suspend point it waited at, answered or not, with its state (the
+        pending one is the last); empty when the call is not the principal's."""
+        found = await self.actions(state=None, call_id=call_id, principal=principal)
+        return [suspension_json(a) for a in found if a.point is not None and a.point[0] != "@"]
+
     async def actions_page(
         self,
         *,
@@ -409,3 +418,20 @@ class Records:
             principal=owner_of(principal),
         )
         return revoked
+
+
+def suspension_json(action: ActionRecord) -> dict[str, Any]:
+    """One suspension episode: ``name`` is its suspend point, ``input`` what it showed; once
+    resolved, ``resolved_at``, and the answer (``resume``) of a submitted one."""
+    episode: dict[str, Any] = {
+        "action_id": action.action_id,
+        "name": action.point,
+        "input": action.payload,
+        "suspended_at": action.suspended_at,
+        "state": action.state,
+    }
+    if action.state != "pending":
+        episode["resolved_at"] = action.resolved_at
+    if action.state == "submitted":
+        episode["resume"] = action.resume
+    return episode

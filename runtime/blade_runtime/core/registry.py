@@ -199,6 +199,9 @@ class Registration(Generic[OutputT]):
     """The parent's own registrations of its children, by spec id (else the runtime's)."""
     on_output: OutputObserver | None = None
     """A parent's own child registration: sees each output it delivers to the parent."""
+    large_result_bytes: int | None = None
+    """Above this many bytes, what the model reads is saved as a file of the call and the model
+    reads its head and a link (``core.artifacts``); None: the runtime's setting."""
     source: str = "spec"
     """Where the tool comes from: ``spec`` (a spec registered by the application),
     ``dynamic`` (a spec made at run time) or ``mcp:<server>`` (a remote MCP server's tool)."""

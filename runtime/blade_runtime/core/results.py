@@ -97,6 +97,9 @@ class ToolSuccess(Generic[OutputT]):
     rewritten: bool = False
     """A post hook replaced ``content``: typed views elsewhere (the typed client, the HTTP API)
     are built from it, so that what a hook withheld (a secret) reaches nobody."""
+    artifact: str | None = None
+    """The file id of the model-facing content, when it was over the registration's
+    ``large_result_bytes`` and saved as a file (``content`` is then its head and a link)."""
 
 
 @dataclass(slots=True)

@@ -66,11 +66,19 @@ class SuspendPoint(Generic[SuspendT, ResumeT]):
 @dataclass(frozen=True)
 class CapabilitySpec:
     """A service a tool's implementation needs (``ctx.capabilities.<name>``), and the schema of
-    the configuration a registration gives it (``True``: any)."""
+    the configuration a registration gives it (``True``: any). ``binding``: the capability's
+    id, the key of its binding at the runtime, when the tool names it otherwise in ``ctx``
+    (seed 002: ``{box: sandbox}`` reads as ``ctx.capabilities.box``)."""
 
     name: str
     config_schema: JsonObject | bool = True
     description: str | None = None
+    binding: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The runtime's binding this capability takes."""
+        return self.name if self.binding is None else self.binding
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +125,9 @@ class BackendToolSpec(
     children: tuple[str, ...] = ()  # ids of the tools it may call through ``ctx.tools``
     capabilities: Mapping[str, CapabilitySpec] = field(default_factory=dict)
     lease: bool = False  # lease fencing: its implementation gets ``ctx.lease``
+    caller: bool = False
+    """Its implementation reads who the call is for: ``ctx.call.context`` whole. Otherwise the
+    implementation's ``ctx.call`` has the call's thread but no principal nor client data."""
 
     @property
     def execution(self) -> ExecutionMode:

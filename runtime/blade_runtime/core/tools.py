@@ -83,9 +83,12 @@ class Tools:
         timeout_ms: int | None,
         allowed: Collection[str] | None,
         disallowed: Collection[str],
+        large_result_bytes: int | None = None,
     ) -> None:
         self.capabilities: dict[str, Binding] = dict(capabilities)
         self.timeout_ms = timeout_ms
+        self.large_result_bytes = large_result_bytes
+        self.offloading = False  # some registration may save what the model reads as a file
         self.by_name: dict[str, Registration[Any]] = {}
         self.by_spec: dict[str, Registration[Any]] = {}  # the first registration of each id
         self.answer_schemas: dict[str, JsonObject] = {}  # permission answers, per spec id
@@ -134,7 +137,7 @@ class Tools:
     ) -> dict[str, tuple[Binding, JsonValue]]:
         """The binding and configuration of every capability ``spec`` declares, or why not."""
         declared: Mapping[str, CapabilitySpec] = getattr(spec, "capabilities", {})
-        missing = sorted(set(declared) - set(self.capabilities))
+        missing = sorted({c.key for c in declared.values()} - set(self.capabilities))
         if missing:
             raise RegistrationError(
                 f"{where}: this runtime has no binding of its capabilities {', '.join(missing)}; "
@@ -156,7 +159,7 @@ class Tools:
                     f"{where}: capability_config[{name!r}] does not match the capability's "
                     f"configSchema: {problems}"
                 )
-            chosen[name] = (self.capabilities[name], value)
+            chosen[name] = (self.capabilities[capability.key], value)
         return chosen
 
     def check_children(self, spec: Any, where: str) -> None:
@@ -247,7 +250,10 @@ class Tools:
         if not NAME.fullmatch(name):
             raise RegistrationError(f"{where}: a name must match {NAME.pattern}")
         limit = timeout_ms or self.timeout_ms or spec.timeout_ms or DEFAULT_TIMEOUT_MS
+        large = options.get("large_result_bytes") or self.large_result_bytes
+        options["large_result_bytes"] = large
         added = registration(spec, name, implementation, context, limit, **options)
+        self.offloading = self.offloading or large is not None
         self.by_name[name] = added
         self.by_spec.setdefault(spec.id, added)
         self.generation += 1

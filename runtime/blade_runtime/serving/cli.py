@@ -155,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP on a loopback address")
     serve.add_argument("--inbox-url", help="the approval inbox, for nested resume schemas")
     serve.add_argument("--principal", metavar="ID@TENANT", help="who every call is for")
+    serve.add_argument(
+        "--sessions",
+        action="store_true",
+        help="with --http: keep MCP sessions (older protocol versions' in-request elicitation "
+        "and log level need them; a session stays on one worker)",
+    )
     bounds = serve.add_argument_group("bounds (see blade_runtime.serving.mcp_cli)")
     bounds.add_argument("--max-message-bytes", type=_positive, metavar="N", default=4 << 20)
     bounds.add_argument("--max-in-flight", type=_positive, metavar="N", default=64, help="stdio")
@@ -212,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             http=args.http,
             inbox_url=args.inbox_url,
             principal=args.principal,
+            sessions=args.sessions,
             bounds=Bounds(
                 args.max_message_bytes,
                 args.max_in_flight,

@@ -21,10 +21,12 @@ request state carries only the action's id: on the retry the action is looked up
 and checked against the principal stored with its call (and its tenant), never trusted from the
 client; an accepted form goes to ``runtime.submit`` (an invalid answer asks again and leaves the
 action pending), a decline to ``runtime.cancel``, a dismissal leaves it pending. Any worker
-sharing the store can take the retry. Older protocol versions, and clients that cannot elicit,
-get the pending action as an ordinary result (``{"pending": ..., "action_id": ...}``); it is an
-``isError`` result only where the tool announces an output schema, which a call that has no
-output yet cannot match.
+sharing the store can take the retry. The input request's key is the suspension point
+(``input_key``), and an answer sent under it with the first call is taken. On older protocol
+versions the form is asked within the request where the connection carries it (stdio, HTTP with
+sessions). Elsewhere, and for clients that cannot elicit, the result is the pending action
+(``{"pending": ..., "action_id": ...}``); it is an ``isError`` result only where the tool
+announces an output schema, which a call that has no output yet cannot match.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import JsonValue, ValidationError
 from pydantic_core import from_json
 
+from blade_runtime.core.artifacts import SCHEME
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
 from blade_runtime.core.context import parent_ids
@@ -66,28 +69,40 @@ from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord
 from blade_runtime.runtime import Runtime
-from blade_runtime.serving.mcp_stdio import STDIO_LIMITS, StdioLimits
+from blade_runtime.serving.mcp_limits import STDIO_LIMITS, StdioLimits
+from blade_runtime.serving.trace_context import call_context, traceparent
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
 __all__ = [
-    "RESUME_KEY",
     "Authenticate",
     "McpRequest",
     "McpTools",
     "flat_form_schema",
+    "input_key",
     "mcp_asgi_app",
     "mcp_server",
     "serve_stdio",
 ]
 
 log = logging.getLogger("blade_runtime.serving.mcp")
+# log notifications are sent on purpose to the protocol versions that have them (the SDK warns
+# of the capability's deprecation in 2026-07-28 at every first use)
+warnings.filterwarnings(
+    "ignore", category=MCPDeprecationWarning, module=r"blade_runtime\.serving\.mcp$"
+)
 T = TypeVar("T")
 
-RESUME_KEY = "resume"
-"""The key of the one input request a suspended call asks for."""
+
+def input_key(action: ActionRecord) -> str:
+    """The key of the input request a suspended call asks for: its suspension point (what the
+    answer is to, ``"confirm"``), or ``"output"`` for a client tool's pending output."""
+    return "output" if action.point is None else action.point.lstrip("@")
+
+
 META = "io.blade"  # our keys in a result's _meta
+RESOURCE_NOT_FOUND = -32002  # MCP's code for a resources/read of an unknown URI
 _STATE_PREFIX = "blade2."
 STATE_KEY_ENV = "BLADE_MCP_STATE_KEY"
 """The environment variable holding the key request states are signed with, shared by the
@@ -198,11 +213,9 @@ def _form_property(prop: Any) -> dict[str, Any] | None:
         if not all(isinstance(value, str) for value in prop["enum"]):
             return None
         kind = "string"
-    if kind == "array":
+    if kind == "array":  # a multi-select: of an enum, or of titled choices (SEP-1330)
         items = prop.get("items")
-        if not isinstance(items, dict) or not isinstance(items.get("enum"), list):
-            return None
-        if not all(isinstance(value, str) for value in items["enum"]):
+        if not isinstance(items, dict) or not _string_choices(items):
             return None
     elif kind not in _PRIMITIVE:
         return None
@@ -213,6 +226,19 @@ def _form_property(prop: Any) -> dict[str, Any] | None:
     if form.get("format") not in (None, *_FORM_FORMATS):
         del form["format"]
     return form
+
+
+def _string_choices(items: Mapping[str, Any]) -> bool:
+    """Whether a multi-select's ``items`` offer string choices a form can show: an ``enum`` of
+    strings, or ``anyOf`` (``oneOf``) of ``{"const": ..., "title": ...}`` with string consts."""
+    if isinstance(items.get("enum"), list):
+        return all(isinstance(value, str) for value in items["enum"])
+    titled = items.get("anyOf", items.get("oneOf"))
+    return (
+        isinstance(titled, list)
+        and bool(titled)
+        and all(isinstance(c, dict) and isinstance(c.get("const"), str) for c in titled)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,8 +332,10 @@ class McpTools:
                 ),
             )
             output = entry.get("outputSchema")
-            if registration.project is not None:
-                output = None  # the client gets the projection, which need not be its shape
+            if registration.project is not None or registration.large_result_bytes is not None:
+                # the client gets the projection, or a large result's head and link: neither
+                # need be the output's shape
+                output = None
             if isinstance(output, dict):
                 structured.add(name)
             tools.append(
@@ -373,6 +401,35 @@ class McpTools:
         principal = await self._principal(McpRequest.of(ctx))
         return self.listing(CallContext(principal=principal)).result
 
+    # -- resources/read: a call's files (a large result saved as one: core.artifacts) ----------
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """A file of a call, by the ``blade://files/<id>`` a resource link names: only the
+        caller's tenant's (another tenant's is as unknown as one never saved)."""
+        principal = await self._principal(McpRequest.of(ctx))
+        uri = str(params.uri)
+        body = None
+        if uri.startswith(SCHEME):
+            body = await self.runtime.records.file(uri[len(SCHEME) :], principal=principal)
+        if body is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}", {"uri": uri})
+        media_type = body.file.media_type
+        if media_type.startswith("text/") or media_type == "application/json":
+            try:
+                text = body.content.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return types.ReadResourceResult(
+                    contents=[types.TextResourceContents(uri=uri, mime_type=media_type, text=text)]
+                )
+        blob = base64.b64encode(body.content).decode("ascii")
+        return types.ReadResourceResult(
+            contents=[types.BlobResourceContents(uri=uri, mime_type=media_type, blob=blob)]
+        )
+
     # -- tools/call ---------------------------------------------------------------------------
 
     async def call_tool(
@@ -388,7 +445,10 @@ class McpTools:
         name = listing.from_wire.get(params.name, params.name)
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
-        context = CallContext(principal=principal)
+        meta = params.meta
+        context = call_context(
+            principal, traceparent(meta.get("traceparent")) if isinstance(meta, dict) else None
+        )
         arguments = params.arguments or {}
         progress = req.context is not None and _wants_progress(req.context)
         logs = req.context is not None and self._wants_logs(req.context)
@@ -397,7 +457,9 @@ class McpTools:
         request = None if request_id is None else coerce_request_id(request_id)
         if not watched and req.call_id is None and (self.requests is None or request is None):
             result = await self.runtime.call(name, arguments, run_id=self.run_id, context=context)
-            return await self._answer(req, result, params.name, principal)
+            return await self._answer(
+                req, result, params.name, principal, responses=params.input_responses
+            )
         call_id = req.call_id or next(_CALL_IDS)
         if self.requests is not None and request is not None:
             if self.requests.get(request) == _CANCELLED:  # before it started: nothing runs
@@ -417,7 +479,9 @@ class McpTools:
         finally:
             if self.requests is not None and self.requests.get(request) == call_id:
                 del self.requests[request]
-        return await self._answer(req, result, params.name, principal)
+        return await self._answer(
+            req, result, params.name, principal, responses=params.input_responses
+        )
 
     def cancel_request(self, request_id: Any, reason: str | None) -> None:
         """The client cancelled its request ``request_id``: cancel its call, saying why."""
@@ -483,7 +547,9 @@ class McpTools:
                 line = text if isinstance(text, str) else json.dumps(text)
                 try:
                     if logs and event.kind == "message":
-                        await ctx.session.send_log_message("info", line, logger=name)
+                        await ctx.session.send_log_message(
+                            "info", line, logger=name, related_request_id=ctx.request_id
+                        )
                     if progress:
                         await ctx.session.report_progress(last, last_total, line)
                 except Exception as error:  # a client gone is not the tool's failure
@@ -536,11 +602,17 @@ class McpTools:
         wire: str,
         principal: Principal | None,
         note: str | None = None,
+        responses: Mapping[str, Any] | None = None,
     ) -> Answer:
         if isinstance(result, ToolPending):
             action = await self.runtime.records.action(result.action.action_id, principal=principal)
+            if action is not None and responses and input_key(action) in responses:
+                # answered with the call itself (SEP-2322 lets a client send what it knows)
+                return await self._respond(req, action, wire, principal, responses)
             if action is not None:
-                asked = self._ask(req, action, note)
+                asked = await self._elicit_now(req, action, wire, principal, note)
+                if asked is None:
+                    asked = self._ask(req, action, note)
                 if asked is not None:
                     return asked
             return self._pending_result(result.content, wire, result.action.action_id)
@@ -571,7 +643,7 @@ class McpTools:
         else:
             return None
         return types.InputRequiredResult(
-            input_requests={RESUME_KEY: types.ElicitRequest(params=params)},
+            input_requests={input_key(action): types.ElicitRequest(params=params)},
             request_state=self._signed(action),
         )
 
@@ -597,34 +669,81 @@ class McpTools:
             return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
         if action.state != "pending":
             return await self._settled(req, action, params.name, principal)
-        response = (params.input_responses or {}).get(RESUME_KEY)
-        if not isinstance(response, types.ElicitResult):
-            return self._again(req, action, params.name, None)
-        if response.action == "decline":
-            cancelled = await self.runtime.cancel(
-                action.action_id, "declined by the user", principal=principal
-            )
-            return await self._answer(req, cancelled, params.name, principal)
-        if response.action == "cancel" or response.content is None:
-            # dismissed, or a URL elicitation the user agreed to open: the action waits on
-            return await self._settled(req, action, params.name, principal)
-        answer: dict[str, Any] = dict(response.content)
-        submitted = await self.runtime.submit(action.action_id, answer, principal=principal)
-        if isinstance(submitted, ToolError) and submitted.code == ErrorCode.INVALID_SUBMISSION:
-            return self._again(req, action, params.name, submitted.message)
-        return await self._answer(req, submitted, params.name, principal)
+        return await self._respond(req, action, params.name, principal, params.input_responses)
 
-    def _again(
+    async def _respond(
         self,
         req: McpRequest,
         action: ActionRecord,
         wire: str,
+        principal: Principal | None,
+        responses: Mapping[str, Any] | None,
+    ) -> Answer:
+        """The client's answer to the pending ``action`` (its response under the action's key;
+        other keys are ignored): an accepted form submitted, a decline cancelling the call, a
+        dismissal leaving it pending; none, or one the resume schema refuses, asks again."""
+        response = (responses or {}).get(input_key(action))
+        if not isinstance(response, types.ElicitResult):
+            return await self._again(req, action, wire, principal, None)
+        if response.action == "decline":
+            cancelled = await self.runtime.cancel(
+                action.action_id, "declined by the user", principal=principal
+            )
+            return await self._answer(req, cancelled, wire, principal)
+        if response.action == "cancel" or response.content is None:
+            # dismissed, or a URL elicitation the user agreed to open: the action waits on
+            return await self._settled(req, action, wire, principal)
+        answer: dict[str, Any] = dict(response.content)
+        submitted = await self.runtime.submit(action.action_id, answer, principal=principal)
+        if isinstance(submitted, ToolError) and submitted.code == ErrorCode.INVALID_SUBMISSION:
+            return await self._again(req, action, wire, principal, submitted.message)
+        return await self._answer(req, submitted, wire, principal)
+
+    async def _again(
+        self,
+        req: McpRequest,
+        action: ActionRecord,
+        wire: str,
+        principal: Principal | None,
         note: str | None,
     ) -> Answer:
-        asked = self._ask(req, action, note)
+        asked = await self._elicit_now(req, action, wire, principal, note)
+        if asked is None:
+            asked = self._ask(req, action, note)
         if asked is not None:
             return asked
         return self._pending_result(_pending_json(action), wire, action.action_id)
+
+    async def _elicit_now(
+        self,
+        req: McpRequest,
+        action: ActionRecord,
+        wire: str,
+        principal: Principal | None,
+        note: str | None,
+    ) -> Answer | None:
+        """On the protocol versions before 2026-07-28 (no input-required results), the form
+        asked within the request (``elicitation/create``) where the connection can carry it
+        (stdio, HTTP with sessions) and the client can elicit, and the call resumed with the
+        answer; None where it cannot be asked so."""
+        ctx = req.context
+        if ctx is None or req.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return None
+        capabilities = req.capabilities
+        elicitation = None if capabilities is None else capabilities.elicitation
+        form = flat_form_schema(action.submit_schema)
+        if elicitation is None or form is None:
+            return None
+        if elicitation.form is None and elicitation.url is not None:
+            return None  # the client takes URLs only, and the inbox is its answer
+        try:
+            response = await ctx.session.elicit_form(
+                _message(action, note), form, related_request_id=ctx.request_id
+            )
+        except Exception as error:  # no back channel (stateless HTTP), or the client refused
+            log.info("elicitation for %s not asked in the request: %s", action.action_id, error)
+            return None
+        return await self._respond(req, action, wire, principal, {input_key(action): response})
 
     async def _settled(
         self, req: McpRequest, action: ActionRecord, wire: str, principal: Principal | None
@@ -885,6 +1004,7 @@ def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
             version=__version__,
             on_list_tools=tools.list_tools,
             on_call_tool=tools.call_tool,
+            on_read_resource=tools.read_resource,
             on_set_logging_level=tools.set_logging_level,
             # Mcp-Param header checks read the schema here instead of running tools/list
             get_tool_input_schema=tools.input_schema,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import signal
 import socket
 import sys
@@ -34,7 +35,7 @@ from typing import Any
 
 from blade_runtime.core.caller import Principal
 from blade_runtime.runtime import Runtime
-from blade_runtime.serving.mcp_stdio import GRACE_S, MAX_IN_FLIGHT, MAX_MESSAGE_BYTES
+from blade_runtime.serving.mcp_limits import GRACE_S, MAX_IN_FLIGHT, MAX_MESSAGE_BYTES
 
 MAX_CONNECTIONS = 256
 REQUEST_TIMEOUT_S = 10.0
@@ -88,9 +89,11 @@ def run_cli(
     inbox_url: str | None = None,
     principal: str | None = None,
     bounds: Bounds | None = None,
+    sessions: bool = False,
 ) -> int:
     """``blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT]``: serve over stdio
-    (or streamable HTTP on a loopback address) until the client or a signal ends it."""
+    (or streamable HTTP on a loopback address, stateless unless ``sessions``) until the client
+    or a signal ends it."""
     bounds = bounds or Bounds()
     from blade_runtime.core.store import StoreError
     from blade_runtime.serving.serve import (
@@ -102,6 +105,9 @@ def run_cli(
         url_of,
     )
 
+    if importlib.util.find_spec("mcp") is None:  # the SDK itself is imported once listening
+        print("error: No module named 'mcp': pip install 'blade-runtime[mcp]'", file=sys.stderr)
+        return EXIT_USAGE
     who = None
     if principal is not None:
         ident, _, tenant = principal.partition("@")
@@ -135,7 +141,7 @@ def run_cli(
     try:
         if listening is None:
             return asyncio.run(_stdio(runtime, who, inbox_url, bounds))
-        return _http(runtime, who, inbox_url, bounds, listening, target)
+        return _http(runtime, who, inbox_url, bounds, listening, target, sessions)
     finally:
         if store_url is not None:  # the store this command opened
             close = getattr(runtime.store, "close", None)
@@ -162,7 +168,8 @@ async def _stdio(
     import anyio
 
     from blade_runtime.serving.mcp import serve_stdio
-    from blade_runtime.serving.mcp_stdio import BrokenPipe, StdioLimits
+    from blade_runtime.serving.mcp_limits import StdioLimits
+    from blade_runtime.serving.mcp_stdio import BrokenPipe
 
     stop = anyio.Event()
     limits = StdioLimits(bounds.max_message_bytes, bounds.max_in_flight, bounds.grace_s)
@@ -239,6 +246,7 @@ def _http(
     bounds: Bounds,
     listening: socket.socket,
     target: str,
+    sessions: bool = False,
 ) -> int:
     import uvicorn
 
@@ -253,6 +261,7 @@ def _http(
         inbox_url=inbox_url,
         host="::1" if ":" in host else "127.0.0.1",
         max_body_bytes=bounds.max_message_bytes,
+        stateless=not sessions,
     )
     endpoint = f"{url_of(host, listening.getsockname()[1])}/mcp"
     access = (

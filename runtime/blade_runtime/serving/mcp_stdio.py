@@ -26,7 +26,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -37,27 +36,11 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
+from blade_runtime.serving.mcp_limits import StdioLimits
+
 log = logging.getLogger("blade_runtime.serving.mcp")
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-"""The largest message a client may send (the SDK's HTTP body limit too)."""
-MAX_IN_FLIGHT = 64
-"""Requests a client may have unanswered before the server stops reading more."""
-GRACE_S = 5.0
-"""How long requests in flight may finish after a stop, before they are cancelled."""
 _CHUNK = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class StdioLimits:
-    """Bounds of one stdio connection (see the module's doc)."""
-
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    max_in_flight: int = MAX_IN_FLIGHT
-    grace_s: float = GRACE_S
-
-
-STDIO_LIMITS = StdioLimits()
 
 
 class BrokenPipe(Exception):

@@ -942,6 +942,12 @@ class SQLStore:
         )
         return [action_record(row, self._schemas) for row in rows]
 
+    def waiting(self) -> tuple[int, str | None]:
+        [(count, oldest)] = self._fetch(
+            "SELECT COUNT(*), MIN(suspended_at) FROM blade_actions WHERE state = 'pending'"
+        )
+        return int(count), None if oldest is None else str(oldest)
+
     def data(self, call_id: str, channel: str | None = None) -> list[DataRecord]:
         if not self._holdable(call_id):
             return []

@@ -46,9 +46,10 @@ __all__ = [
 def sandbox() -> SandboxedWorkflowRunner:
     """Temporal's workflow sandbox with ``blade_runtime`` (and pydantic, jsonschema-rs) passed
     through: the workflow only reads them deterministically, and the sandbox would otherwise
-    import the runtime again for every workflow it runs (some 0.3 s each)."""
+    import the runtime again for every workflow it runs (some 0.3 s each). OpenTelemetry too,
+    as Temporal's tracing interceptor needs (``temporalio.contrib.opentelemetry``)."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(
-        "blade_runtime", "pydantic", "pydantic_core", "jsonschema_rs"
+        "blade_runtime", "pydantic", "pydantic_core", "jsonschema_rs", "opentelemetry"
     )
     return SandboxedWorkflowRunner(restrictions=restrictions)
 

@@ -113,8 +113,7 @@ class ToolActivities:
         settled = await self.runtime.actions.settle_action(
             action, cancelled=request.cancelled, reason=request.reason
         )
-        data = self.store.take(call_id)["data"]
-        return Step(result_json(settled), extra={"data": data} if data else {})
+        return Step(result_json(settled), extra=_kept(self.store.take(call_id)))
 
     def _load(self, snapshot: Snapshot) -> str:
         self.store.load(snapshot)
@@ -124,8 +123,7 @@ class ToolActivities:
     def _settled(self, call_id: str) -> Step:
         taken = self.store.take(call_id)
         calls = taken["calls"]
-        data = taken["data"]
-        return Step(calls[0]["result"] if calls else None, extra={"data": data} if data else {})
+        return Step(calls[0]["result"] if calls else None, extra=_kept(taken))
 
     async def _step(self, call_id: str, work: Any) -> Step:
         """Run ``work`` (a runtime coroutine returning a ToolResult) beside a heartbeat; a
@@ -163,8 +161,13 @@ def _step_of(result: ToolResult[Any], snapshot: Snapshot) -> Step:
             "action": record,
         }
         return Step(pending, snapshot, record)
-    data = snapshot["data"]  # the ToolData of a settled call stays readable in its workflow
-    return Step(result_json(result), extra={"data": data} if data else {})
+    return Step(result_json(result), extra=_kept(snapshot))
+
+
+def _kept(taken: Snapshot) -> dict[str, Any]:
+    """What of a settled call stays readable in its workflow: its ToolData, and its actions
+    (the call's suspension episodes)."""
+    return {key: taken[key] for key in ("data", "actions") if taken.get(key)}
 
 
 async def _heartbeat(call_id: str) -> None:

@@ -113,6 +113,7 @@ class CallWorkflow:
         self.result: Any = None
         self.seen: list[str] = []  # the ids of the actions it waited on
         self.data: list[dict[str, Any]] = []  # the call's ToolData records, as last stored
+        self.actions: list[dict[str, Any]] = []  # its actions, as last stored
 
     @workflow.run
     async def run(self, start: CallStart) -> Any:
@@ -181,8 +182,12 @@ class CallWorkflow:
         step = await self._run_activity(name, request)
         if step.snapshot is not None:
             self.data = list(step.snapshot.get("data", ()))
-        elif "data" in step.extra:
-            self.data = list(step.extra["data"])
+            self.actions = list(step.snapshot.get("actions", ()))
+        else:
+            if "data" in step.extra:
+                self.data = list(step.extra["data"])
+            if "actions" in step.extra:
+                self.actions = list(step.extra["actions"])
         return step
 
     async def _run_activity(self, name: str, request: Any) -> Step:
@@ -261,6 +266,7 @@ class CallWorkflow:
             "resolved": dict(self.resolved),
             "result": self.result,
             "data": list(self.data),
+            "actions": list(self.actions),  # as last stored
         }
 
     @workflow.query(name=DATA)

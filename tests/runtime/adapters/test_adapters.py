@@ -574,3 +574,37 @@ def test_openai_a_client_tool_is_a_function_tool_that_waits_for_the_clients_outp
     following = run(resume(runtime, result, {"c1": {"code": "4006381333931"}}, principal=ANN))
     assert following[-1]["output"] == '{"code":"4006381333931"}'
     assert run(Runner.run(agent, following)).final_output == "done"
+
+
+def test_pydantic_ai_instrumented_tool_span_holds_the_runtimes_span(runtime: Runtime) -> None:
+    """Pydantic AI's own OpenTelemetry instrumentation and blade_runtime.otel on one tracer
+    provider: the call's execute_tool span nests under the framework's tool span."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from pydantic_ai import Agent, InstrumentationSettings
+    from pydantic_ai.capabilities import Instrumentation
+    from pydantic_ai.models.test import TestModel
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset
+    from blade_runtime.otel import Telemetry
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    runtime.observe(Telemetry(tracer_provider=provider))
+    agent = Agent(
+        TestModel(call_tools=["find"]),
+        toolsets=[BladeToolset(runtime)],
+        capabilities=[Instrumentation(InstrumentationSettings(tracer_provider=provider))],
+    )
+    run(agent.run("find someone"))
+    finished = spans.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    [ours] = [s for s in finished if s.attributes and s.attributes.get("blade.spec_id")]
+    assert ours.parent is not None
+    framework = by_id[ours.parent.span_id]
+    # Pydantic AI's tool span (the conventions name both alike), and not one of ours.
+    assert framework.name == "execute_tool find" and framework.attributes is not None
+    assert "blade.spec_id" not in framework.attributes
+    assert framework.context.trace_id == ours.context.trace_id

@@ -279,3 +279,88 @@ def test_the_runtimes_api_is_its_methods_and_pending_has_an_async_twin(
     listed, blocking = asyncio.run(scenario())
     assert [a.action_id for a in listed] == [a.action_id for a in blocking]
     assert len(listed) == 1 and listed[0].name == "count.@permission"
+
+
+def test_progress_carries_data_and_a_resume_token_to_a_subscriber(count: Any) -> None:
+    """Seed 000's progress yield: message, data, completed, total, resumeToken."""
+
+    async def uploading(ctx: Any) -> Any:
+        ctx.progress(completed=1, total=3, data={"part": 1, "etag": "a1"}, resume_token="up-1")
+        ctx.progress("almost", completed=2, total=3)
+        ctx.progress(data={"odd": {1, 2}})  # not JSON: its text, never a failed tool
+        return count.SPEC.output_type(n=ctx.input.n)
+
+    async def scenario() -> tuple[Any, list[Any]]:
+        runtime = Runtime()
+        runtime.register(count.SPEC, uploading)
+        subscription = runtime.subscribe("uploads")
+        result = await runtime.call("count", {"n": 1}, run_id="uploads")
+        seen = []
+        async for event in subscription:
+            if event.kind == "progress":
+                seen.append(event.payload)
+            if event.kind == "result":
+                break
+        subscription.close()
+        return result, seen
+
+    result, seen = asyncio.run(scenario())
+    assert isinstance(result, ToolSuccess)
+    first, second, third = seen
+    assert first == {
+        "message": "",
+        "completed": 1,
+        "total": 3,
+        "data": {"part": 1, "etag": "a1"},
+        "resume_token": "up-1",
+    }
+    assert second == {"message": "almost", "completed": 2, "total": 3}  # nothing more given
+    assert third["data"] == "{'odd': {1, 2}}"
+
+
+def test_an_implementation_learns_who_called_only_when_its_spec_declares_caller(
+    tmp_path: Path,
+) -> None:
+    """Seed 002: a tool gets only the context it declared. Without "caller": true its ctx.call
+    keeps the thread and nothing of the principal or the client's data; the registration's
+    context provider (application code) still reads the whole call."""
+    from blade_runtime import CallContext, Principal
+
+    root = tmp_path / "caller"
+    context_schema = {"type": "object", "properties": {"tenant": {"type": "string"}}}
+    add_spec(root / "specs", spec("ops.count.v1", **COUNT, contextSchema=context_schema))
+    add_spec(root / "specs", spec("ops.whoami.v1", **{**COUNT, "name": "whoami"}, caller=True))
+    build(root / "specs", root / "out", "caller_pkg")
+    _import_package(root / "out", "caller_pkg")
+    plain = importlib.import_module("caller_pkg.ops.count_v1")
+    told = importlib.import_module("caller_pkg.ops.whoami_v1")
+    assert told.SPEC.caller is True and plain.SPEC.caller is False
+    seen: list[Any] = []
+
+    def recording(module: Any) -> Any:
+        async def run(ctx: Any) -> Any:
+            seen.append((ctx.call.call_id, ctx.call.context, getattr(ctx, "context", None)))
+            return module.SPEC.output_type(n=ctx.input.n)
+
+        return run
+
+    def provider(call: Any) -> Any:  # application code: the whole call
+        return plain.CountContext(tenant=call.context.principal.tenant)
+
+    caller = CallContext(
+        principal=Principal("ann", "acme"), client_data={"cart": 3}, thread_id="t-1"
+    )
+
+    async def scenario() -> None:
+        runtime = Runtime()
+        runtime.register(plain.SPEC, recording(plain), context=provider)
+        runtime.register(told.SPEC, recording(told))
+        await runtime.call("count", {"n": 1}, call_id="c-plain", context=caller)
+        await runtime.call("whoami", {"n": 1}, call_id="c-told", context=caller)
+
+    asyncio.run(scenario())
+    (plain_id, plain_seen, declared), (told_id, told_seen, _) = seen
+    assert plain_id == "c-plain" and told_id == "c-told"
+    assert plain_seen == CallContext(thread_id="t-1")  # no principal, no client data
+    assert declared.tenant == "acme"  # what it declared, from the provider
+    assert told_seen is caller or told_seen == caller

@@ -164,3 +164,39 @@ def test_a_binding_that_fails_to_acquire_fails_the_call(built: tuple[Path, Any])
     failed = asyncio.run(runtime.call("run_code", {"q": "x"}))
     assert isinstance(failed, ToolError) and failed.code == ErrorCode.TOOL_ERROR
     assert ran == []
+
+
+def test_a_capabilitys_ctx_name_is_apart_from_its_binding_id(tmp_path: Path) -> None:
+    """Seed 002: the map key is the tool-local ctx name and is aliasable ({box: sandbox} reads
+    as ctx.capabilities.box); the capability's id is the binding key at the runtime."""
+    aliased = {
+        "box": {"binding": "sandbox", "configSchema": CONFIG},
+        "web": {"binding": "http"},
+    }
+    root = tmp_path / "aliased"
+    build(_specs(root, capabilities=aliased), root / "out", "cap_alias_pkg")
+    _import_package(root / "out", "cap_alias_pkg")
+    module = importlib.import_module("cap_alias_pkg.cap.run_code_v1")
+    assert module.SPEC.capabilities["box"].key == "sandbox"
+    good = tmp_path / "good_alias.py"
+    good.write_text(
+        "from cap_alias_pkg.cap import run_code_v1 as m\n\n\n"
+        "async def run(ctx: m.RunCodeExecution) -> m.RunCodeOutput:\n"
+        "    return m.RunCodeOutput(out=str(ctx.capabilities.box) + str(ctx.capabilities.web))\n"
+    )
+    assert run_mypy(good, cwd=root / "out").returncode == 0
+
+    async def impl(ctx: Any) -> Any:
+        return module.RunCodeOutput(out=f"{ctx.capabilities.box} {ctx.capabilities.web}")
+
+    with pytest.raises(RegistrationError, match="no binding of its capabilities sandbox"):
+        Runtime(capabilities={"http": shared("h"), "box": Sandbox()}).register(module.SPEC, impl)
+    sandbox = Sandbox()
+    runtime = Runtime(capabilities={"sandbox": sandbox, "http": shared("client")})
+    runtime.register(module.SPEC, impl, capability_config={"box": {"image": "py3"}})
+    result = asyncio.run(runtime.call("run_code", {"q": "x"}, call_id="c-alias"))
+    assert isinstance(result, ToolSuccess) and result.output.out == "sandbox:py3 client"
+    assert sandbox.events[0] == "acquire box {'image': 'py3'} c-alias"
+
+    with pytest.raises(SpecError, match="binding"):
+        resolve_specs(_specs(tmp_path / "bad", capabilities={"box": {"binding": "not an id"}}))

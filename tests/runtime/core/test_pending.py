@@ -727,7 +727,7 @@ class UnrenewableStore(SQLiteStore):
         return Refusing()
 
 
-def test_a_call_whose_lease_no_renewal_confirms_is_cancelled_before_another_worker_takes_it(
+def test_a_call_whose_lease_no_renewal_confirms_is_stopped_before_another_worker_takes_it(
     example_package: Any, tmp_path: Path
 ) -> None:
     """Every renewal fails: within a lease of the last confirmed one this runtime stops the call
@@ -763,12 +763,12 @@ def test_a_call_whose_lease_no_renewal_confirms_is_cancelled_before_another_work
         return result, recovered
 
     result, recovered = run(scenario())
-    assert isinstance(result, ToolError) and result.code == ErrorCode.CANCELLED, result
+    assert isinstance(result, ToolError) and result.code == ErrorCode.LEASE_LOST, result
     assert "could not renew its lease" in result.message
     assert recovered == [] and entered == ["worker"]
     stored = other.store.call("c1")
     assert stored is not None and stored.result is not None
-    assert stored.result["code"] == "CANCELLED"  # type: ignore[call-overload,index]
+    assert stored.result["code"] == "LEASE_LOST"  # type: ignore[call-overload,index]
 
 
 @pytest.mark.parametrize("settle_by", ["client_output", "cancel", "fail"])

@@ -388,6 +388,45 @@ def test_an_implementation_ignoring_cancellation_is_abandoned_and_blocks_its_reg
     assert after.status == "success"
 
 
+def test_a_cancelled_call_still_cleaning_up_holds_off_its_runs_new_tool_work(
+    deploy: Any,
+) -> None:
+    """Seed 000: while a cancelled tool's cleanup is pending, the pipeline refuses new tool
+    work (of its run, here: other runs go on), until the implementation exits."""
+    release = asyncio.Event()
+
+    async def stubborn(ctx: Any) -> Any:
+        while True:
+            try:
+                await release.wait()
+                break
+            except asyncio.CancelledError:
+                continue  # ignores cancellation
+        return deployed(deploy)
+
+    async def quick(ctx: Any) -> Any:
+        return deployed(deploy)
+
+    async def scenario() -> list[Any]:
+        runtime = Runtime(timeout_ms=50, cleanup_grace_s=0.05)
+        runtime.register(deploy.SPEC, stubborn)
+        runtime.register(deploy.SPEC, quick, name="deploy_quick")
+        timed_out = await runtime.call("deploy_service", GOOD, run_id="r1")
+        same_run = await runtime.call("deploy_quick", GOOD, run_id="r1")
+        other_run = await runtime.call("deploy_quick", GOOD, run_id="r2")
+        release.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        again = await runtime.call("deploy_quick", GOOD, run_id="r1")
+        return [timed_out, same_run, other_run, again]
+
+    timed_out, same_run, other_run, again = asyncio.run(scenario())
+    error_of(timed_out, ErrorCode.TIMEOUT)
+    refused = error_of(same_run, ErrorCode.TOOL_UNAVAILABLE)
+    assert "still cleaning up" in refused.message
+    assert other_run.status == "success" and again.status == "success"
+
+
 def test_cancelling_a_run_cancels_its_calls_only(deploy: Any) -> None:
     async def waits(ctx: Any) -> Any:
         await ctx.signal.wait()
@@ -525,6 +564,34 @@ def test_pre_hooks_all_run_on_the_original_input_and_merge_until_the_first_abort
     assert error.message == "Deploys are frozen."
     assert [label for label, _ in seen] == ["a", "b", "c", "d"]  # all ran; the first abort wins
     assert len(executed) == 1
+
+
+def test_the_scheduled_observer_sees_the_models_own_arguments_beside_the_final_input(
+    deploy: Any,
+) -> None:
+    """Seed 000's ToolScheduledLifecycle: ``modelInput`` (the provider's arguments) beside
+    ``input`` (what the hooks made of them)."""
+    from blade_runtime.core.hooks import HookOutput
+
+    runtime, executed = hooked(deploy)
+    seen: list[tuple[Any, Any]] = []
+
+    class Scheduled:
+        async def scheduled(self, event: Any) -> None:
+            seen.append((dict(event.model_input), dict(event.input)))
+
+    runtime.observe(Scheduled())
+    run(runtime.call("deploy_service", GOOD))  # no hook: the same
+
+    async def canary(event: Any) -> HookOutput:
+        return HookOutput(modified_input={"canary_percent": 5})
+
+    runtime.on("pre_tool_use", canary)
+    run(runtime.call("deploy_service", GOOD))
+    (plain_model, plain_input), (model, final) = seen
+    assert plain_model == plain_input == GOOD
+    assert model == GOOD and final == {**GOOD, "canary_percent": 5}
+    assert executed[-1].canary_percent == 5
 
 
 def test_a_skip_is_a_success_carrying_the_reason(deploy: Any) -> None:

@@ -13,13 +13,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from browser_support import listed, open_inbox, scripted
 from conftest import EXAMPLE_SPECS, _import_package, add_spec
 from http_support import ALICE, BOB, REFUND, TOKENS, Tools, authenticate, runtime_of, serving
 
@@ -29,16 +29,6 @@ from blade_runtime.core.store import ActionRecord, CallRecord, Claim, Event
 from blade_runtime.serving.http import create_app
 from blade_runtime.stores.sqlite import SQLiteStore
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 REVIEW = {
     "id": "orders.review-order.v1",
     "name": "review_order",
@@ -136,10 +126,6 @@ def beside(page: Any, path: str) -> str:
     return str(found)
 
 
-def listed(page: Any) -> list[str]:
-    return list(page.eval_on_selector_all("#actions li", "els => els.map(e => e.dataset.actionId)"))
-
-
 def item(page: Any, action_id: str, part: str) -> str:
     return str(page.inner_text(f'#actions li[data-action-id="{action_id}"] .{part}'))
 
@@ -196,50 +182,6 @@ def inbox_package(tmp_path_factory: pytest.TempPathFactory, example_package: Any
     add_spec(root / "specs", HOLD)
     build(root / "specs", root / "out", "blade_inbox")
     return _import_package(root / "out", "blade_inbox")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """One Chromium for the module: a launch (with playwright's driver) takes about 2 s."""
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "install Debian's chromium (.ci/run does)"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def browser(chromium: Any) -> Iterator[Any]:
-    """The module's Chromium, with no page of an earlier test: every page a test opens is its
-    own context (cookies, storage), and all of them are closed after the test."""
-    assert chromium.contexts == []
-    try:
-        yield chromium
-    finally:
-        for context in chromium.contexts:
-            context.close()
-
-
-def open_inbox(page: Any, url: str, token: str, action: str | None = None) -> None:
-    """The inbox as a person opens it: the page (a deep link to ``action``), then the token
-    pasted into its sign-in form (it takes none from a link)."""
-    from playwright.sync_api import expect
-
-    page.goto(f"{url}/inbox" + (f"#action={action}" if action else ""))
-    expect(page.locator("#sign-in")).to_be_visible()
-    page.fill("#token-input", token)
-    page.click("#sign-in-button")
-    expect(page.locator("#sign-in")).to_be_hidden()
-
-
-def scripted(browser: Any) -> Any:
-    """A page whose scripts may be evaluated: Playwright's waits evaluate script text, which
-    the inbox's CSP forbids, so these pages bypass it (bob's page below runs under it)."""
-    return browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 900})
 
 
 def review_runtime(store: SQLiteStore, review: Any) -> Runtime:

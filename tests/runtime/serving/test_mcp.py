@@ -23,7 +23,6 @@ from blade_runtime.core.caller import OPERATOR, CallContext, Principal
 from blade_runtime.core.results import ToolSuccess
 from blade_runtime.runtime import Runtime
 from blade_runtime.serving.mcp import (
-    RESUME_KEY,
     McpTools,
     flat_form_schema,
     mcp_asgi_app,
@@ -239,7 +238,7 @@ def test_the_retry_is_checked_against_the_stored_principal(runtime: Runtime) -> 
             return await client.session.call_tool(
                 name,
                 SEND,
-                input_responses={RESUME_KEY: response},
+                input_responses={"confirm": response},
                 request_state=state,
                 allow_input_required=True,
             )
@@ -302,7 +301,7 @@ def test_a_request_state_tampered_with_is_a_json_rpc_error_and_nothing_runs(
                 return await client.session.call_tool(
                     name,
                     SEND,
-                    input_responses={RESUME_KEY: good},
+                    input_responses={"confirm": good},
                     request_state=state,
                     allow_input_required=True,
                 )
@@ -468,7 +467,7 @@ def test_http_first_leg_on_one_worker_retry_on_another(built: Path, tmp_path: Pa
             assert listed == ["find", "plan", "transfer"]
             leg = await client.session.call_tool("transfer", SEND, allow_input_required=True)
         assert isinstance(leg, types.InputRequiredResult) and leg.input_requests
-        ask = leg.input_requests[RESUME_KEY]
+        ask = leg.input_requests["confirm"]
         assert isinstance(ask, types.ElicitRequest) and ask.params.mode == "form"
         bad = types.ElicitResult(action="accept", content={"approved": True, "approver": "B0b"})
         good = types.ElicitResult(action="accept", content={"approved": True, "approver": "bob"})
@@ -476,14 +475,14 @@ def test_http_first_leg_on_one_worker_retry_on_another(built: Path, tmp_path: Pa
             again = await client.session.call_tool(
                 "transfer",
                 SEND,
-                input_responses={RESUME_KEY: bad},
+                input_responses={"confirm": bad},
                 request_state=leg.request_state,
                 allow_input_required=True,
             )
             done = await client.call_tool(
                 "transfer",
                 SEND,
-                input_responses={RESUME_KEY: good},
+                input_responses={"confirm": good},
                 request_state=leg.request_state,
             )
         return leg, again, done

@@ -588,3 +588,30 @@ def test_a_busy_port_is_a_one_line_exit_4_before_anything_is_loaded(
         f"error: cannot listen on http://127.0.0.1:{port}: Address already in use"
     ]
     assert not (tmp_path / "blade.db").exists()
+
+
+def test_a_busy_port_exits_before_the_mcp_sdk_is_imported(built: Path, tmp_path: Path) -> None:
+    """What makes the busy port's exit prompt: the MCP SDK (over half a second to import, more
+    on a busy machine) is imported only once the server listens, and ``serve``'s one line and
+    exit code are given before it (issue 50 item 7: it took 2.5-5.6 s)."""
+    probe = (
+        "import sys\n"
+        "from blade_runtime.serving.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(code, sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = ["mcp", "agent_tools:make_service_runtime", "--store", str(tmp_path / "b.db")]
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *command, "--http", f"127.0.0.1:{port}"],
+            env=_env(built, tmp_path / "effects"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.stdout.split() == ["4", "[]"], done.stdout + done.stderr
+    assert "Address already in use" in done.stderr

@@ -542,3 +542,21 @@ async def seconds_until_events(store: Store, run_id: str, limit_s: float = 15) -
             return time.monotonic() - begin
         assert time.monotonic() - begin < limit_s
         await store.changed(5.0, mark)
+
+
+def test_postgres_a_listening_store_closes_without_waiting_out_its_listener(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listener waits for notifications seconds at a time, so that an idle store costs no
+    CPU; close() wakes it with a NOTIFY of its own instead of waiting that out."""
+    from blade_runtime.stores import postgres
+
+    monkeypatch.setattr(postgres, "LISTEN_WAIT_S", 120.0)
+    store = open_store(postgres_url)
+    store.head()  # it listens from its first read of events on
+    listener = store._listener  # type: ignore[attr-defined]
+    assert listener is not None and store._listening.wait(30)  # type: ignore[attr-defined]
+    started = time.monotonic()
+    store.close()
+    assert not listener.is_alive()
+    assert time.monotonic() - started < 60  # far under the listener's 120 s wait

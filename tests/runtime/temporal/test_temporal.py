@@ -953,3 +953,42 @@ def test_the_cli_on_temporal_always_exits_with_its_own_code(place: Place) -> Non
     assert [(verb, n, code) for verb, n, code, _ in exits] == [
         (verb, n, expected) for verb, n, _, expected in exits
     ]
+
+
+def test_a_call_on_temporal_is_one_trace_with_the_sdks_tracing_interceptor(place: Place) -> None:
+    """Temporal's own OpenTelemetry interceptor carries the caller's trace through the workflow
+    to the activity; the runtime's span of the call (blade_runtime.otel) is a child there."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    from blade_runtime.otel import Telemetry
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = provider.get_tracer("agent")
+
+    async def main() -> Any:
+        runtime = place.runtime()
+        runtime.observe(Telemetry(tracer_provider=provider))
+        client = await Client.connect(
+            place.server.address, interceptors=[TracingInterceptor(tracer)]
+        )
+        tools = TemporalTools(
+            client, task_queue=place.task_queue, runtime=runtime, heartbeat_s=HEARTBEAT_S
+        )
+        async with worker(client, runtime, task_queue=place.task_queue):
+            with tracer.start_as_current_span("agent turn") as turn:
+                done = await tools.call("fetch", {"n": 3}, call_id="c-traced")
+        assert done["status"] == "success"
+        return turn
+
+    turn = run(main())
+    finished = spans.get_finished_spans()
+    [tool] = [s for s in finished if s.name == "execute_tool fetch"]
+    assert tool.context.trace_id == turn.context.trace_id
+    assert tool.attributes["gen_ai.tool.call.id"] == "c-traced"
+    parent = {s.context.span_id: s for s in finished}[tool.parent.span_id]  # type: ignore[union-attr]
+    assert parent.name.startswith("RunActivity")  # the activity Temporal's interceptor traced

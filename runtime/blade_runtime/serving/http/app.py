@@ -44,7 +44,14 @@ from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import WINDOW, Subscription
 from blade_runtime.core.records import MAX_PAGE_SIZE, Page, visible
 from blade_runtime.core.registry import Registration
-from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSkipped
+from blade_runtime.core.results import (
+    ErrorCode,
+    ToolError,
+    ToolPending,
+    ToolResult,
+    ToolSkipped,
+    ToolSuccess,
+)
 from blade_runtime.core.store import (
     ActionRecord,
     ActionState,
@@ -68,6 +75,7 @@ from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, HttpError, one_l
 from blade_runtime.serving.http.idempotency import NOTHING_RAN, Answer, Answers, fingerprint
 from blade_runtime.serving.http.openapi import openapi_document
 from blade_runtime.serving.http.sites import Sites, TrustedSites, loopback
+from blade_runtime.serving.trace_context import call_context, traceparent
 
 log = logging.getLogger("blade_runtime.serving.http")
 
@@ -437,12 +445,7 @@ class Api:
     ) -> _Outcome:
         if not isinstance(arguments, dict):
             raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
-        traceparent = _TRACEPARENT.get()
-        context = CallContext(
-            principal=principal,
-            thread_id=thread_id,
-            extra={} if traceparent is None else {"traceparent": traceparent},
-        )
+        context = call_context(principal, _TRACEPARENT.get(), thread_id)
         generated = call_id is None
         call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
         result = await self.runtime.call(
@@ -485,7 +488,15 @@ class Api:
                 "content": result.content,
             }
         output = result.content if result.output_json is None else result.output_json
-        return 200, {"status": "success", **ids, "output": output, "content": result.content}
+        answer: dict[str, JsonValue] = {"status": "success", **ids, "output": output}
+        answer["content"] = result.content
+        if isinstance(result, ToolSuccess) and result.artifact is not None:
+            # what the model reads was over the tool's large_result_bytes: the whole of it
+            answer["artifact"] = {
+                "file_id": result.artifact,
+                "url": f"/v1/files/{result.artifact}",
+            }
+        return 200, answer
 
     # -- records as JSON ---------------------------------------------------------------------
 
@@ -668,15 +679,8 @@ def _refuse_large_headers(request: Request) -> None:
         )
 
 
-# The W3C trace context a request carries (``traceparent``), kept with the call it makes so that
-# tracing (blade_runtime.otel) continues the caller's trace; well-formed or nothing.
+# The trace context the request carries (serving.trace_context), for the call it makes.
 _TRACEPARENT: ContextVar[str | None] = ContextVar("blade_traceparent", default=None)
-_TRACEPARENT_FORM = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-
-
-def _traceparent(request: Request) -> str | None:
-    given = request.headers.get("traceparent", "").strip().lower()
-    return given if _TRACEPARENT_FORM.fullmatch(given) else None
 
 
 def _paging(request: Request) -> tuple[int | None, str | None]:
@@ -797,7 +801,7 @@ def create_app(
             raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
         run_id = run_of(request)
         arguments = await api.body(request)
-        _TRACEPARENT.set(_traceparent(request))
+        _TRACEPARENT.set(traceparent(request.headers.get("traceparent")))
         outcome = await api.call(
             principal,
             name,
@@ -815,6 +819,11 @@ def create_app(
         if record is not None:
             found = api.call_json(record)
             found["data"] = await api.data_json(call_id, channel, principal)
+            episodes = await api.records.suspensions(call_id, principal=principal)
+            found["suspensions"] = episodes
+            found["pending_suspension"] = next(
+                (e for e in episodes if e["state"] == "pending"), None
+            )
             return json_response(found)
         # no record this principal may see: where the store has none at all (a MemoryStore's
         # call that neither waited nor was kept), the first answer kept here, if it was theirs

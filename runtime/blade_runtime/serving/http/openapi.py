@@ -145,6 +145,13 @@ _SHARED: Final[dict[str, Any]] = {
             "run_id": _TEXT,
             "output": {},
             "content": {},
+            "artifact": {
+                "type": "object",
+                "description": "What the model reads was over the tool's large_result_bytes: "
+                "the whole of it is this file of the call (content is its head and a link).",
+                "properties": {"file_id": _TEXT, "url": _TEXT},
+                "required": ["file_id", "url"],
+            },
             "reason": _TEXT,
             "action": _ref("Action"),
         },
@@ -174,6 +181,17 @@ _SHARED: Final[dict[str, Any]] = {
             "input": {},
             "result": {},
             "data": {"type": "object", "description": "ToolData records by channel"},
+            "suspensions": {
+                "type": "array",
+                "description": "Every suspend point the call waited at, oldest first (the "
+                "pending one last): action_id, name, input, suspended_at, state, and once "
+                "resolved resolved_at (and resume, the answer, when submitted).",
+                "items": {"type": "object"},
+            },
+            "pending_suspension": {
+                "description": "The episode still waiting, or null.",
+                "anyOf": [{"type": "object"}, {"type": "null"}],
+            },
         },
         "required": ["call_id", "run_id", "name", "state"],
     },

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -32,7 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from blade_runtime.core.caller import CallContext, Principal
-from blade_runtime.core.records import ago
+from blade_runtime.core.records import ago, suspension_json
 from blade_runtime.core.results import ErrorCode
 from blade_runtime.core.store import ActionRecord, BadCursor, storable_id
 from blade_runtime.runtime import Runtime
@@ -187,6 +188,7 @@ def create_temporal_app(
         result = found["result"]
         if isinstance(result, dict) and result.get("status") == "pending":
             result = None  # as a store keeps a waiting call: no result yet
+        episodes = _suspensions(found)
         return json_response(
             {
                 "call_id": found["call_id"],
@@ -198,6 +200,8 @@ def create_temporal_app(
                 "input": found["input"],
                 "result": result,
                 "data": data,
+                "suspensions": episodes,
+                "pending_suspension": next((e for e in episodes if e["state"] == "pending"), None),
             }
         )
 
@@ -283,3 +287,20 @@ def create_temporal_app(
 
 
 _ACTION_FIELDS = frozenset(ActionRecord.__dataclass_fields__)
+
+
+def _suspensions(found: dict[str, Any]) -> list[dict[str, Any]]:
+    """The call's suspension episodes from its workflow: the actions of its last snapshot, each
+    in the state the workflow has seen it resolved to since (an answer given after that
+    snapshot has no ``resolved_at`` or ``resume`` here until the call's next one)."""
+    resolved = found.get("resolved") or {}
+    episodes = []
+    for raw in found.get("actions") or ():
+        action = ActionRecord(**raw)
+        if action.point is None or action.point.startswith("@"):
+            continue  # a client tool's output or a permission request
+        told = resolved.get(action.action_id)
+        if action.state == "pending" and told is not None:
+            action = replace(action, state=told)
+        episodes.append(suspension_json(action))
+    return episodes

@@ -1,0 +1,32 @@
+"""The W3C trace context a request carries (``traceparent``), kept with the call it makes so that
+tracing (``blade_runtime.otel``) continues the caller's trace: the HTTP API reads the header, the
+MCP server a request's ``_meta.traceparent``. Well-formed or nothing: a client's malformed value
+starts no trace of its own and is never stored.
+"""
+
+from __future__ import annotations
+
+import re
+
+from blade_runtime.core.caller import CallContext, Principal
+
+_FORM = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def traceparent(given: object) -> str | None:
+    """``given`` as a W3C traceparent, or None when it is not one."""
+    if not isinstance(given, str):
+        return None
+    given = given.strip().lower()
+    return given if _FORM.fullmatch(given) else None
+
+
+def call_context(
+    principal: Principal | None, carried: str | None, thread_id: str | None = None
+) -> CallContext:
+    """The context of a call a request makes, with the trace context it carried."""
+    return CallContext(
+        principal=principal,
+        thread_id=thread_id,
+        extra={} if carried is None else {"traceparent": carried},
+    )
