@@ -12,6 +12,7 @@ import gc
 import json
 import keyword
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NoReturn, cast
@@ -22,6 +23,7 @@ from blade_codegen import __version__
 
 if TYPE_CHECKING:
     from blade_codegen.check import Finding
+    from blade_codegen.importer import Imported
     from blade_runtime.core.export import ExportFormat
 from blade_codegen.config import ConfigError, Settings, settings
 from blade_codegen.problems import SpecError
@@ -539,7 +541,24 @@ def pack(
     required=True,
     help="mcp: a tools/list result or one tool record a line; openai, anthropic: a tools array.",
 )
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--server",
+    help="Read a live MCP server instead of FILE: a streamable HTTP URL, or a command line "
+    "started over stdio (needs blade-runtime[mcp]).",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    help="'Name: value' sent to a --server URL (repeatable; never printed).",
+)
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Write nothing: say whether the specs still match the tools (exit codes as check).",
+)
 @click.option("--namespace", required=True, help="Id namespace: specs are NS.<tool-name>.v1.")
 @click.option(
     "--out",
@@ -560,7 +579,10 @@ def pack(
 @click.option("--force", is_flag=True, help="Replace spec files that exist with other content.")
 def import_(
     source: str,
-    file: Path,
+    file: Path | None,
+    server: str | None,
+    headers: tuple[str, ...],
+    check_only: bool,
     namespace: str,
     out: Path | None,
     name_prefix: str,
@@ -573,8 +595,40 @@ def import_(
     line at its place in FILE with the fix. Exit codes: 0 written (or unchanged), 1 a spec file
     exists with other content (left alone; --force replaces), 2 usage, 3 a tool was not
     imported (the others were) or FILE is not a tool list (nothing written), 4 the folder
-    cannot be written.
+    cannot be written. With --check (MCP): 0 the specs match the server's tools or differ
+    compatibly, 1 a change breaks their callers or readers (or a tool was dropped), 3 the server
+    or FILE cannot be read.
     """
+    if (file is None) == (server is None):
+        raise click.UsageError("give FILE or --server (one of them)")
+    if (server is not None or check_only) and source != "mcp":
+        raise click.UsageError("--server and --check read MCP tools: use --from mcp")
+    if server is not None:
+        from blade_codegen.live import LiveError, listing
+
+        try:
+            text = listing(server, headers)
+        except LiveError as error:
+            _fail(str(error), EXIT_INVALID)
+        with tempfile.TemporaryDirectory() as folder:
+            listed = Path(folder) / "tools-list.json"
+            listed.write_text(text, "utf-8")
+            _import(source, listed, namespace, out, name_prefix, side_effect, force, check_only)
+        return
+    assert file is not None
+    _import(source, file, namespace, out, name_prefix, side_effect, force, check_only)
+
+
+def _import(
+    source: str,
+    file: Path,
+    namespace: str,
+    out: Path | None,
+    name_prefix: str,
+    side_effect: str | None,
+    force: bool,
+    check_only: bool,
+) -> None:
     from blade_codegen.importer import (
         ImportRefused,
         WriteStopped,
@@ -603,6 +657,8 @@ def import_(
         sys.exit(EXIT_INVALID)
     files, invalid = check_each(specs, files, defaults.package)
     refused.extend(invalid)
+    if check_only:
+        _check_imported(specs, files, refused)
     for file_ in files:
         for note in file_.notes:
             click.echo(f"note: {note}", err=True)
@@ -629,6 +685,26 @@ def import_(
         sys.exit(EXIT_INVALID)
     if clashes:
         sys.exit(EXIT_STALE)
+
+
+def _check_imported(specs: Path, files: list[Imported], refused: list[str]) -> None:
+    """``import --check``: each finding on a line, a verdict, and check's exit code."""
+    from blade_codegen.live import drift
+
+    for line in refused:
+        click.echo(line, err=True)
+    findings, unchanged = drift(specs, files)
+    for finding in findings:
+        click.echo(finding.line())
+    breaking = [finding for finding in findings if finding.breaking]
+    verdict = f"{len(breaking)} breaking change(s)" if breaking else "compatible"
+    click.echo(
+        f"{verdict}: {len(findings)} finding(s), {unchanged} spec(s) unchanged, in {specs}",
+        err=True,
+    )
+    if refused and not breaking:
+        sys.exit(EXIT_INVALID)
+    sys.exit(EXIT_STALE if breaking else 0)
 
 
 SPECS_OPTION = click.option(

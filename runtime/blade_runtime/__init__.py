@@ -50,7 +50,7 @@ from blade_runtime.core.permissions import (
     Policy,
     by_kind,
 )
-from blade_runtime.core.registry import Child
+from blade_runtime.core.registry import Child, Trust
 from blade_runtime.core.results import (
     ErrorCode,
     ToolError,
@@ -60,6 +60,7 @@ from blade_runtime.core.results import (
     ToolSuccess,
 )
 from blade_runtime.core.retention import Retention
+from blade_runtime.core.sources import SourcePolicy
 from blade_runtime.core.spec import (
     BackendToolSpec,
     CapabilitySpec,
@@ -170,6 +171,7 @@ __all__ = [
     "SQLiteStore",
     "SavedFile",
     "SideEffect",
+    "SourcePolicy",
     "Store",
     "StoreError",
     "StoreUnavailable",
@@ -188,6 +190,7 @@ __all__ = [
     "ToolSuccess",
     "Trigger",
     "TriggerRejected",
+    "Trust",
     "UnknownFile",
     "WireNames",
     "__version__",

@@ -58,15 +58,18 @@ from blade_runtime.core.permissions import ADMISSION, STEP, PermissionRequest, P
 from blade_runtime.core.records import Records
 from blade_runtime.core.recovery import Recovery
 from blade_runtime.core.registry import (
+    TRUST_LEVELS,
     Child,
     ContextProvider,
     Describe,
     Registration,
     RegistrationError,
+    Trust,
     asynchronous,
 )
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.retention import Retention, prune_all, sweep
+from blade_runtime.core.sources import SourcePolicy
 from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
@@ -125,6 +128,7 @@ class Runtime:
         on_trigger: TriggerHandler | None = None,
         retention: Retention | None = None,
         large_result_bytes: int | None = None,
+        sources: SourcePolicy | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
@@ -144,7 +148,9 @@ class Runtime:
         ``prune()`` on demand; without one, nothing is ever deleted. ``large_result_bytes``: above
         this many bytes, what the model reads of a success is saved as a file of the call and the
         model reads its head and a link (``blade_runtime.core.artifacts``); a registration may
-        set its own; None: never."""
+        set its own; None: never. ``sources``: the sources and trust levels of the tools let in
+        (``SourcePolicy``; the rest are left out of every tool list and their calls refused,
+        TOOL_NOT_ALLOWED)."""
         checked_size(large_result_bytes, "Runtime(large_result_bytes=...)")
         if store is None:  # imported here: a generated package imports no database driver
             from blade_runtime.stores.memory import MemoryStore
@@ -161,6 +167,7 @@ class Runtime:
             disallowed=disallowed,
             large_result_bytes=large_result_bytes,
         )
+        self.tools.sources = sources
         self.interceptors = Interceptors(
             hook_timeout_s=hook_timeout_ms / 1000, permission=permission, error_mapper=error_mapper
         )
@@ -391,6 +398,8 @@ class Runtime:
         children: Collection[Child] = (),
         behavior: Callable[[InputT], Behavior] | None = None,
         large_result_bytes: int | None = None,
+        source: str = "spec",
+        trust: Trust = "workspace",
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -413,7 +422,9 @@ class Runtime:
         start stores them and recovery follows them. ``large_result_bytes``: above this many
         bytes, what the model reads of a success is saved as a file of the call and the model
         reads its head and a link (see ``blade_runtime.core.artifacts``; default: the
-        runtime's).
+        runtime's). ``source`` and ``trust``: where the tool comes from (``spec``, ``dynamic``,
+        ``mcp:<server>``) and how far it is trusted (``trusted``, ``workspace``, ``remote``):
+        the source policy, the permission policy and observers read them.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -432,6 +443,10 @@ class Runtime:
             )
         if not callable(implementation):
             raise RegistrationError(f"{where}: the implementation is not callable")
+        if trust not in TRUST_LEVELS:
+            raise RegistrationError(
+                f"{where}: trust={trust!r} is no trust level; use {', '.join(TRUST_LEVELS)}"
+            )
         runnable = asynchronous(implementation, where)
         checked_size(large_result_bytes, f"{where}: large_result_bytes")
         if behavior is not None and not callable(behavior):
@@ -459,6 +474,8 @@ class Runtime:
             permission=permission,
             behavior=behavior,
             large_result_bytes=large_result_bytes,
+            source=source,
+            trust=trust,
         )
         self.tools.dynamic = (
             self.tools.dynamic
@@ -520,6 +537,15 @@ class Runtime:
     @property
     def capabilities(self) -> dict[str, Binding]:
         return self.tools.capabilities
+
+    @property
+    def sources(self) -> SourcePolicy | None:
+        """The sources and trust levels of the tools let in (None: all; it may change)."""
+        return self.tools.sources
+
+    @sources.setter
+    def sources(self, policy: SourcePolicy | None) -> None:
+        self.tools.sources = policy
 
     @property
     def allowed(self) -> frozenset[str] | None:

@@ -681,7 +681,7 @@ class CallRunner:
         """The result of an implementation that raised ``error`` (one of ``_FAILURES``)."""
         if isinstance(error, ToolFailed):
             return self.fatal.pop(call.call_id, None) or error_result(
-                call, ErrorCode.TOOL_FAILED, error.message
+                call, ErrorCode(error.code), error.message
             )
         if isinstance(error, ChildHookFailed):
             return self.fatal.pop(call.call_id)
@@ -719,8 +719,9 @@ class CallRunner:
         decision: Decision = ASK
         if policy is not None:
             request = PermissionRequest(
-                call.name, registration.spec, call, arguments, scope, True, prompt, subject
-            )
+                call.name, registration.spec, call, arguments, scope, True, prompt, subject,
+                registration.source, registration.trust,
+            )  # fmt: skip
             try:
                 decision = await decide(policy, request)
             except Exception as error:
@@ -1052,8 +1053,9 @@ class CallRunner:
             return error_result(call, ErrorCode.TOOL_ERROR, GENERIC_ERROR)
         # ctx.suspend checked the name; ctx.request_permission uses the runtime's own point
         point = STEP_POINT if suspended.point == STEP else registration.points[suspended.point]
+        resume = point.resume.schema if suspended.resume_schema is None else suspended.resume_schema
         action = self._action(
-            call, suspended.point, suspended.payload, point.resume.schema, point.expires_after_s
+            call, suspended.point, suspended.payload, resume, point.expires_after_s
         )
         record = self._record(registration, call, arguments, "suspended")
         payload: JsonValue = {"action_id": action.action_id, "point": action.point}

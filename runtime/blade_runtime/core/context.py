@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NoReturn, Protocol, TypeVar
 
@@ -37,18 +37,24 @@ class ToolFailed(BaseException):
     it by accident.
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, code: str = "TOOL_FAILED") -> None:
         super().__init__(message)
         self.message = message
+        self.code = code  # an ErrorCode's value: a bridge to a remote tool names its own
 
 
 class Suspended(BaseException):
-    """Raised by ``ctx.suspend(point, payload)``: this execution ends and waits for a resume."""
+    """Raised by ``ctx.suspend(point, payload)``: this execution ends and waits for a resume.
+    ``resume_schema``: what this one suspension's answer must meet, in place of the point's
+    (a bridged MCP server's form: its schema is the server's, known only when it asks)."""
 
-    def __init__(self, point: str, payload: JsonValue) -> None:
+    def __init__(
+        self, point: str, payload: JsonValue, resume_schema: Mapping[str, JsonValue] | None = None
+    ) -> None:
         super().__init__(point)
         self.point = point
         self.payload = payload
+        self.resume_schema = resume_schema
 
 
 # A child's call id is its parent's, then (a resumed entry's action id,) the child's tool name and

@@ -251,7 +251,15 @@ class Interceptors:
         watches (the common case, without a coroutine), the error when it raised, else the rest
         of the decision to await (``decide``). ``granted``: whether a standing grant stands in
         for the person an ``Ask`` would wait for."""
-        request = PermissionRequest(call.name, registration.spec, call, arguments, scope)
+        request = PermissionRequest(
+            call.name,
+            registration.spec,
+            call,
+            arguments,
+            scope,
+            source=registration.source,
+            trust=registration.trust,
+        )
         try:
             answer = policy(request)
         except Exception as error:  # the policy raised: a bug of the application's
@@ -336,8 +344,9 @@ class Interceptors:
         awaitable; the caller turns a raise into ``_observer_failed``. (One observer's own
         coroutine is returned as it is: no wrapper on the path of every observed call.)"""
         event = Lifecycle(
-            boundary, call, registration.spec, arguments, decision, reason, action_id, outcome
-        )
+            boundary, call, registration.spec, arguments, decision, reason, action_id, outcome,
+            source=registration.source, trust=registration.trust,
+        )  # fmt: skip
         if model_input is not None:
             event.model_input = model_input
         if len(methods) == 1:

@@ -74,6 +74,9 @@ class Lifecycle:
     def model_input(self, value: JsonObject) -> None:
         self._model_input = value
 
+    source: str = "spec"  # the registration's source: spec, dynamic, mcp:<server>
+    trust: str = "workspace"  # and trust level: trusted, workspace, remote
+
     @property
     def spec_id(self) -> str:
         spec_id: str = self.spec.id  # the spec's generic id type, a str

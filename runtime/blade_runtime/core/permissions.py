@@ -79,6 +79,8 @@ class PermissionRequest:
     step: bool = False  # asked by ctx.request_permission inside the tool, not before it ran
     prompt: str | None = None  # the step's prompt
     subject: str | None = None  # what the step acts on (standing grants are per subject)
+    source: str = "spec"  # the registration's source: spec, dynamic, mcp:<server>
+    trust: str = "workspace"  # and trust level: trusted, workspace, remote
 
     @property
     def spec_id(self) -> str:

@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 from pydantic import TypeAdapter
 
@@ -46,6 +46,9 @@ class DescribeWithChildren(Protocol):
         self, context: CallContext | None, /, *, children: Mapping[str, ExportedTool]
     ) -> str: ...
 
+
+Trust: TypeAlias = Literal["trusted", "workspace", "remote"]
+TRUST_LEVELS: tuple[Trust, ...] = ("trusted", "workspace", "remote")
 
 Describe: TypeAlias = Callable[[CallContext | None], str] | DescribeWithChildren
 """The description the model reads for a caller's context (and the parent's children)."""
@@ -199,6 +202,12 @@ class Registration(Generic[OutputT]):
     large_result_bytes: int | None = None
     """Above this many bytes, what the model reads is saved as a file of the call and the model
     reads its head and a link (``core.artifacts``); None: the runtime's setting."""
+    source: str = "spec"
+    """Where the tool comes from: ``spec`` (a spec registered by the application),
+    ``dynamic`` (a spec made at run time) or ``mcp:<server>`` (a remote MCP server's tool)."""
+    trust: Trust = "workspace"
+    """How far it is trusted: ``trusted`` (built in), ``workspace`` (the application's own),
+    ``remote`` (another party's server); a source policy and the permission policy read it."""
     plain: bool = field(init=False)
     """Whether a call of it needs nothing but its implementation: a backend implementation
     without server context, behavior, own permission policy, ToolData, lease fencing, children

@@ -28,6 +28,7 @@ from blade_runtime.core.registry import (
     compiled,
     registration,
 )
+from blade_runtime.core.sources import SourcePolicy
 from blade_runtime.core.spec import BackendToolSpec, CapabilitySpec, JsonObject
 
 IdT = TypeVar("IdT", bound=str)
@@ -99,6 +100,7 @@ class Tools:
         self._allowed: frozenset[str] | None = None
         self._disallowed: frozenset[str] = frozenset()
         self.restricted = False  # any name may be refused: check ``is_allowed``
+        self._sources: SourcePolicy | None = None
         self.allowed = allowed
         self.disallowed = disallowed
 
@@ -343,7 +345,21 @@ class Tools:
     def is_allowed(self, name: str) -> bool:
         if name in self._disallowed:
             return False
+        if self._sources is not None:
+            entry = self.by_name.get(name)
+            if entry is not None and not self._sources.admits(entry):
+                return False
         return self._allowed is None or name in self._allowed
+
+    @property
+    def sources(self) -> SourcePolicy | None:
+        """Which sources and trust levels are let in (None: all)."""
+        return self._sources
+
+    @sources.setter
+    def sources(self, policy: SourcePolicy | None) -> None:
+        self._sources = policy
+        self._restrict()
 
     @property
     def allowed(self) -> frozenset[str] | None:
@@ -353,7 +369,7 @@ class Tools:
     @allowed.setter
     def allowed(self, names: Collection[str] | None) -> None:
         self._allowed = None if names is None else frozenset(names)
-        self.restricted = self.closing or self._allowed is not None or bool(self._disallowed)
+        self._restrict()
 
     @property
     def disallowed(self) -> frozenset[str]:
@@ -363,4 +379,12 @@ class Tools:
     @disallowed.setter
     def disallowed(self, names: Collection[str]) -> None:
         self._disallowed = frozenset(names)
-        self.restricted = self.closing or self._allowed is not None or bool(self._disallowed)
+        self._restrict()
+
+    def _restrict(self) -> None:
+        self.restricted = (
+            self.closing
+            or self._allowed is not None
+            or bool(self._disallowed)
+            or self._sources is not None
+        )

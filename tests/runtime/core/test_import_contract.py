@@ -32,6 +32,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "temporal": {"core", "stores", "runtime", "client"},
     # Outside the core, which never imports it: tracing is an observer a runtime is given.
     "otel": {"core"},
+    # The MCP bridge: an outer ring like the adapters; it registers tools on the runtime it is
+    # handed (through its public methods) and builds specs and failures of the core's.
+    "remote": {"core"},
 }
 
 
