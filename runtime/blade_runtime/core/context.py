@@ -45,6 +45,7 @@ class ToolFailed(BaseException):
 
 class Suspended(BaseException):
     """Raised by ``ctx.suspend(point, payload)``: this execution ends and waits for a resume.
+
     ``resume_schema``: what this one suspension's answer must meet, in place of the point's
     (a bridged MCP server's form: its schema is the server's, known only when it asks)."""
 
