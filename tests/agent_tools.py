@@ -285,6 +285,10 @@ def make_projecting_runtime(store: Store | None = None) -> Runtime:
     return runtime
 
 
+GUIDANCE = "Find a customer before you plan or send a transfer to them."
+"""The agent tools' package guidance (its specs/guidance.md): the seed's skills guidance."""
+
+
 def build_package(root: Any) -> Any:
     """Write ``SPECS`` under ``root/specs``, build them into ``root/out`` and return ``root/out``
     (put it on ``sys.path``, and on ``PYTHONPATH`` for workers)."""
@@ -298,6 +302,7 @@ def build_package(root: Any) -> Any:
         path = base / "specs" / (str(data["id"]).replace(".", "/", 1) + ".json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data), "utf-8")
+    (base / "specs" / "guidance.md").write_text(GUIDANCE + "\n", "utf-8")
     build(base / "specs", base / "out", PACKAGE)
     return base / "out"
 

@@ -30,5 +30,8 @@ def exported(spec: ResolvedSpec) -> ExportedTool:
 
 
 def export_specs(specs: Path, format: ExportFormat) -> ToolExport:
-    """Every tool of the spec tree (backend and client) in ``format``."""
-    return export_tools((exported(spec) for spec in resolve_specs(specs).specs), format)
+    """Every tool of the spec tree (backend and client) in ``format``, with the tree's guidance
+    (``guidance.md``): in the ``blade`` document beside the tools, on the export for the rest."""
+    resolved = resolve_specs(specs)
+    tools = (exported(spec) for spec in resolved.specs)
+    return export_tools(tools, format, resolved.tree.guidance)

@@ -68,6 +68,8 @@ class SpecTree:
     specs: tuple[SourceFile, ...]
     shared: tuple[SourceFile, ...]
     problems: tuple[Problem, ...] = field(default=())
+    # The package's guidance for the model (``guidance.md`` at the root), sent with its tools.
+    guidance: str | None = None
     # Installed spec packages the tree references (their shared files are in ``shared``).
     dependencies: Mapping[str, Dependency | Unavailable] = field(default_factory=dict)
 
@@ -181,10 +183,18 @@ def _first_key_line(text: str, key: str) -> tuple[int, int]:
     return line, index - (text.rfind("\n", 0, index) + 1) + 1
 
 
+GUIDANCE_FILE = "guidance.md"
+"""The spec package's guidance for the model, at the root of the spec tree: the seed's skills
+``{guidance, tools}``, in the manifest beside the tools and sent with them."""
+GUIDANCE_LIMIT = 64 * 1024  # bytes: guidance rides along with every model request
+
+
 def read_tree(root: Path) -> dict[Path, bytes | None]:
     """The content of every file ``load`` reads (None: unreadable, ``load`` says why)."""
     contents: dict[Path, bytes | None] = {}
-    for path in spec_paths(root):
+    guidance = root / GUIDANCE_FILE
+    paths = spec_paths(root) + ([guidance] if guidance.is_file() else [])
+    for path in paths:
         try:
             contents[path] = path.read_bytes()
         except OSError:
@@ -200,7 +210,14 @@ def load(root: Path, contents: Mapping[Path, bytes | None] | None = None) -> Spe
     specs: list[SourceFile] = []
     shared: list[SourceFile] = []
     problems: list[Problem] = []
+    guidance_path = root / GUIDANCE_FILE
+    guidance = None
+    if contents is None or guidance_path in contents:
+        raw = None if contents is None else contents[guidance_path]
+        guidance = read_guidance(guidance_path, raw, contents is None, problems)
     for path in spec_paths(root) if contents is None else contents:
+        if path == guidance_path:
+            continue
         source, problem = read_file(root, path, None if contents is None else contents[path])
         if source is not None and source.rel.startswith("@"):
             reserved = "paths starting with @ name installed spec packages"
@@ -209,4 +226,37 @@ def load(root: Path, contents: Mapping[Path, bytes | None] | None = None) -> Spe
             problems.append(problem)
         elif source is not None:
             (shared if source.is_shared else specs).append(source)
-    return SpecTree(root, tuple(specs), tuple(shared), tuple(problems))
+    return SpecTree(root, tuple(specs), tuple(shared), tuple(problems), guidance)
+
+
+def read_guidance(
+    path: Path, raw: bytes | None, from_disk: bool, problems: list[Problem]
+) -> str | None:
+    """The text of ``guidance.md`` (None when there is none); a problem when it cannot be the
+    model's guidance: unreadable, not UTF-8, empty or too long."""
+    if from_disk:
+        if not path.is_file():
+            return None
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            raw = None
+    name = GUIDANCE_FILE
+    if raw is None:
+        problems.append(Problem(name, 1, 1, "", "cannot be read", "check its permissions"))
+        return None
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as error:
+        message = f"is not UTF-8 (byte {error.start})"
+        problems.append(Problem(name, 1, 1, "", message, "save it as UTF-8"))
+        return None
+    if not text:
+        fix = "write the guidance for the model, or remove the file"
+        problems.append(Problem(name, 1, 1, "", "is empty", fix))
+        return None
+    if len(raw) > GUIDANCE_LIMIT:
+        message = f"is {len(raw)} bytes, over the {GUIDANCE_LIMIT} a model's guidance may take"
+        problems.append(Problem(name, 1, 1, "", message, "shorten it"))
+        return None
+    return text

@@ -24,7 +24,7 @@ from blade_codegen import __version__
 from blade_codegen.build import compile_specs
 from blade_codegen.check import lock_text, locked, read_lock
 from blade_codegen.dependencies import import_name, installed
-from blade_codegen.load import spec_paths
+from blade_codegen.load import GUIDANCE_FILE, spec_paths
 from blade_codegen.plan import BuildPlan
 from blade_codegen.render import environment
 from blade_codegen.resolve import resolve_specs
@@ -92,6 +92,8 @@ def pack(specs: Path, name: str, version: str, out: Path, lock: Path) -> Packed:
     files = {f"{package}/{path}": text for path, text in compiled.files.items()}
     for path in spec_paths(specs):
         files[f"{package}/specs/{path.relative_to(specs).as_posix()}"] = path.read_text("utf-8")
+    if resolved.tree.guidance is not None:  # the package's specs/ builds again as it was
+        files[f"{package}/specs/{GUIDANCE_FILE}"] = resolved.tree.guidance + "\n"
     files[f"{package}/blade.lock.json"] = released
     files["README.md"] = readme(compiled.plan, name, [d.label for d in dependencies])
     files["pyproject.toml"] = pyproject(name, version, package, requires, len(resolved.specs))

@@ -128,6 +128,11 @@ class BuildPlan:
     shared: tuple[SharedPlan, ...]  # dependencies before dependents
 
     @property
+    def guidance(self) -> str | None:
+        """The package's guidance for the model (``guidance.md``), None without one."""
+        return self.resolved.tree.guidance
+
+    @property
     def packages(self) -> tuple[str, ...]:
         """Every folder (dotted, "" for the root) that needs an ``__init__.py``."""
         found = {""}
@@ -210,7 +215,11 @@ def plan(resolved: ResolvedSet, package: str, options: str) -> BuildPlan:
         module = ".".join(module_name(p) for p in stem.split("/"))
         claim_module(module, spec.source)
         base = pascal(_VERSION_SUFFIX.sub("", stem.split("/")[-1])) or "Tool"
-        tools.append(_plan_tool(spec, module, base, package, options, shared_digests, problems))
+        # a tool module imports the package's GUIDANCE only when it has one
+        tool_options = options + ("\0guidance" if resolved.tree.guidance is not None else "")
+        tools.append(
+            _plan_tool(spec, module, base, package, tool_options, shared_digests, problems)
+        )
     _check_client_methods(tools, problems)
     if problems:
         raise SpecError(problems)

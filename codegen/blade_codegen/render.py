@@ -10,6 +10,7 @@ import ast
 import hashlib
 import json
 import sys
+import textwrap
 import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,28 @@ def _templates_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "templates"  # a checkout, or editable
 
 
+def text_block(text: str, indent: str = "    ", width: int = 72) -> str:
+    """A long string as black writes it: one literal if it fits, else adjacent literals in
+    parentheses, one per line of the text (long lines wrapped between words); they join back
+    to the text exactly."""
+    pieces = [
+        piece
+        for line in text.splitlines(keepends=True)
+        for piece in textwrap.wrap(
+            line,
+            width,
+            expand_tabs=False,
+            replace_whitespace=False,
+            drop_whitespace=False,
+            break_on_hyphens=False,
+        )
+    ]
+    if len(pieces) <= 1 and len(pyrepr(text)) <= width:
+        return pyrepr(text)
+    body = "".join(f"\n{indent}{pyrepr(piece)}" for piece in pieces)
+    return f"({body}\n)"
+
+
 def pyrepr(value: object) -> str:
     """A Python literal for a str, int, bool or None: spec text only ever reaches code like this.
 
@@ -115,7 +138,11 @@ def environment(user_templates: Path | None = None) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(
-        pyrepr=pyrepr, docstring_text=docstring_text, json_text=json_text, cell=table_cell
+        pyrepr=pyrepr,
+        text_block=text_block,
+        docstring_text=docstring_text,
+        json_text=json_text,
+        cell=table_cell,
     )
     return env
 
@@ -507,6 +534,8 @@ def render_tool(
         own.setdefault(parent, set()).add(f"{leaf} as {child.alias}")
         if child.output == "JsonValue":
             own.setdefault("pydantic", set()).add("JsonValue")
+    if plan.guidance is not None:
+        own.setdefault(plan.package, set()).add("GUIDANCE")
     _refuse_shadowing(spec.source.rel, split, own)
     schemas = {f"{s.role}:{s.key}" if s.key else s.role: s.bundled for s in spec.slots}
     for name, capability in spec.capabilities.items():
@@ -534,6 +563,7 @@ def render_tool(
             action_inputs=action_inputs,
             children=children,
             action_payloads=action_payloads,
+            guidance=plan.guidance is not None,
         )
     )
     return text, notes
@@ -630,7 +660,11 @@ def render(
         if package:
             files[path] = header("(package folder)") + "\n"
     files["__init__.py"] = env.get_template("package_init.py.jinja").render(
-        header=header("(all specs)"), tools=plan.tools, specs=plan.tools, package=prefix
+        header=header("(all specs)"),
+        tools=plan.tools,
+        specs=plan.tools,
+        package=prefix,
+        guidance=plan.guidance,
     )
     path = CLIENT_MODULE + ".py"
     files[path], keys[path] = _client_module(plan, previous, on_module)
@@ -755,4 +789,5 @@ def manifest(plan: BuildPlan) -> str:
     # indent) keeps a 1,000-tool manifest cheap to write on every build.
     head = json.dumps({"format": 1, "generator": f"blade-codegen {__version__}"})[:-1]
     lines = ",\n".join(json.dumps(tool, ensure_ascii=False) for tool in entries)
-    return f'{head}, "package": {json.dumps(plan.package)}, "tools": [\n{lines}\n]}}\n'
+    guidance = "" if plan.guidance is None else f', "guidance": {json.dumps(plan.guidance)}'
+    return f'{head}, "package": {json.dumps(plan.package)}{guidance}, "tools": [\n{lines}\n]}}\n'

@@ -38,7 +38,7 @@ from blade_runtime.core.content import Projected, ProjectionWithContext, project
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import WINDOW, EventHub, PendingAction, Subscription
 from blade_runtime.core.execution import CallServices
-from blade_runtime.core.export import ExportFormat, ToolExport
+from blade_runtime.core.export import ExportFormat, ToolExport, joined_guidance
 from blade_runtime.core.files import DEFAULT_MAX_FILE_BYTES, FileAccess, FileBackend
 from blade_runtime.core.hooks import HookCallback, HookEvent, HookEventName
 from blade_runtime.core.interceptors import Interceptors
@@ -129,6 +129,7 @@ class Runtime:
         retention: Retention | None = None,
         large_result_bytes: int | None = None,
         sources: SourcePolicy | None = None,
+        guidance: str | None = None,
     ) -> None:
         """``allowed``: when given, only these names may be called (empty: none);
         ``disallowed`` always wins. ``timeout_ms`` overrides every spec's own timeout.
@@ -150,7 +151,8 @@ class Runtime:
         model reads its head and a link (``blade_runtime.core.artifacts``); a registration may
         set its own; None: never. ``sources``: the sources and trust levels of the tools let in
         (``SourcePolicy``; the rest are left out of every tool list and their calls refused,
-        TOOL_NOT_ALLOWED)."""
+        TOOL_NOT_ALLOWED). ``guidance``: the application's own guidance for the model, sent
+        before the guidance its tools' spec packages carry (see ``guidance``)."""
         checked_size(large_result_bytes, "Runtime(large_result_bytes=...)")
         if store is None:  # imported here: a generated package imports no database driver
             from blade_runtime.stores.memory import MemoryStore
@@ -166,6 +168,7 @@ class Runtime:
             allowed=allowed,
             disallowed=disallowed,
             large_result_bytes=large_result_bytes,
+            guidance=guidance,
         )
         self.tools.sources = sources
         self.interceptors = Interceptors(
@@ -338,6 +341,19 @@ class Runtime:
     def registration_of(self, spec_id: str) -> Registration[Any] | None:
         """The registration of ``spec_id`` (the first, if it has several names)."""
         return self.tools.registration_of(spec_id)
+
+    @property
+    def guidance(self) -> str | None:
+        """The guidance for the model that goes with this runtime's tools (the seed's skills
+        ``{guidance, tools}``): the application's own, then each spec package's that an allowed
+        registration comes from, once each, in registration order; None when there is none.
+        ``blade-runtime mcp`` sends it as the server's ``instructions``."""
+        return joined_guidance(
+            [
+                self.tools.guidance,
+                *(r.spec.guidance for r in self.tools.registrations() if self.is_allowed(r.name)),
+            ]
+        )
 
     def is_allowed(self, name: str) -> bool:
         """Whether ``allowed`` and ``disallowed`` let the name ``name`` be called."""

@@ -128,6 +128,11 @@ class BladeToolset(AbstractToolset[Any]):
             for function in exported_functions(self.runtime, context, self.run_id)
         }
 
+    async def get_instructions(self, ctx: RunContext[Any]) -> str | None:
+        """The runtime's guidance for its tools (``Runtime.guidance``): Pydantic AI adds it to
+        the model's instructions on every request, beside this toolset's tools."""
+        return self.runtime.guidance
+
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         return {
             name: ToolsetTool(

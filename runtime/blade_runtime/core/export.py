@@ -77,6 +77,10 @@ class ToolExport:
     format: ExportFormat
     document: JsonValue
     names: WireNames
+    guidance: str | None = None
+    """The tools' guidance for the model (the seed's skills ``{guidance, tools}``): in the
+    ``blade`` document beside the tools; the other formats are tool lists with no place for it,
+    so it goes where the application puts the model's instructions."""
 
 
 def wire_names(names: Iterable[str], rule: NameRule) -> WireNames:
@@ -100,14 +104,24 @@ def wire_names(names: Iterable[str], rule: NameRule) -> WireNames:
     return WireNames(to_wire, {wire: name for name, wire in to_wire.items()})
 
 
-def export_tools(tools: Iterable[ExportedTool], format: ExportFormat) -> ToolExport:
-    """The tool list in ``format``, sorted by registration name."""
+def export_tools(
+    tools: Iterable[ExportedTool], format: ExportFormat, guidance: str | None = None
+) -> ToolExport:
+    """The tool list in ``format``, sorted by registration name, with its ``guidance``."""
     ordered = sorted(tools, key=lambda tool: tool.name)
     names = wire_names((tool.name for tool in ordered), NAME_RULES[format])
     render = _RENDERERS[format]
     entries: list[JsonValue] = [render(tool, names.wire(tool.name)) for tool in ordered]
     document: JsonValue = entries if format in ("openai", "anthropic") else {"tools": entries}
-    return ToolExport(format, document, names)
+    if guidance is not None and format == "blade":
+        document = {"guidance": guidance, "tools": entries}
+    return ToolExport(format, document, names, guidance)
+
+
+def joined_guidance(texts: Iterable[str | None]) -> str | None:
+    """Each distinct guidance once, in first-seen order, a blank line between them."""
+    distinct = list(dict.fromkeys(text for text in texts if text))
+    return "\n\n".join(distinct) if distinct else None
 
 
 def _fits(name: str, rule: NameRule) -> bool:

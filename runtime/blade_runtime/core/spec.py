@@ -103,6 +103,9 @@ class ToolSpec(Generic[IdT, InputT, OutputT]):
     output_schema: JsonObject | None
     output_type: Any
     data: Mapping[str, DataChannel[Any]] = field(default_factory=dict)
+    # The spec package's guidance for the model (its specs/guidance.md): the seed's skills
+    # ``{guidance, tools}``. Every tool of the package carries the same text.
+    guidance: str | None = None
 
     @property
     def execution(self) -> ExecutionMode:

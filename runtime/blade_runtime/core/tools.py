@@ -16,7 +16,13 @@ from pydantic import BaseModel, JsonValue
 from blade_runtime.core.caller import CallContext
 from blade_runtime.core.capabilities import Binding, services_of
 from blade_runtime.core.context import CallInfo
-from blade_runtime.core.export import ExportedTool, ExportFormat, ToolExport, export_tools
+from blade_runtime.core.export import (
+    ExportedTool,
+    ExportFormat,
+    ToolExport,
+    export_tools,
+    joined_guidance,
+)
 from blade_runtime.core.outcomes import DEFAULT_TIMEOUT_MS, log
 from blade_runtime.core.registry import (
     NAME,
@@ -84,8 +90,10 @@ class Tools:
         allowed: Collection[str] | None,
         disallowed: Collection[str],
         large_result_bytes: int | None = None,
+        guidance: str | None = None,
     ) -> None:
         self.capabilities: dict[str, Binding] = dict(capabilities)
+        self.guidance = guidance  # the application's own, before its packages' guidance
         self.timeout_ms = timeout_ms
         self.large_result_bytes = large_result_bytes
         self.offloading = False  # some registration may save what the model reads as a file
@@ -279,6 +287,7 @@ class Tools:
         ``context``: the tool list for that caller's run step: ``enabled`` callbacks decide
         which tools are there, and ``describe`` callbacks what their descriptions say."""
         chosen = []
+        exported_from = []
         for entry in self.by_name.values():
             if not self.is_allowed(entry.name):
                 continue
@@ -288,7 +297,9 @@ class Tools:
                 continue
             children = self.described_children(entry, there) if entry.describe_children else None
             chosen.append(entry.exported(context, children))
-        return export_tools(chosen, format)
+            exported_from.append(entry)
+        guidance = joined_guidance([self.guidance, *(entry.spec.guidance for entry in exported_from)])
+        return export_tools(chosen, format, guidance)
 
     def child(self, parent: Registration[Any], spec_id: str) -> Registration[Any] | None:
         """What a call of ``spec_id`` through ``parent``'s ``ctx.tools`` runs: the parent's own

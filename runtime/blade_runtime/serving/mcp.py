@@ -1002,6 +1002,8 @@ def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
         return Server(
             name,
             version=__version__,
+            # the tools' guidance for the model (the seed's skills), sent once at initialize
+            instructions=tools.runtime.guidance,
             on_list_tools=tools.list_tools,
             on_call_tool=tools.call_tool,
             on_read_resource=tools.read_resource,

@@ -62,6 +62,26 @@ def _scripted(*steps: Any) -> Any:
     return FunctionModel(model), seen
 
 
+def test_pydantic_ai_hands_the_tools_guidance_to_the_model_as_instructions(
+    runtime: Runtime,
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset
+
+    sent: list[str | None] = []
+
+    def model(messages: list[Any], info: Any) -> Any:
+        sent.append(messages[-1].instructions)
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), toolsets=[BladeToolset(runtime, principal=ANN)])
+    run(agent.run("Who is c1?"))
+    assert sent == [agent_tools.GUIDANCE]
+
+
 def test_pydantic_ai_tools_carry_the_spec_schema(runtime: Runtime) -> None:
     from pydantic_ai.models.test import TestModel
 

@@ -81,6 +81,23 @@ def structured(result: types.CallToolResult) -> Any:
 # -- tools/list and plain calls -------------------------------------------------------------
 
 
+def test_the_server_sends_the_tools_guidance_as_its_instructions(built: Path) -> None:
+    """A tool set carries guidance for the model, sent with the tools (003, SkillsInput): the
+    application's own first, then the spec package's."""
+
+    async def main(runtime: Runtime) -> str | None:
+        async with Client(mcp_server(runtime)) as client:
+            return client.instructions
+
+    assert run(main(agent_tools.make_runtime())) == agent_tools.GUIDANCE
+    own = agent_tools.register(Runtime(guidance="Answer in French."))
+    assert run(main(own)) == "Answer in French.\n\n" + agent_tools.GUIDANCE
+    blade = own.export("blade").document
+    assert isinstance(blade, dict) and blade["guidance"] == own.guidance
+    # a runtime whose tools are all disallowed sends none of their guidance
+    assert run(main(Runtime())) is None
+
+
 def test_list_tools_carries_the_spec_schemas_and_annotations(runtime: Runtime) -> None:
     async def main() -> dict[str, types.Tool]:
         async with Client(mcp_server(runtime)) as client:
@@ -399,6 +416,8 @@ def test_stdio_server_runs_the_flow(built: Path, tmp_path: Path) -> None:
             {"approved": "yes", "approver": "ann"}, {"approved": True, "approver": "ann"}, seen=seen
         )
         async with Client(params, elicitation_callback=elicit) as client:
+            # the spec package's guidance reaches the client as the server's instructions
+            assert client.instructions == agent_tools.GUIDANCE
             names = [tool.name for tool in (await client.list_tools()).tools]
             return names, await client.call_tool("transfer", SEND)
 
