@@ -298,7 +298,9 @@ class Tools:
             children = self.described_children(entry, there) if entry.describe_children else None
             chosen.append(entry.exported(context, children))
             exported_from.append(entry)
-        guidance = joined_guidance([self.guidance, *(entry.spec.guidance for entry in exported_from)])
+        guidance = joined_guidance(
+            [self.guidance, *(entry.spec.guidance for entry in exported_from)]
+        )
         return export_tools(chosen, format, guidance)
 
     def child(self, parent: Registration[Any], spec_id: str) -> Registration[Any] | None:
