@@ -36,7 +36,7 @@ from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.retention import Retention, sweep
 from blade_runtime.core.spec import JsonObject
 from blade_runtime.core.storage import StoreAccess
-from blade_runtime.core.store import Claimed
+from blade_runtime.core.store import Claimed, patience
 from blade_runtime.core.tools import Tools
 
 _LIVE: weakref.WeakValueDictionary[str, Recovery] = weakref.WeakValueDictionary()
@@ -69,6 +69,9 @@ class Recovery:
         self.lease_s = lease_s
         self.closed = False
         self.retention: Retention | None = None  # swept by run_recovery
+        # Until then, no lease counts as lapsed: a sweep was held up by the store, and so
+        # may have been the owners' renewals; they get a whole lease to renew behind it.
+        self._stalled_until = -math.inf
         _LIVE[owner] = self
 
     async def end(self, *, release: bool = True) -> None:
@@ -126,6 +129,9 @@ class Recovery:
         began = time.monotonic()  # the reads before the claim may wait for the store too
         owners = await self.io(self.store.owners)
         dead = [owner for owner in owners if await self._dead(owner)]
+        # Behind a stall, only calls whose owners are known dead or that wait to be resumed
+        # (an infinite wait judges no lease: ``lapsed_before``).
+        stalled = began < self._stalled_until
         claimed: list[Claimed] = await self.io(
             self.store.claim,
             self.owner,
@@ -133,9 +139,15 @@ class Recovery:
             dead=dead,
             names=names,
             limit=limit,
-            waited_s=time.monotonic() - began,
+            waited_s=math.inf if stalled else time.monotonic() - began,
             running=frozenset(self.runner.running),
         )
+        ended = time.monotonic()
+        if ended - began > patience(self.lease_s):
+            # Held up (a lock, a stalled disk): the owners' renewals queued behind the same
+            # wait, and after it they race this sweep's next one for the store. Leases that
+            # lapsed meanwhile say nothing of their owners until each has had a lease to renew.
+            self._stalled_until = ended + self.lease_s
         return claimed
 
     async def _expire_due(self) -> None:
