@@ -390,11 +390,11 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Any:
     arguments = ["import", "--from", "mcp", str(root / "tools.json"), "--namespace", "fixture"]
     ran = CliRunner().invoke(main, [*arguments, "--out", str(root / "specs")])
     assert ran.exit_code == 0, ran.output
-    build(root / "specs", root / "out", "fixture_tools")
+    build(root / "specs", root / "out", "bridged_fixture_tools")
     sys.path.insert(0, str(root / "out"))
     try:
         return {
-            name: importlib.import_module(f"fixture_tools.fixture.{name}_v1").SPEC
+            name: importlib.import_module(f"bridged_fixture_tools.fixture.{name}_v1").SPEC
             for name in ("forecast", "echo", "gone")
         }
     finally:
