@@ -5,9 +5,11 @@ The server is the bridge tests' fixture (``tests/mcp_remote_server.py``, the MCP
 ``MCPServer``), one process per transport; both clients hold one session to it. Each round makes
 ``--calls`` sequential calls of ``echo`` (text content) and of ``forecast`` (structured output)
 through each client, the clients taking turns; the best round of each is kept (so that a busy
-moment of the machine hits both alike). The bridge's call is a whole ``Runtime.call``: input
+moment of the machine hits them alike). The bridge's call is a whole ``Runtime.call``: input
 validated before sending, the result mapped and its output validated, events published.
-Target: within 1.3x the SDK's call over each transport.
+Target: within 1.3x the SDK's call over each transport. A third client, Pydantic AI's MCP
+toolset (``MCPToolset.direct_call_tool``, on FastMCP's client), calls the same server, for
+the figure a user pairing us with Pydantic AI would compare.
 
 Usage: python bench/mcp_bridge.py [--calls N] [--rounds R]
 """
@@ -29,7 +31,9 @@ from typing import Any
 # bench/http.py would shadow the standard library's http for the MCP SDK: not on the path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from fastmcp.client.transports import StdioTransport  # noqa: E402
 from mcp import Client, StdioServerParameters  # noqa: E402
+from pydantic_ai.mcp import MCPToolset  # noqa: E402
 
 from blade_runtime import Runtime, ToolSuccess  # noqa: E402
 from blade_runtime.remote import McpServer, connect_mcp  # noqa: E402
@@ -76,7 +80,14 @@ async def best_round(
     return best
 
 
-async def leg(transport: str, target: Any, server: McpServer, calls: int, rounds: int) -> None:
+async def leg(
+    transport: str,
+    target: Any,
+    toolset: MCPToolset[Any],
+    server: McpServer,
+    calls: int,
+    rounds: int,
+) -> None:
     runtime = Runtime()
     bridge = await connect_mcp(runtime, server)
 
@@ -86,23 +97,28 @@ async def leg(transport: str, target: Any, server: McpServer, calls: int, rounds
         return result
 
     try:
-        async with Client(target, cache=None) as client:
+        async with Client(target, cache=None) as client, toolset:
 
             async def direct(tool: str, arguments: dict[str, Any]) -> Any:
                 result = await client.call_tool(tool, arguments)
                 assert not result.is_error
                 return result
 
-            await bridged("echo", CALLS["echo"])
-            await direct("echo", CALLS["echo"])
-            best = await best_round({"bridge": bridged, "sdk": direct}, calls, rounds)
+            async def pydantic_ai(tool: str, arguments: dict[str, Any]) -> Any:
+                return await toolset.direct_call_tool(tool, arguments)
+
+            runs = {"bridge": bridged, "sdk": direct, "pydantic_ai": pydantic_ai}
+            for run in runs.values():
+                await run("echo", CALLS["echo"])
+            best = await best_round(runs, calls, rounds)
     finally:
         await bridge.close()
     for tool in CALLS:
-        ours, theirs = best["bridge"][tool], best["sdk"][tool]
+        ours, theirs, pai = best["bridge"][tool], best["sdk"][tool], best["pydantic_ai"][tool]
         print(
-            f"{transport:6} {tool:9} bridge {ours:8.0f} µs/call   MCP SDK client {theirs:8.0f} "
-            f"µs/call   {ours / theirs:.2f}x (target <= 1.3x)"
+            f"{transport:6} {tool:9} bridge {ours:6.0f} µs/call   MCP SDK client {theirs:6.0f} "
+            f"µs/call   {ours / theirs:.2f}x (target <= 1.3x)   Pydantic AI's MCPToolset "
+            f"{pai:6.0f} µs/call ({ours / pai:.2f}x)"
         )
 
 
@@ -111,12 +127,13 @@ async def main(calls: int, rounds: int) -> None:
     await leg(
         "stdio",
         stdio,
+        MCPToolset(StdioTransport(sys.executable, [str(SERVER), "stdio"])),
         McpServer.stdio("bench", sys.executable, [str(SERVER), "stdio"]),
         calls,
         rounds,
     )
     with http_server() as url:
-        await leg("http", url, McpServer.http("bench", url), calls, rounds)
+        await leg("http", url, MCPToolset(url), McpServer.http("bench", url), calls, rounds)
 
 
 if __name__ == "__main__":
