@@ -69,7 +69,7 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
@@ -93,6 +93,7 @@ from blade_runtime.stores.postgres_schema import (
     MIGRATION_LOCK,
     MIGRATIONS,
     SCHEMA_VERSION,
+    SLOT_CLASS,
 )
 from blade_runtime.stores.sql import (
     CALL_COLUMNS,
@@ -430,6 +431,14 @@ class PostgresStore(SQLStore):
         return renewer
 
     # -- claims and leases -----------------------------------------------------------------------
+
+    def _lock_slots(self, tx: Tx, keys: Sequence[str]) -> None:
+        # Transaction locks, in one order: two acquirers sharing a key never deadlock.
+        for key in keys:
+            tx.run(
+                "SELECT pg_advisory_xact_lock(:cls, hashtext(:key))",
+                {"cls": SLOT_CLASS, "key": key},
+            )
 
     def _candidates(
         self,
