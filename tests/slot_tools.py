@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from blade_runtime import Runtime
-from blade_runtime.core.spec import BackendToolSpec
+from blade_runtime.core.spec import BackendToolSpec, SuspendPoint
 
 INPUT = {
     "type": "object",
@@ -48,6 +48,14 @@ class Done(BaseModel):
     n: int
 
 
+class Ok(BaseModel):
+    ok: bool
+
+
+OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+GATE = SuspendPoint("gate", OK, OK, Ok, Ok)
+
+
 def work_spec(
     *, concurrency: int | None = None, locks: Collection[str] = (), timeout_ms: int = 60_000
 ) -> BackendToolSpec[Any, Any, Any, Any, Any]:
@@ -67,6 +75,7 @@ def work_spec(
         output_type=Done,
         context_schema=None,
         context_type=None,
+        suspend={"gate": GATE},
         concurrency=concurrency,
         locks=tuple(locks),
     )
