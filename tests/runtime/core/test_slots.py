@@ -11,6 +11,8 @@ a PostgreSQL server, and past a worker killed while it holds a slot.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import json
 import os
 import signal
 import subprocess
@@ -21,10 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import _import_package, add_spec, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from slot_tools import Done, most_at_once, work_spec
 
+from blade_codegen.build import build
+from blade_codegen.pack import readme
+from blade_codegen.plan import plan
+from blade_codegen.problems import SpecError
+from blade_codegen.resolve import resolve_specs
 from blade_runtime import CallContext, Principal, RegistrationError, Runtime
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
 from blade_runtime.core.store import Store
@@ -296,6 +304,52 @@ def test_the_registration_overrides_the_spec() -> None:
     ]
     plain = runtime.register(work_spec(), Gated(), name="plain")
     assert plain.limits is None
+
+
+def test_a_spec_declares_them_into_code_manifest_and_readme(tmp_path: Path) -> None:
+    """``concurrency`` and ``locks`` in a spec reach its SPEC (so a registration enforces them
+    without options), the manifest and the package README."""
+    specs = tmp_path / "specs"
+    arguments = {"type": "object", "properties": {"path": {"type": "string"}}}
+    add_spec(
+        specs,
+        spec("sl.edit-file.v1", inputSchema=arguments, concurrency=2, locks=["file:/path"]),
+    )
+    build(specs, tmp_path / "out", "sl_pkg")
+    _import_package(tmp_path / "out", "sl_pkg")
+    module = importlib.import_module("sl_pkg.sl.edit_file_v1")
+    assert (module.SPEC.concurrency, module.SPEC.locks) == (2, ("file:/path",))
+    manifest = json.loads((tmp_path / "out" / "sl_pkg" / "manifest.json").read_text("utf-8"))
+    [tool] = manifest["tools"]
+    assert (tool["concurrency"], tool["locks"]) == (2, ["file:/path"])
+    text = readme(plan(resolve_specs(specs), "sl_pkg", ""), "blade-tool-sl", [])
+    assert "| side effect | non_idempotent; at most 2 at once; locks `file:/path` |" in text
+
+    async def edit(ctx: Any) -> None:
+        return None
+
+    made = Runtime(store=MemoryStore()).register(module.SPEC, edit)
+    assert made.limits is not None and made.limits.concurrency == 2
+    assert [(lock.resource, lock.pointer) for lock in made.limits.locks] == [("file", "/path")]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"locks": ["/pathh"]}, "points at 'pathh', which the inputSchema does not declare"),
+        ({"locks": ["path"]}, "locks/0"),
+        ({"concurrency": 0}, "concurrency"),
+        ({"execution": "client", "outputSchema": {"type": "object"}, "concurrency": 1}, "client"),
+    ],
+)
+def test_a_bad_spec_declaration_is_refused_with_its_pointer(
+    tmp_path: Path, overrides: dict[str, Any], problem: str
+) -> None:
+    arguments = {"type": "object", "properties": {"path": {"type": "string"}}}
+    add_spec(tmp_path / "specs", spec("sl.edit-file.v1", inputSchema=arguments, **overrides))
+    with pytest.raises(SpecError) as refused:
+        resolve_specs(tmp_path / "specs")
+    assert problem in str(refused.value)
 
 
 @settings(
