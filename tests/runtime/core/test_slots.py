@@ -485,3 +485,92 @@ def test_a_killed_holder_frees_its_slot_when_its_lease_lapses(
     # the waiter entered after the kill, and not before the holder's lease could lapse (renewed
     # every third of it: at least two thirds of a second after the kill)
     assert starts[1] - killed_at > 0.5
+
+
+def test_http_shows_a_call_waiting_for_its_slot(tmp_path: Path) -> None:
+    """``GET /v1/calls/{id}`` of a call that waits: ``waiting`` and its slot, not held; once
+    it runs, held; once it ended, none."""
+    import httpx
+    from http_support import ALICE, authenticate, serving
+
+    from blade_runtime.serving.http import create_app
+    from blade_runtime.stores.sqlite import SQLiteStore
+
+    runtime = Runtime(store=SQLiteStore(tmp_path / "http.db"))
+    tool = Gated()
+    runtime.register(work_spec(concurrency=1), tool)
+    alice = CallContext(Principal("alice", "acme"))
+    with serving(create_app(runtime, authenticate=authenticate)) as server:
+        loop = server.loop()
+
+        def start(n: int) -> Any:
+            made = runtime.call("work", {"n": n}, call_id=f"x{n}", context=alice)
+            return asyncio.run_coroutine_threadsafe(made, loop)
+
+        def seen(call_id: str) -> dict[str, Any]:
+            response = httpx.get(f"{server.url}/v1/calls/{call_id}", headers=ALICE)
+            assert response.status_code == 200, response.text
+            found: dict[str, Any] = response.json()
+            return found
+
+        def poll(check: Callable[[], bool], what: str) -> None:
+            deadline = time.monotonic() + WAIT_S
+            while not check():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.01)
+
+        first = start(0)
+        poll(lambda: 0 in tool.entered, "x0 runs")
+        second = start(1)
+        poll(lambda: seen("x1").get("waiting") is True, "x1 is shown waiting")
+        body = seen("x1")
+        assert body["state"] == "running"
+        assert body["slots"] == [{"key": "tool:work", "held": False, "capacity": 1}]
+        assert seen("x0")["slots"] == [{"key": "tool:work", "held": True, "capacity": 1}]
+        loop.call_soon_threadsafe(tool.gate(0).set)
+        poll(lambda: 1 in tool.entered, "x1 runs")
+        assert seen("x1")["waiting"] is False
+        loop.call_soon_threadsafe(tool.gate(1).set)
+        assert isinstance(first.result(WAIT_S), ToolSuccess)
+        assert isinstance(second.result(WAIT_S), ToolSuccess)
+        assert seen("x1")["slots"] == [] and seen("x1")["state"] == "settled"
+        server.run(runtime.close())
+
+
+def test_the_waiting_calls_are_a_metric() -> None:
+    """``blade.tool.waiting``: how many calls wait for a slot or a lock, by tool."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from blade_runtime.otel import Telemetry
+
+    def waiting_now(reader: InMemoryMetricReader) -> list[tuple[str, int]]:
+        data = reader.get_metrics_data()
+        return [
+            (point.attributes["gen_ai.tool.name"], point.value)
+            for resource in (data.resource_metrics if data else ())
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "blade.tool.waiting"
+            for point in metric.data.data_points
+        ]
+
+    async def main() -> None:
+        store = MemoryStore()
+        runtime = Runtime(store=store)
+        reader = InMemoryMetricReader()
+        runtime.observe(Telemetry(meter_provider=MeterProvider([reader]), store=store))
+        tool = Gated()
+        runtime.register(work_spec(concurrency=1), tool)
+        calls = [
+            asyncio.create_task(runtime.call("work", {"n": n}, call_id=f"m{n}")) for n in (0, 1, 2)
+        ]
+        await until(lambda: waiting(store, "m1") and waiting(store, "m2"), "two wait")
+        assert waiting_now(reader) == [("work", 2)]
+        for n in (0, 1, 2):
+            tool.gate(n).set()
+        await asyncio.gather(*calls)
+        assert waiting_now(reader) == []
+        await runtime.close()
+
+    run(main())
