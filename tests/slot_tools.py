@@ -57,7 +57,11 @@ GATE = SuspendPoint("gate", OK, OK, Ok, Ok)
 
 
 def work_spec(
-    *, concurrency: int | None = None, locks: Collection[str] = (), timeout_ms: int = 60_000
+    *,
+    concurrency: int | None = None,
+    locks: Collection[str] = (),
+    timeout_ms: int = 60_000,
+    suspends: bool = True,
 ) -> BackendToolSpec[Any, Any, Any, Any, Any]:
     """``work``: holds its slot for ``hold_s`` seconds, then returns its ``n``."""
     return BackendToolSpec(
@@ -75,8 +79,30 @@ def work_spec(
         output_type=Done,
         context_schema=None,
         context_type=None,
-        suspend={"gate": GATE},
+        suspend={"gate": GATE} if suspends else {},
         concurrency=concurrency,
+        locks=tuple(locks),
+    )
+
+
+def parent_spec(*, locks: Collection[str] = ()) -> BackendToolSpec[Any, Any, Any, Any, Any]:
+    """``edit``: calls ``work`` (slots.work.v1) as its child tool, on the same input."""
+    return BackendToolSpec(
+        id="slots.edit.v1",
+        name="edit",
+        description="Calls work as a child tool.",
+        kind=None,
+        side_effect="idempotent",
+        timeout_ms=60_000,
+        fingerprint=hashlib.sha256(b"slots.edit").hexdigest()[:16],
+        source="slot_tools.py",
+        input_schema=INPUT,
+        input_type=Work,
+        output_schema=OUTPUT,
+        output_type=Done,
+        context_schema=None,
+        context_type=None,
+        children=("slots.work.v1",),
         locks=tuple(locks),
     )
 

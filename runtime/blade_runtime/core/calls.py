@@ -511,14 +511,14 @@ class CallRunner:
         claim = None
         if not registration.plain or attempt is not None:
             claim = self._prepare(registration, call, ctx, attempt, context, disabled)
-        limited = False
-        if registration.limits is not None:  # waits here, before its deadline starts
+        limited = registration.limits is not None
+        if limited:  # waits here, before its deadline starts
             keys = self._keys(registration, call, arguments)
             if keys:
                 unslotted = await self._take_slots(call, keys, scope)
                 if unslotted is not None:
+                    self.slots.forget(call.call_id)
                     return unslotted
-                limited = True
         implementation = registration.implementation
         assert implementation is not None  # a client tool's call ends in _enter
         running: Awaitable[Any]
@@ -670,7 +670,7 @@ class CallRunner:
         assert registration.limits is not None
         tenant = "" if call.context is None else call.context.tenant
         keys = registration.limits.keys(registration.name, tenant, arguments)
-        return self.slots.keys_of(keys, call.parent)
+        return self.slots.keys_of(call.call_id, keys, call.parent)
 
     async def _take_slots(
         self, call: CallInfo, keys: tuple[Key, ...], scope: CancelScope

@@ -167,12 +167,17 @@ class Slots:
         self._wake: asyncio.Event | None = None
         self._beat: asyncio.Task[None] | None = None
         self._leaving: set[asyncio.Task[None]] = set()
+        self._lineage: dict[str, frozenset[str]] = {}  # by call id: what it and its parents hold
 
-    def keys_of(self, keys: tuple[Key, ...], parent: str | None) -> tuple[Key, ...]:
-        """A child call's keys, less those its parent holds (else it would wait on its parent,
-        which waits on it)."""
-        held = self.held.get(parent) if parent is not None else None
-        return keys if not held else tuple(k for k in keys if k[0] not in dict(held))
+    def keys_of(self, call_id: str, keys: tuple[Key, ...], parent: str | None) -> tuple[Key, ...]:
+        """A call's keys to wait for: a child's are less those its parent, or an ancestor,
+        holds (else it would wait on its parent, which waits on it); what they hold is then
+        the child's too, for its own children, until it ends (``release``)."""
+        above = None if parent is None else self._lineage.get(parent)
+        if not above:
+            return keys
+        self._lineage[call_id] = above
+        return tuple(key for key in keys if key[0] not in above)
 
     async def acquire(
         self,
@@ -205,11 +210,13 @@ class Slots:
                     await asyncio.wait_for(wake.wait(), delay)
                 delay = min(delay * 2, LAST_LOOK_S)
         except BaseException:
+            self.forget(call_id)
             await self._leave(call_id, attempt)
             raise
         finally:
             self.waiting.pop(call_id, None)
         self.held[call_id] = tuple(keys)
+        self._lineage[call_id] = self._lineage.get(call_id, frozenset()) | {k for k, _ in keys}
         self._scopes[call_id] = scope
         self._heartbeat()
         if scope.reason is not None:  # granted as it was cancelled: give it all back first
@@ -218,9 +225,14 @@ class Slots:
 
     async def release(self, call_id: str) -> None:
         """The call's entry ended here: leave every queue it is in, and wake the waiters here."""
-        self.held.pop(call_id, None)
+        self._lineage.pop(call_id, None)
         self._scopes.pop(call_id, None)
-        await self._leave(call_id)
+        if self.held.pop(call_id, None) is not None:
+            await self._leave(call_id)
+
+    def forget(self, call_id: str) -> None:
+        """The call ends without holding anything (its wait failed)."""
+        self._lineage.pop(call_id, None)
 
     def release_later(self, call_id: str, detached: asyncio.Task[Any]) -> None:
         """Release once ``detached`` (an implementation that ignored its cancellation) exits."""

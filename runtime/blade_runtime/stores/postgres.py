@@ -254,6 +254,7 @@ class PostgresStore(SQLStore):
 
     _holds_nul = False  # text holds no U+0000
     _NOW = _NOW
+    _BEFORE_WAIT = _BEFORE_WAIT
     _SHARE = " FOR SHARE"
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 

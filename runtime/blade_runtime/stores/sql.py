@@ -724,12 +724,15 @@ class SQLStore:
     ) -> bool:
         mine = {"call_id": entry.call_id, "owner": entry.owner}
         marks = {f"k{n}": key for n, (key, _) in enumerate(keys)}
+        since = clock()  # SQLite's clock before it waits for the write lock
         with self._transaction() as tx:
             self._lock_slots(tx, sorted(marks.values()))
+            # A row lapsed only if its lease ran out before this transaction began waiting: a
+            # wait for the lock may have held up its owner's renewal too.
             tx.run(
                 f"DELETE FROM blade_slots WHERE slot_key IN ({_values(', '.join(marks))}) "
-                "AND lease_until < {now}",
-                marks,
+                f"AND lease_until < {self._BEFORE_WAIT}",
+                marks | {"since": since},
             )
             for key, capacity in keys:
                 tx.run(
@@ -1140,6 +1143,7 @@ class SQLStore:
         )
 
     _NOW: ClassVar[str]  # the store's clock in a statement, as epoch seconds
+    _BEFORE_WAIT: ClassVar[str]  # its clock when the transaction began, before any lock wait
 
 
 # A new call's row: its lease runs from the store's clock at the commit when it is running.

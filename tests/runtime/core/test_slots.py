@@ -26,7 +26,7 @@ import pytest
 from conftest import _import_package, add_spec, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from slot_tools import Done, most_at_once, work_spec
+from slot_tools import Done, Work, most_at_once, parent_spec, work_spec
 
 from blade_codegen.build import build
 from blade_codegen.pack import readme
@@ -271,6 +271,38 @@ def test_a_waiting_call_is_announced_and_listed() -> None:
         assert kinds.index("waiting") < kinds.index("acquired") < kinds.index("result")
         assert ("v0", "waiting") not in seen
         watcher.cancel()
+        await runtime.close()
+
+    run(main())
+
+
+def test_a_child_shares_what_its_parent_holds() -> None:
+    """A parent holding the lock of a path calls a child tool that locks the same path: the
+    child runs as part of its parent (it does not wait on it), and a call from outside waits
+    for both to end."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        runtime = Runtime(store=store)
+        tool = Gated()
+        child = work_spec(locks=["file:/path"], suspends=False)
+        runtime.register(child, tool)
+
+        async def edit(ctx: Any) -> Done:
+            done: Done = await ctx.tools.call(child, Work(n=ctx.input.n, path=ctx.input.path))
+            return done
+
+        runtime.register(parent_spec(locks=["file:/path"]), edit)
+        parent = asyncio.create_task(runtime.call("edit", {"n": 0, "path": "/a"}, call_id="p0"))
+        await until(lambda: 0 in tool.entered, "the child of p0 runs")
+        outside = asyncio.create_task(runtime.call("work", {"n": 1, "path": "/a"}, call_id="o1"))
+        await until(lambda: waiting(store, "o1"), "o1 waits for the parent")
+        tool.gate(0).set()
+        assert isinstance(await parent, ToolSuccess)
+        await until(lambda: 1 in tool.entered, "o1 runs once the parent ended")
+        tool.gate(1).set()
+        assert isinstance(await outside, ToolSuccess)
+        assert store.slots() == [] and runtime.calls.slots._lineage == {}
         await runtime.close()
 
     run(main())
