@@ -419,6 +419,7 @@ class Runtime:
         trust: Trust = "workspace",
         concurrency: int | None = None,
         locks: Collection[str] | None = None,
+        worker_concurrency: int | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -448,6 +449,7 @@ class Runtime:
         JSON pointers into the final input (``"/path"``, or ``"file:/path"`` to name the
         resource) whose calls with equal values never run at once (see
         ``blade_runtime.core.slots``); each, when given, instead of the spec's.
+        ``worker_concurrency``: at most this many at once in this runtime.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -476,6 +478,7 @@ class Runtime:
             limits = Limits.of(
                 spec.concurrency if concurrency is None else concurrency,
                 spec.locks if locks is None else locks,
+                worker_concurrency,
             )
         except LimitsError as error:
             raise RegistrationError(f"{where}: {error}") from None

@@ -669,7 +669,7 @@ class CallRunner:
         (a child's, less those its parent holds)."""
         assert registration.limits is not None
         tenant = "" if call.context is None else call.context.tenant
-        keys = registration.limits.keys(registration.name, tenant, arguments)
+        keys = registration.limits.keys(registration.name, tenant, arguments, self.owner)
         return self.slots.keys_of(call.call_id, keys, call.parent)
 
     async def _take_slots(

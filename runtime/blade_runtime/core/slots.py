@@ -1,10 +1,12 @@
 """Concurrency slots and resource locks (seed 000, "Interruption"), in one process and across
 every worker of one store.
 
-A tool may declare how many of its calls run at once (``concurrency``) and which resources a
+A tool may declare how many of its calls run at once (``concurrency``; a registration also
+``worker_concurrency``, per runtime, as DBOS queues bound both) and which resources a
 call locks (``locks``: JSON pointers into its final input; two calls whose pointers resolve to
 equal values never run at once: ``"/path"`` is the seed's same-file lock). Each becomes a key
-with a capacity: ``tool:<name>`` (the registration's name, ``concurrency``) and one key per lock
+with a capacity: ``tool:<name>`` (the registration's name, ``concurrency``),
+``worker:<owner>:<name>`` (``worker_concurrency``) and one key per lock
 (capacity 1) of the value, the lock's resource name (by default its pointer) and the caller's
 tenant (the calls of two tenants never wait on each other's resources).
 
@@ -108,34 +110,47 @@ class Lock:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What a registration declares: at most ``concurrency`` calls at once (None: no limit),
-    and its ``locks``."""
+    """What a registration declares: at most ``concurrency`` calls at once in every worker of
+    the store and ``worker_concurrency`` in each (None: no limit), and its ``locks``."""
 
     concurrency: int | None
     locks: tuple[Lock, ...]
+    worker_concurrency: int | None = None
 
     @classmethod
-    def of(cls, concurrency: int | None, locks: Collection[str]) -> Limits | None:
+    def of(
+        cls,
+        concurrency: int | None,
+        locks: Collection[str],
+        worker_concurrency: int | None = None,
+    ) -> Limits | None:
         """The declaration checked (``LimitsError``), or None when it declares nothing."""
-        if concurrency is not None and (
-            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        for label, limit in (
+            ("concurrency", concurrency),
+            ("worker_concurrency", worker_concurrency),
         ):
-            raise LimitsError(
-                f"concurrency={concurrency!r} is not a positive integer (None: no limit)"
-            )
+            if limit is not None and (
+                isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+            ):
+                raise LimitsError(f"{label}={limit!r} is not a positive integer (None: no limit)")
         if isinstance(locks, str):
             raise LimitsError(f"locks={locks!r} is one string; pass a list: locks=[{locks!r}]")
         parsed = tuple(dict.fromkeys(Lock.parse(lock) for lock in locks))
-        if concurrency is None and not parsed:
+        if concurrency is None and worker_concurrency is None and not parsed:
             return None
-        return cls(concurrency, parsed)
+        return cls(concurrency, parsed, worker_concurrency)
 
-    def keys(self, name: str, tenant: str, arguments: Mapping[str, Any]) -> tuple[Key, ...]:
-        """The keys a call of ``name`` with ``arguments`` (its final input) takes, sorted: a
-        lock whose pointer finds nothing in the input locks nothing."""
+    def keys(
+        self, name: str, tenant: str, arguments: Mapping[str, Any], owner: str
+    ) -> tuple[Key, ...]:
+        """The keys a call of ``name`` with ``arguments`` (its final input) takes on the
+        runtime ``owner``, sorted: a lock whose pointer finds nothing in the input locks
+        nothing."""
         keys: dict[str, int] = {}
         if self.concurrency is not None:
             keys[_bounded(f"tool:{name}")] = self.concurrency
+        if self.worker_concurrency is not None:
+            keys[_bounded(f"worker:{owner}:{name}")] = self.worker_concurrency
         for lock in self.locks:
             there, value = lock.value(arguments)
             if there:

@@ -277,6 +277,43 @@ def test_a_waiting_call_is_announced_and_listed() -> None:
     run(main())
 
 
+def test_worker_concurrency_bounds_each_runtime_and_concurrency_all_of_them() -> None:
+    """Two runtimes (workers) of one store: ``worker_concurrency=1`` lets each run one call at
+    a time, both at once; with ``concurrency=1`` too, one of them in all."""
+
+    async def main(limit: int | None) -> tuple[int, int, int]:
+        store = MemoryStore()
+        running = [0, 0, 0]  # worker 0, worker 1, both
+        most = [0, 0, 0]
+
+        def work(worker: int) -> Any:
+            async def run(ctx: Any) -> Done:
+                for at in (worker, 2):
+                    running[at] += 1
+                    most[at] = max(most[at], running[at])
+                await asyncio.sleep(0.05)
+                for at in (worker, 2):
+                    running[at] -= 1
+                return Done(n=ctx.input.n)
+
+            return run
+
+        runtimes = [Runtime(store=store), Runtime(store=store)]
+        for worker, runtime in enumerate(runtimes):
+            runtime.register(work_spec(), work(worker), worker_concurrency=1, concurrency=limit)
+        results = await asyncio.gather(
+            *(runtime.call("work", {"n": n}) for runtime in runtimes for n in range(4))
+        )
+        assert all(isinstance(result, ToolSuccess) for result in results)
+        assert store.slots() == []
+        for runtime in runtimes:
+            await runtime.close()
+        return most[0], most[1], most[2]
+
+    assert run(main(None)) == (1, 1, 2)
+    assert run(main(1)) == (1, 1, 1)
+
+
 def test_a_child_shares_what_its_parent_holds() -> None:
     """A parent holding the lock of a path calls a child tool that locks the same path: the
     child runs as part of its parent (it does not wait on it), and a call from outside waits
@@ -314,6 +351,7 @@ def test_a_child_shares_what_its_parent_holds() -> None:
     [
         ({"concurrency": 0}, "concurrency=0 is not a positive integer"),
         ({"concurrency": True}, "concurrency=True is not a positive integer"),
+        ({"worker_concurrency": -1}, "worker_concurrency=-1 is not a positive integer"),
         ({"locks": "/path"}, "pass a list: locks=['/path']"),
         ({"locks": ["path"]}, "neither a JSON pointer"),
         ({"locks": ["/a~2b"]}, "'~0' or '~1' only"),
