@@ -35,7 +35,7 @@ from blade_codegen.problems import SpecError
 from blade_codegen.resolve import resolve_specs
 from blade_runtime import CallContext, Principal, RegistrationError, Runtime
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
-from blade_runtime.core.store import Store
+from blade_runtime.core.store import Store, StoreUnavailable
 from blade_runtime.stores.memory import MemoryStore
 
 TOOLS = Path(__file__).parents[2] / "slot_tools.py"
@@ -205,6 +205,61 @@ def test_released_on_every_exit(store: Store) -> None:
         assert isinstance(await resumed, ToolSuccess)
         assert tool.entered == [0, 1, 2, 3, 2] and tool.most == 1
         assert store.slots() == []
+        await runtime.close()
+
+    run(main())
+
+
+def test_a_holder_whose_slot_was_taken_is_stopped() -> None:
+    """A runtime that stalled past its lease while it held a slot finds the slot given to
+    another (here: its row deleted, as another worker's look deletes a lapsed one): its
+    heartbeat stops the call as LEASE_LOST, so two calls never run where one may."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        runtime = Runtime(store=store, lease_s=0.3)
+        tool = Gated()
+        runtime.register(work_spec(concurrency=1), tool)
+        holder = asyncio.create_task(runtime.call("work", {"n": 0}, call_id="s0"))
+        await until(lambda: 0 in tool.entered, "s0 runs")
+        assert store.release_slots("s0", runtime.owner) == 1  # taken while it ran
+        lost = await holder
+        assert isinstance(lost, ToolError) and lost.code is ErrorCode.LEASE_LOST
+        assert "concurrency slot lapsed" in lost.message
+        await runtime.close()
+
+    run(main())
+
+
+def test_a_store_that_fails_while_a_call_waits_ends_it_unrun() -> None:
+    """The store refuses a waiter's look: the call ends STORE_UNAVAILABLE, its implementation
+    never entered, and nothing of it is left in the queues."""
+
+    class Failing(MemoryStore):
+        fail = False
+
+        def acquire_slots(self, *args: Any, **kwargs: Any) -> bool:
+            if self.fail:
+                raise StoreUnavailable("the store is down")
+            return super().acquire_slots(*args, **kwargs)
+
+    async def main() -> None:
+        store = Failing()
+        runtime = Runtime(store=store)
+        tool = Gated()
+        runtime.register(work_spec(concurrency=1), tool)
+        holder = asyncio.create_task(runtime.call("work", {"n": 0}, call_id="f0"))
+        await until(lambda: 0 in tool.entered, "f0 runs")
+        waiter = asyncio.create_task(runtime.call("work", {"n": 1}, call_id="f1"))
+        await until(lambda: waiting(store, "f1"), "f1 waits")
+        store.fail = True
+        refused = await waiter
+        assert isinstance(refused, ToolError) and refused.code is ErrorCode.STORE_UNAVAILABLE
+        assert "it did not run" in refused.message and tool.entered == [0]
+        assert store.slots(call_id="f1") == []
+        store.fail = False
+        tool.gate(0).set()
+        assert isinstance(await holder, ToolSuccess)
         await runtime.close()
 
     run(main())
