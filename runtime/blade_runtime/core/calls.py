@@ -515,7 +515,7 @@ class CallRunner:
         if limited:  # waits here, before its deadline starts
             keys = self._keys(registration, call, arguments)
             if keys:
-                unslotted = await self._take_slots(call, keys, scope)
+                unslotted = await self._take_slots(call, keys, scope, claim)
                 if unslotted is not None:
                     self.slots.forget(call.call_id)
                     return unslotted
@@ -673,11 +673,13 @@ class CallRunner:
         return self.slots.keys_of(call.call_id, keys, call.parent)
 
     async def _take_slots(
-        self, call: CallInfo, keys: tuple[Key, ...], scope: CancelScope
+        self, call: CallInfo, keys: tuple[Key, ...], scope: CancelScope, claim: Claim | None
     ) -> ToolResult[Any] | None:
         """Wait for the entry's slots and locks (FIFO, cancellable; ``core.slots``): None once
         they are held, or the result that ends the call. A call that waits is announced as
-        ``waiting`` (the keys), then ``acquired``."""
+        ``waiting`` (the keys), then ``acquired``: stored with the call where the store keeps
+        it (``claim``: its own, not a parent's), so every worker's subscribers see them."""
+        own = claim if call.parent is None else None
         tenant = "" if call.context is None else call.context.tenant
         entry = SlotRecord("", call.call_id, self.owner, 0.0, 0, False, 0.0, tenant, call.run_id,
                            call.name)  # fmt: skip
@@ -687,7 +689,7 @@ class CallRunner:
             nonlocal waited
             waited = True
             payload: JsonValue = {"keys": [key for key, _ in keys]}
-            self.events.publish(self._event(call, "waiting", payload))
+            await self._announce(call, "waiting", payload, own)
 
         try:
             await self.slots.acquire(entry, keys, scope, waiting)
@@ -695,8 +697,21 @@ class CallRunner:
             log.error("%s (call %s): the store refused its slots: %s", *_named(call), error)
             return error_result(call, ErrorCode.STORE_UNAVAILABLE, NO_SLOT)
         if waited:
-            self.events.publish(self._event(call, "acquired", None))
+            await self._announce(call, "acquired", None, own)
         return None
+
+    async def _announce(
+        self, call: CallInfo, kind: str, payload: JsonValue, claim: Claim | None
+    ) -> None:
+        event = self._event(call, kind, payload)
+        if claim is None:
+            self.events.publish(event)
+            return
+        try:
+            await self._emit(self.store.announce, event, claim=claim)
+        except StoreError as error:  # only news: the wait goes on, the heartbeat judges the lease
+            log.warning("%s (call %s): its %s event was not stored: %s", *_named(call), kind, error)
+            self.events.publish(event)
 
     def _prepare(
         self,

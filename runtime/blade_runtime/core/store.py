@@ -253,8 +253,9 @@ class DataRecord:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One tool event of a run, in order: started, data, suspended, pending, resumed, claimed,
-    trigger, result (stored, numbered by ``seq`` in commit order), and progress and messages
+    """One tool event of a run, in order: started, waiting and acquired (a concurrency slot or
+    a lock), data, suspended, pending, resumed, claimed, trigger, result (stored, numbered by
+    ``seq`` in commit order), and progress and messages
     (never stored, ``seq`` 0). ``tenant`` and ``principal`` are its call's: who may see it.
     A store hands back the event it committed, numbered; it never changes the one it was given."""
 
@@ -632,6 +633,11 @@ class Store(Protocol):
         ...
 
     # -- concurrency slots and resource locks (core.slots) ---------------------------------------
+
+    def announce(self, event: Event, *, claim: Claim) -> Event:
+        """Append ``event`` of the call the entry holding ``claim`` runs (``LeaseLost`` when it
+        no longer holds it); returned numbered. A call's ``waiting`` and ``acquired``."""
+        ...
 
     def acquire_slots(
         self, entry: SlotRecord, keys: Sequence[tuple[str, int]], lease_s: float

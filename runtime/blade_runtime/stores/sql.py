@@ -719,6 +719,12 @@ class SQLStore:
 
     # -- concurrency slots and resource locks (core.slots) -------------------------------------
 
+    def announce(self, event: Event, *, claim: Claim) -> Event:
+        with self._transaction() as tx:
+            self._fenced(tx, claim)
+            seq = tx.append(event, claim.call_id)
+        return event.numbered(_first(seq))
+
     def acquire_slots(
         self, entry: SlotRecord, keys: Sequence[tuple[str, int]], lease_s: float
     ) -> bool:

@@ -123,6 +123,11 @@ def test_at_most_the_limit_run_at_once_in_fifo_order_and_a_cancelled_waiter_leav
         assert all(isinstance(r, ToolSuccess) for r in results)
         assert tool.entered == [0, 1, 2, 4, 5] and tool.most == 2
         assert store.slots() == []
+        if store.durable:  # the wait is in the call's stored history, for every worker's streams
+            kinds = [e.kind for e in store.events("default") if e.call_id == "c2"]
+            assert kinds == ["started", "waiting", "acquired", "result"]
+            waited = [e.kind for e in store.events("default") if e.call_id == "c3"]
+            assert waited == ["started", "waiting", "result"]  # cancelled while it waited
         await runtime.close()
 
     run(main())
