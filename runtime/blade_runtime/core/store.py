@@ -649,7 +649,8 @@ class Store(Protocol):
         ...
 
     def release_slots(self, call_id: str, owner: str) -> int:
-        """Leave every queue ``call_id`` is in under ``owner`` (held or waiting); how many."""
+        """Leave every queue ``call_id`` is in under ``owner`` (held or waiting); how many.
+        The lapsed rows of every key go too."""
         ...
 
     def renew_slots(self, owner: str, call_ids: Collection[str], lease_s: float) -> set[str]:

@@ -757,13 +757,15 @@ class SQLStore:
         return len(taken.all()) == len(keys)
 
     def release_slots(self, call_id: str, owner: str) -> int:
+        since = clock()
         with self._transaction() as tx:
+            # and the rows of dead workers, on keys nobody queues on again (a small table)
             gone = tx.run(
-                "DELETE FROM blade_slots WHERE call_id = :call_id AND owner = :owner "
-                "RETURNING slot_key",
-                {"call_id": call_id, "owner": owner},
+                "DELETE FROM blade_slots WHERE (call_id = :call_id AND owner = :owner) "
+                f"OR lease_until < {self._BEFORE_WAIT} RETURNING call_id, owner",
+                {"call_id": call_id, "owner": owner, "since": since},
             )
-        return len(gone.all())
+        return sum(row == (call_id, owner) for row in gone.all())
 
     def renew_slots(self, owner: str, call_ids: Collection[str], lease_s: float) -> set[str]:
         marks = {f"i{n}": call_id for n, call_id in enumerate(call_ids)}

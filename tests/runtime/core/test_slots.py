@@ -625,6 +625,12 @@ def test_a_killed_holder_frees_its_slot_when_its_lease_lapses(
     # the waiter entered after the kill, and not before the holder's lease could lapse (renewed
     # every third of it: 1.3 s after the kill, when its heartbeat kept time)
     assert starts[1] - killed_at > 0.5
+    left = open_store(url)
+    try:  # the dead worker's row went when the waiter released its own
+        assert left.slots() == [] and left.release_slots("nobody", "none") == 0
+        assert not left._fetch("SELECT 1 FROM blade_slots")  # type: ignore[attr-defined]
+    finally:
+        left.close()
 
 
 def test_http_shows_a_call_waiting_for_its_slot(tmp_path: Path) -> None:
