@@ -11,6 +11,7 @@ a PostgreSQL server, and past a worker killed while it holds a slot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
@@ -265,6 +266,47 @@ def test_a_store_that_fails_while_a_call_waits_ends_it_unrun() -> None:
         store.fail = False
         tool.gate(0).set()
         assert isinstance(await holder, ToolSuccess)
+        await runtime.close()
+
+    run(main())
+
+
+def test_an_implementation_that_ignores_its_cancellation_keeps_its_lock_until_it_exits() -> None:
+    """Cancelled, it ignores the cancellation past the grace: its caller gets CANCELLED (and
+    its own registration refuses calls), but it may still be touching the resource, so another
+    tool's call on the same resource waits until it really exits."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        runtime = Runtime(store=store, cleanup_grace_s=0.05)
+        exited = asyncio.Event()
+        entered: list[str] = []
+
+        async def stubborn(ctx: Any) -> Done:
+            entered.append(ctx.call.name)
+            while ctx.call.name == "edit" and not exited.is_set():
+                with contextlib.suppress(asyncio.CancelledError):  # ignores every cancellation
+                    await exited.wait()  # and cleans up for as long as the test says
+            return Done(n=ctx.input.n)
+
+        for name in ("edit", "read"):
+            runtime.register(work_spec(), stubborn, name=name, locks=["file:/path"])
+        first = asyncio.create_task(
+            runtime.call("edit", {"n": 0, "path": "/x"}, call_id="d0", run_id="r1")
+        )
+        await until(lambda: entered == ["edit"], "d0 runs")
+        runtime.cancel_call("d0")
+        cancelled = await first
+        assert isinstance(cancelled, ToolError) and cancelled.code is ErrorCode.CANCELLED
+        second = asyncio.create_task(
+            runtime.call("read", {"n": 1, "path": "/x"}, call_id="d1", run_id="r2")
+        )
+        await until(lambda: waiting(store, "d1"), "d1 waits for the detached d0")
+        await asyncio.sleep(0.1)
+        assert entered == ["edit"]
+        exited.set()
+        assert isinstance(await second, ToolSuccess) and entered == ["edit", "read"]
+        assert store.slots() == []
         await runtime.close()
 
     run(main())
