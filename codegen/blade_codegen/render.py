@@ -771,6 +771,10 @@ def manifest(plan: BuildPlan) -> str:
             entry["children"] = list(spec.children)
         if spec.lease:
             entry["lease"] = True
+        if spec.concurrency is not None:
+            entry["concurrency"] = spec.concurrency
+        if spec.locks:
+            entry["locks"] = list(spec.locks)
         if spec.caller:
             entry["caller"] = True
         if spec.permissions:

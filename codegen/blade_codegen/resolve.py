@@ -64,6 +64,8 @@ class ResolvedSpec:
     # Also server-side only, outside the fingerprint: lease fencing (ctx.lease), and what the
     # README documents: the permission subjects it asks for and the environment it reads.
     lease: bool = False
+    concurrency: int | None = None  # at most this many calls at once (core.slots)
+    locks: tuple[str, ...] = ()  # JSON pointers into the input: what a call locks
     caller: bool = False  # its implementation reads who the call is for (ctx.call.context)
     permissions: Mapping[str, Any] = field(default_factory=dict)
     environment: Mapping[str, Any] = field(default_factory=dict)
@@ -236,6 +238,8 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 deadlines=deadlines,
                 capabilities=dict(spec.get("capabilities", {})),
                 lease=bool(spec.get("lease", False)),
+                concurrency=spec.get("concurrency"),
+                locks=tuple(spec.get("locks", ())),
                 caller=bool(spec.get("caller", False)),
                 permissions=dict(spec.get("permissions", {})),
                 environment=dict(spec.get("environment", {})),

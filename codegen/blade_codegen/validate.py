@@ -145,6 +145,8 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
             "capabilities",
             "caller",
             "lease",
+            "concurrency",
+            "locks",
             "permissions",
             "environment",
         ):
@@ -166,8 +168,37 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
                     f"rename it, for example to {name}_service",
                 )
             )
+    problems.extend(_check_locks(source, spec))
     for at, schema in schema_slots(spec):
         problems.extend(_check_schema(tree, source, at, schema))
+    return problems
+
+
+def _check_locks(source: SourceFile, spec: Mapping[str, Any]) -> list[Problem]:
+    """Each lock's pointer starts at a property the input declares (a misspelt one would find
+    nothing in any call, and lock nothing)."""
+    locks = spec.get("locks")
+    properties = (
+        spec.get("inputSchema", {}).get("properties")
+        if isinstance(spec.get("inputSchema"), dict)
+        else None
+    )
+    if not isinstance(locks, list) or not isinstance(properties, dict):
+        return []
+    problems = []
+    for index, lock in enumerate(locks):
+        if not isinstance(lock, str) or "/" not in lock:
+            continue  # the meta-schema names it
+        first = lock[lock.index("/") + 1 :].split("/")[0].replace("~1", "/").replace("~0", "~")
+        if first not in properties:
+            problems.append(
+                source.problem(
+                    ("locks", index),
+                    f"the lock {lock!r} points at {first!r}, which the inputSchema does not "
+                    "declare: it would lock nothing",
+                    f"point it at one of: {', '.join(sorted(properties)) or 'no property'}",
+                )
+            )
     return problems
 
 

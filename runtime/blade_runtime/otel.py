@@ -18,7 +18,8 @@ A call refused before it became an invocation (no such tool, invalid arguments, 
 or abort) is an instant span with its code. Metrics beside the duration: ``blade.tool.calls``
 (entries by ``blade.outcome`` and ``error.type``), ``blade.tool.resumes``, ``blade.lease.losses``,
 ``blade.store.operation.duration`` (each store operation of the runtime, waits included) and,
-when the store is given, the gauges ``blade.pending.waiting`` and ``blade.pending.oldest_age``.
+when the store is given, the gauges ``blade.pending.waiting``, ``blade.pending.oldest_age`` and
+``blade.tool.waiting`` (calls waiting for a concurrency slot or a resource lock, by tool).
 ``CallLogFilter`` puts the running call's ids and the trace's on every log record.
 
 Nothing of a call's content is recorded (arguments, results, error messages, the tenant) unless
@@ -140,6 +141,13 @@ class Telemetry:
                 [self._oldest_age],
                 unit="s",
                 description="How long the oldest pending action has waited.",
+            )
+            meter.create_observable_gauge(
+                "blade.tool.waiting",
+                [self._slot_waiters],
+                unit="{call}",
+                description="Calls waiting for a concurrency slot or a resource lock, by "
+                "gen_ai.tool.name (every worker's, every tenant's).",
             )
         self._record_content = record_content
         self._record_tenant = record_tenant
@@ -286,6 +294,21 @@ class Telemetry:
             log.warning("telemetry: pending actions not read: %r", error)
             return []
         return [Observation(count)]
+
+    def _slot_waiters(self, options: CallbackOptions) -> list[Observation]:
+        try:
+            rows = self._waiting_store.slots()
+        except Exception as error:
+            log.warning("telemetry: slot queues not read: %r", error)
+            return []
+        waiting: dict[str, set[str]] = {}
+        for row in rows:
+            if not row.held:
+                waiting.setdefault(row.name, set()).add(row.call_id)
+        return [
+            Observation(len(calls), {"gen_ai.tool.name": name})
+            for name, calls in sorted(waiting.items())
+        ]
 
     def _oldest_age(self, options: CallbackOptions) -> list[Observation]:
         try:

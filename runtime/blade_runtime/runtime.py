@@ -69,6 +69,7 @@ from blade_runtime.core.registry import (
 )
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.retention import Retention, prune_all, sweep
+from blade_runtime.core.slots import Limits, LimitsError
 from blade_runtime.core.sources import SourcePolicy
 from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, JsonObject
 from blade_runtime.core.storage import StoreAccess
@@ -416,6 +417,9 @@ class Runtime:
         large_result_bytes: int | None = None,
         source: str = "spec",
         trust: Trust = "workspace",
+        concurrency: int | None = None,
+        locks: Collection[str] | None = None,
+        worker_concurrency: int | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -440,7 +444,12 @@ class Runtime:
         reads its head and a link (see ``blade_runtime.core.artifacts``; default: the
         runtime's). ``source`` and ``trust``: where the tool comes from (``spec``, ``dynamic``,
         ``mcp:<server>``) and how far it is trusted (``trusted``, ``workspace``, ``remote``):
-        the source policy, the permission policy and observers read them.
+        the source policy, the permission policy and observers read them. ``concurrency``: at
+        most this many calls of this name run at once, in every worker of the store; ``locks``:
+        JSON pointers into the final input (``"/path"``, or ``"file:/path"`` to name the
+        resource) whose calls with equal values never run at once (see
+        ``blade_runtime.core.slots``); each, when given, instead of the spec's.
+        ``worker_concurrency``: at most this many at once in this runtime.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -465,6 +474,14 @@ class Runtime:
             )
         runnable = asynchronous(implementation, where)
         checked_size(large_result_bytes, f"{where}: large_result_bytes")
+        try:
+            limits = Limits.of(
+                spec.concurrency if concurrency is None else concurrency,
+                spec.locks if locks is None else locks,
+                worker_concurrency,
+            )
+        except LimitsError as error:
+            raise RegistrationError(f"{where}: {error}") from None
         if behavior is not None and not callable(behavior):
             raise RegistrationError(
                 f"{where}: behavior= is not callable (pass a function of the typed input "
@@ -492,6 +509,7 @@ class Runtime:
             large_result_bytes=large_result_bytes,
             source=source,
             trust=trust,
+            limits=limits,
         )
         self.tools.dynamic = (
             self.tools.dynamic
@@ -762,6 +780,7 @@ class Runtime:
             await asyncio.sleep(0.05)
         self.calls.stop_recording()
         self.leases.close()
+        self.calls.slots.close()
         await self.io(self.store.renew, self.owner, 0.0)
         await self.io(self.store.detach, self.owner)
         self.io.close()

@@ -98,6 +98,7 @@ from blade_runtime.core.results import (
     ToolSuccess,
     pending_content,
 )
+from blade_runtime.core.slots import Key, Slots
 from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
@@ -108,6 +109,7 @@ from blade_runtime.core.store import (
     DuplicateCall,
     Event,
     LeaseLost,
+    SlotRecord,
     StoreError,
     StoreUnavailable,
     clock,
@@ -194,6 +196,7 @@ class CallRunner:
         self.fatal: dict[str, ToolError] = {}  # parent call id: the child failure that ends it
         self.held: dict[str, Claim] = {}  # a running parent's claim, by call id, for its children
         self.unrecorded: set[asyncio.Task[None]] = set()  # results written again until stored
+        self.slots = Slots(io, owner, lease_s)  # concurrency limits and resource locks
         self.cleaning: dict[str, int] = {}
         """Runs with a cancelled implementation still running detached, and how many: their new
         tool calls are refused until it exits (seed 000)."""
@@ -508,6 +511,14 @@ class CallRunner:
         claim = None
         if not registration.plain or attempt is not None:
             claim = self._prepare(registration, call, ctx, attempt, context, disabled)
+        limited = registration.limits is not None
+        if limited:  # waits here, before its deadline starts
+            keys = self._keys(registration, call, arguments)
+            if keys:
+                unslotted = await self._take_slots(call, keys, scope, claim)
+                if unslotted is not None:
+                    self.slots.forget(call.call_id)
+                    return unslotted
         implementation = registration.implementation
         assert implementation is not None  # a client tool's call ends in _enter
         running: Awaitable[Any]
@@ -540,6 +551,11 @@ class CallRunner:
             return self._failed(call, error)
         finally:
             scope.stop()  # no timer reaches what follows (the projection)
+            if limited:  # every exit: a result, an error, a timeout, a cancellation, a suspension
+                if scope.detached is not None:  # it ignored its cancellation: held until it exits
+                    self.slots.release_later(call.call_id, scope.detached)
+                else:
+                    await self.slots.release(call.call_id)
             if children:
                 if claim is not None:
                     self.held.pop(call.call_id, None)
@@ -645,6 +661,57 @@ class CallRunner:
             except Exception as error:
                 return self.interceptors.observer_failed("execution_started", call, error)
         return _Entered(attempt, context, disabled)
+
+    def _keys(
+        self, registration: Registration[Any], call: CallInfo, arguments: JsonObject
+    ) -> tuple[Key, ...]:
+        """The slot keys of this entry: its tool's, and its locks' values in the final input
+        (a child's, less those its parent holds)."""
+        assert registration.limits is not None
+        tenant = "" if call.context is None else call.context.tenant
+        keys = registration.limits.keys(registration.name, tenant, arguments, self.owner)
+        return self.slots.keys_of(call.call_id, keys, call.parent)
+
+    async def _take_slots(
+        self, call: CallInfo, keys: tuple[Key, ...], scope: CancelScope, claim: Claim | None
+    ) -> ToolResult[Any] | None:
+        """Wait for the entry's slots and locks (FIFO, cancellable; ``core.slots``): None once
+        they are held, or the result that ends the call. A call that waits is announced as
+        ``waiting`` (the keys), then ``acquired``: stored with the call where the store keeps
+        it (``claim``: its own, not a parent's), so every worker's subscribers see them."""
+        own = claim if call.parent is None else None
+        tenant = "" if call.context is None else call.context.tenant
+        entry = SlotRecord("", call.call_id, self.owner, 0.0, 0, False, 0.0, tenant, call.run_id,
+                           call.name)  # fmt: skip
+        waited = False
+
+        async def waiting() -> None:
+            nonlocal waited
+            waited = True
+            payload: JsonValue = {"keys": [key for key, _ in keys]}
+            await self._announce(call, "waiting", payload, own)
+
+        try:
+            await self.slots.acquire(entry, keys, scope, waiting)
+        except StoreError as error:
+            log.error("%s (call %s): the store refused its slots: %s", *_named(call), error)
+            return error_result(call, ErrorCode.STORE_UNAVAILABLE, NO_SLOT)
+        if waited:
+            await self._announce(call, "acquired", None, own)
+        return None
+
+    async def _announce(
+        self, call: CallInfo, kind: str, payload: JsonValue, claim: Claim | None
+    ) -> None:
+        event = self._event(call, kind, payload)
+        if claim is None:
+            self.events.publish(event)
+            return
+        try:
+            await self._emit(self.store.announce, event, claim=claim)
+        except StoreError as error:  # only news: the wait goes on, the heartbeat judges the lease
+            log.warning("%s (call %s): its %s event was not stored: %s", *_named(call), kind, error)
+            self.events.publish(event)
 
     def _prepare(
         self,
@@ -1192,6 +1259,10 @@ NOT_ASKED = (
 NOT_OFFERED = (
     "The client tool's pending action could not be recorded (the store is unavailable); "
     "nothing was asked of the client. Try again."
+)
+NO_SLOT = (
+    "The tool could not take its concurrency slot or resource lock (the store is "
+    "unavailable); it did not run. Try again."
 )
 UNKEPT = (
     "The tool ran, but its result is larger than the model may read and could not be kept as "

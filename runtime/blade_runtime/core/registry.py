@@ -24,6 +24,7 @@ from blade_runtime.core.caller import CallContext
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.export import ExportedTool
 from blade_runtime.core.jsonvalue import model_of
+from blade_runtime.core.slots import Limits
 from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.validation import SchemaValidator
 
@@ -199,6 +200,8 @@ class Registration(Generic[OutputT]):
     """The parent's own registrations of its children, by spec id (else the runtime's)."""
     on_output: OutputObserver | None = None
     """A parent's own child registration: sees each output it delivers to the parent."""
+    limits: Limits | None = None
+    """Its concurrency limit and resource locks (``core.slots``); None: neither."""
     large_result_bytes: int | None = None
     """Above this many bytes, what the model reads is saved as a file of the call and the model
     reads its head and a link (``core.artifacts``); None: the runtime's setting."""

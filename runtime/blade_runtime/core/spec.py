@@ -128,6 +128,8 @@ class BackendToolSpec(
     children: tuple[str, ...] = ()  # ids of the tools it may call through ``ctx.tools``
     capabilities: Mapping[str, CapabilitySpec] = field(default_factory=dict)
     lease: bool = False  # lease fencing: its implementation gets ``ctx.lease``
+    concurrency: int | None = None  # at most this many calls at once, in every worker
+    locks: tuple[str, ...] = ()  # JSON pointers into the input: resources a call locks
     caller: bool = False
     """Its implementation reads who the call is for: ``ctx.call.context`` whole. Otherwise the
     implementation's ``ctx.call`` has the call's thread but no principal nor client data."""

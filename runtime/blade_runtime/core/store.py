@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, TypeAlias
@@ -253,8 +253,9 @@ class DataRecord:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One tool event of a run, in order: started, data, suspended, pending, resumed, claimed,
-    trigger, result (stored, numbered by ``seq`` in commit order), and progress and messages
+    """One tool event of a run, in order: started, waiting and acquired (a concurrency slot or
+    a lock), data, suspended, pending, resumed, claimed, trigger, result (stored, numbered by
+    ``seq`` in commit order), and progress and messages
     (never stored, ``seq`` 0). ``tenant`` and ``principal`` are its call's: who may see it.
     A store hands back the event it committed, numbered; it never changes the one it was given."""
 
@@ -274,6 +275,25 @@ class Event:
             self.run_id, self.call_id, self.kind, self.payload, self.at, seq, self.tenant,
             self.principal,
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRecord:
+    """One call's place in the queue of one slot key (``core.slots``): a concurrency slot of a
+    tool or a resource lock, ``held`` or waiting behind those of lower ``ticket``, under its
+    ``owner``'s lease until ``lease_until`` (the store's clock; a lapsed one counts for nothing).
+    """
+
+    slot_key: str
+    call_id: str
+    owner: str
+    ticket: float
+    capacity: int
+    held: bool
+    lease_until: float
+    tenant: str = ""
+    run_id: str = ""
+    name: str = ""
 
 
 @dataclass(slots=True)
@@ -610,6 +630,37 @@ class Store(Protocol):
         """Record a pending trigger and append its event (returned); None (nothing written) when
         one of its id is recorded already (a replayed entry asks again). ``claim`` as for
         ``write_data``."""
+        ...
+
+    # -- concurrency slots and resource locks (core.slots) ---------------------------------------
+
+    def announce(self, event: Event, *, claim: Claim) -> Event:
+        """Append ``event`` of the call the entry holding ``claim`` runs (``LeaseLost`` when it
+        no longer holds it); returned numbered. A call's ``waiting`` and ``acquired``."""
+        ...
+
+    def acquire_slots(
+        self, entry: SlotRecord, keys: Sequence[tuple[str, int]], lease_s: float
+    ) -> bool:
+        """Queue ``entry``'s call (first time: its ticket is the store's clock) on each of
+        ``keys`` (key, capacity) and take them all at once if, on every key, fewer than its
+        capacity of live rows are held or queued ahead of it; else take none. Renews its rows'
+        lease either way and forgets the lapsed rows of those keys. One transaction."""
+        ...
+
+    def release_slots(self, call_id: str, owner: str) -> int:
+        """Leave every queue ``call_id`` is in under ``owner`` (held or waiting); how many.
+        The lapsed rows of every key go too."""
+        ...
+
+    def renew_slots(self, owner: str, call_ids: Collection[str], lease_s: float) -> set[str]:
+        """Extend the lease of the slot rows of ``call_ids`` under ``owner`` (the store's clock
+        at the commit plus ``lease_s``); the ids of the calls that still have one."""
+        ...
+
+    def slots(self, *, tenant: str | None = None, call_id: str | None = None) -> list[SlotRecord]:
+        """The live slot rows (by key; held, then waiting in ticket order) of ``tenant`` or of
+        one call: who holds a key and who waits for it, in every worker of the store."""
         ...
 
     # -- sweeps and liveness -------------------------------------------------------------------

@@ -69,7 +69,7 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, LiteralString
 
@@ -93,6 +93,7 @@ from blade_runtime.stores.postgres_schema import (
     MIGRATION_LOCK,
     MIGRATIONS,
     SCHEMA_VERSION,
+    SLOT_CLASS,
 )
 from blade_runtime.stores.sql import (
     CALL_COLUMNS,
@@ -253,6 +254,7 @@ class PostgresStore(SQLStore):
 
     _holds_nul = False  # text holds no U+0000
     _NOW = _NOW
+    _BEFORE_WAIT = _BEFORE_WAIT
     _SHARE = " FOR SHARE"
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
 
@@ -430,6 +432,14 @@ class PostgresStore(SQLStore):
         return renewer
 
     # -- claims and leases -----------------------------------------------------------------------
+
+    def _lock_slots(self, tx: Tx, keys: Sequence[str]) -> None:
+        # Transaction locks, in one order: two acquirers sharing a key never deadlock.
+        for key in keys:
+            tx.run(
+                "SELECT pg_advisory_xact_lock(:cls, hashtext(:key))",
+                {"cls": SLOT_CLASS, "key": key},
+            )
 
     def _candidates(
         self,

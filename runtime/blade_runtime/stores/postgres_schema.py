@@ -11,6 +11,7 @@ EVENTS_LOCK = 1  # migration 1's; a run's events lock since migration 2
 MIGRATION_LOCK = 2
 LISTENER_CLASS = LOCK_CLASS + 1  # (class, key): the session lock of a listening store
 RUN_CLASS = LOCK_CLASS + 2  # (class, hashtext(run_id)): a run's events lock
+SLOT_CLASS = LOCK_CLASS + 3  # (class, hashtext(slot_key)): a slot key's queue
 CHANNEL = "blade_events"
 
 
@@ -370,6 +371,25 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         END
         $$
         """,
+    ),
+    (  # 6: concurrency slots and resource locks (core.slots): each call's place in each queue
+        """
+        CREATE TABLE blade_slots (
+            slot_key text NOT NULL,
+            call_id text NOT NULL,
+            owner text NOT NULL,
+            ticket double precision NOT NULL,
+            capacity integer NOT NULL,
+            held integer NOT NULL,
+            lease_until double precision NOT NULL,
+            tenant text NOT NULL,
+            run_id text NOT NULL,
+            name text NOT NULL,
+            PRIMARY KEY (slot_key, call_id, owner)
+        )
+        """,
+        "CREATE INDEX blade_slots_call ON blade_slots (call_id, owner)",
+        "CREATE INDEX blade_slots_owner ON blade_slots (owner)",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -52,6 +52,7 @@ from blade_runtime.core.store import (
     Resolution,
     Resolved,
     SaveStopped,
+    SlotRecord,
     StoreError,
     StoreUnavailable,
     TriggerRecord,
@@ -86,6 +87,27 @@ TRIGGER_COLUMNS = (
 )
 GRANT_COLUMNS = "grant_id, tenant, principal, tool, subject, created_at, action_id, spec_id, point"
 GRANT_KEY = "tenant, principal, tool, spec_id, point, subject"  # a grant's identity
+SLOT_COLUMNS = "slot_key, call_id, owner, ticket, capacity, held, lease_until, tenant, run_id, name"
+# A slot row is one call's place in one key's queue, owned by a runtime (its lease, renewed by
+# that runtime's polls and heartbeat). A call takes all its keys at once, never some: no call
+# holds one key while it waits for another, so queues never wait on each other in a cycle. It
+# takes them when, on each key, fewer than the capacity of other live rows are held or queued
+# ahead of it (by ticket, the store's clock when it first queued; then call id and owner):
+# FIFO, and rows held count whatever their ticket (PostgreSQL may commit a later ticket first).
+_TAKE_SLOTS = (
+    "UPDATE blade_slots SET held = 1 WHERE call_id = :call_id AND owner = :owner "
+    "AND NOT EXISTS (SELECT 1 FROM blade_slots m WHERE m.call_id = :call_id "
+    "AND m.owner = :owner AND (SELECT COUNT(*) FROM blade_slots o WHERE o.slot_key = m.slot_key "
+    "AND NOT (o.call_id = m.call_id AND o.owner = m.owner) AND (o.held = 1 OR "
+    "(o.ticket, o.call_id, o.owner) < (m.ticket, m.call_id, m.owner))) >= m.capacity) "
+    "RETURNING slot_key"
+)
+_QUEUE_SLOT = (
+    f"INSERT INTO blade_slots ({SLOT_COLUMNS}) VALUES (:key, :call_id, :owner, "
+    "COALESCE((SELECT MIN(ticket) FROM blade_slots WHERE call_id = :call_id "
+    "AND owner = :owner), {now}), :capacity, 0, {now} + :lease_s, :tenant, :run_id, :name) "
+    "ON CONFLICT (slot_key, call_id, owner) DO UPDATE SET lease_until = excluded.lease_until"
+)
 
 # A runner's write stands only while its entry holds the call: the owner, the fencing token of
 # its claim, still running. (``held`` asks more: a lease not yet expired by the store's clock;
@@ -279,6 +301,14 @@ def trigger_record(row: Sequence[Any]) -> TriggerRecord:
     )
 
 
+def slot_record(row: Sequence[Any]) -> SlotRecord:
+    key, call_id, owner, ticket, capacity, held, until, tenant, run_id, name = row
+    return SlotRecord(
+        key, call_id, owner, float(ticket), int(capacity), bool(held), float(until), tenant,
+        run_id, name,
+    )  # fmt: skip
+
+
 def claim_params(claim: Claim) -> dict[str, Any]:
     return {"c_call_id": claim.call_id, "c_owner": claim.owner, "c_fence": int(claim.fence)}
 
@@ -382,6 +412,10 @@ class SQLStore:
 
     def _pruned(self) -> None:
         """A prune deleted rows (SQLite gives their pages back)."""
+
+    def _lock_slots(self, tx: Tx, keys: Sequence[str]) -> None:
+        """Serialize the transactions that queue on or take any of ``keys`` (sorted) until the
+        commit (PostgreSQL; SQLite's transactions are serialized already)."""
 
     # -- ids ------------------------------------------------------------------------------------
 
@@ -682,6 +716,80 @@ class SQLStore:
         return event.numbered(_first(seq))
 
     # -- sweeps -----------------------------------------------------------------------------------
+
+    # -- concurrency slots and resource locks (core.slots) -------------------------------------
+
+    def announce(self, event: Event, *, claim: Claim) -> Event:
+        with self._transaction() as tx:
+            self._fenced(tx, claim)
+            seq = tx.append(event, claim.call_id)
+        return event.numbered(_first(seq))
+
+    def acquire_slots(
+        self, entry: SlotRecord, keys: Sequence[tuple[str, int]], lease_s: float
+    ) -> bool:
+        mine = {"call_id": entry.call_id, "owner": entry.owner}
+        marks = {f"k{n}": key for n, (key, _) in enumerate(keys)}
+        since = clock()  # SQLite's clock before it waits for the write lock
+        with self._transaction() as tx:
+            self._lock_slots(tx, sorted(marks.values()))
+            # A row lapsed only if its lease ran out before this transaction began waiting: a
+            # wait for the lock may have held up its owner's renewal too.
+            tx.run(
+                f"DELETE FROM blade_slots WHERE slot_key IN ({_values(', '.join(marks))}) "
+                f"AND lease_until < {self._BEFORE_WAIT}",
+                marks | {"since": since},
+            )
+            for key, capacity in keys:
+                tx.run(
+                    _QUEUE_SLOT,
+                    mine
+                    | {
+                        "key": key,
+                        "capacity": capacity,
+                        "lease_s": float(lease_s),
+                        "tenant": entry.tenant,
+                        "run_id": entry.run_id,
+                        "name": entry.name,
+                    },
+                )
+            taken = tx.run(_TAKE_SLOTS, mine)
+        return len(taken.all()) == len(keys)
+
+    def release_slots(self, call_id: str, owner: str) -> int:
+        since = clock()
+        with self._transaction() as tx:
+            # and the rows of dead workers, on keys nobody queues on again (a small table)
+            gone = tx.run(
+                "DELETE FROM blade_slots WHERE (call_id = :call_id AND owner = :owner) "
+                f"OR lease_until < {self._BEFORE_WAIT} RETURNING call_id, owner",
+                {"call_id": call_id, "owner": owner, "since": since},
+            )
+        return sum(row == (call_id, owner) for row in gone.all())
+
+    def renew_slots(self, owner: str, call_ids: Collection[str], lease_s: float) -> set[str]:
+        marks = {f"i{n}": call_id for n, call_id in enumerate(call_ids)}
+        if not marks:
+            return set()
+        with self._transaction() as tx:
+            kept = tx.run(
+                "UPDATE blade_slots SET lease_until = {now} + :lease_s WHERE owner = :owner "
+                f"AND call_id IN ({_values(', '.join(marks))}) RETURNING call_id",
+                marks | {"owner": owner, "lease_s": float(lease_s)},
+            )
+        return {row[0] for row in kept.all()}
+
+    def slots(self, *, tenant: str | None = None, call_id: str | None = None) -> list[SlotRecord]:
+        if call_id is not None and not self._holdable(call_id):
+            return []
+        whose = "" if tenant is None else " AND tenant = :tenant"
+        whose += "" if call_id is None else " AND call_id = :call_id"
+        rows = self._fetch(
+            f"SELECT {SLOT_COLUMNS} FROM blade_slots WHERE lease_until >= {self._NOW}{whose} "
+            "ORDER BY slot_key, held DESC, ticket, call_id, owner",
+            {"tenant": tenant, "call_id": call_id},
+        )
+        return [slot_record(row) for row in rows]
 
     def expired(self, limit: int = 100) -> list[ActionRecord]:
         # Deadlines are the runtime's clock (it computes expires_at), on every store.
@@ -1043,6 +1151,7 @@ class SQLStore:
         )
 
     _NOW: ClassVar[str]  # the store's clock in a statement, as epoch seconds
+    _BEFORE_WAIT: ClassVar[str]  # its clock when the transaction began, before any lock wait
 
 
 # A new call's row: its lease runs from the store's clock at the commit when it is running.

@@ -402,6 +402,7 @@ class SQLiteStore(SQLStore):
     connection_class: type[sqlite3.Connection] = sqlite3.Connection
     _holds_nul = True
     _NOW = ":now"
+    _BEFORE_WAIT = ":since"  # given by the rule: the clock before BEGIN IMMEDIATE
     inline_first = True  # an uncontended commit costs less than a thread hop
 
     def __init__(

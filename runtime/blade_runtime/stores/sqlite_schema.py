@@ -202,6 +202,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX blade_files_root ON blade_files (root_id)",
         "CREATE INDEX blade_triggers_root ON blade_triggers (root_id)",
     ),
+    (  # 7: concurrency slots and resource locks (core.slots): each call's place in each queue
+        """
+        CREATE TABLE blade_slots (
+            slot_key TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            ticket REAL NOT NULL,
+            capacity INTEGER NOT NULL,
+            held INTEGER NOT NULL,
+            lease_until REAL NOT NULL,
+            tenant TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            PRIMARY KEY (slot_key, call_id, owner)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX blade_slots_call ON blade_slots (call_id, owner)",
+        "CREATE INDEX blade_slots_owner ON blade_slots (owner)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

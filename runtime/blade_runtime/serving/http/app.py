@@ -527,6 +527,12 @@ class Api:
             items.append({"id": item.item_id, "value": item.value, "updated_at": item.updated_at})
         return channels
 
+    async def slots_json(self, call_id: str) -> list[dict[str, JsonValue]]:
+        """The call's places in the queues of its concurrency slots and resource locks, as
+        every worker of the store sees them (``core.slots``): held, or waited for."""
+        rows = await self.runtime.io(self.runtime.store.slots, call_id=call_id)
+        return [{"key": r.slot_key, "held": r.held, "capacity": r.capacity} for r in rows]
+
     def registration(self, name: str) -> Registration[Any] | None:
         """The registration named ``name`` now."""
         return self.runtime.tools.by_name.get(name)
@@ -824,6 +830,8 @@ def create_app(
             found["pending_suspension"] = next(
                 (e for e in episodes if e["state"] == "pending"), None
             )
+            found["slots"] = slots = await api.slots_json(call_id)
+            found["waiting"] = any(not slot["held"] for slot in slots)
             return json_response(found)
         # no record this principal may see: where the store has none at all (a MemoryStore's
         # call that neither waited nor was kept), the first answer kept here, if it was theirs

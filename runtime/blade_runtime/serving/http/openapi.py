@@ -192,6 +192,26 @@ _SHARED: Final[dict[str, Any]] = {
                 "description": "The episode still waiting, or null.",
                 "anyOf": [{"type": "object"}, {"type": "null"}],
             },
+            "slots": {
+                "type": "array",
+                "description": "The call's concurrency slots and resource locks (a tool's "
+                "concurrency and locks), each held or waited for, in every worker: key "
+                "(tool:NAME or lock:...), held, capacity.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "key": _TEXT,
+                        "held": {"type": "boolean"},
+                        "capacity": {"type": "integer"},
+                    },
+                    "required": ["key", "held", "capacity"],
+                },
+            },
+            "waiting": {
+                "type": "boolean",
+                "description": "Whether the running call waits for a slot or a lock (its "
+                "deadline has not started).",
+            },
         },
         "required": ["call_id", "run_id", "name", "state"],
     },
