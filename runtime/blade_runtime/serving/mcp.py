@@ -101,7 +101,7 @@ def input_key(action: ActionRecord) -> str:
     return "output" if action.point is None else action.point.lstrip("@")
 
 
-META = "io.blade"  # our keys in a result's _meta
+META = "io.blade"  # our keys in a result's _meta (and a request's: thread_id, agent_id)
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a resources/read of an unknown URI
 _STATE_PREFIX = "blade2."
 STATE_KEY_ENV = "BLADE_MCP_STATE_KEY"
@@ -445,10 +445,7 @@ class McpTools:
         name = listing.from_wire.get(params.name, params.name)
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
-        meta = params.meta
-        context = call_context(
-            principal, traceparent(meta.get("traceparent")) if isinstance(meta, dict) else None
-        )
+        context = _request_context(principal, params.meta)
         arguments = params.arguments or {}
         progress = req.context is not None and _wants_progress(req.context)
         logs = req.context is not None and self._wants_logs(req.context)
@@ -880,6 +877,23 @@ def _success(
             {"content": to_mcp(content), "structuredContent": structured}
         )
     return TextResult(content if isinstance(content, str) else compact_json(content), structured)
+
+
+def _request_context(principal: Principal | None, meta: Any) -> CallContext:
+    """A tools/call's context from its ``_meta``: the trace context it carries
+    (``traceparent``), and the thread and executing agent the client names (``io.blade``:
+    ``{"thread_id": ..., "agent_id": ...}``; what is not a string is ignored)."""
+    if not isinstance(meta, dict):
+        return call_context(principal, None)
+    ours = meta.get(META)
+    ours = ours if isinstance(ours, dict) else {}
+    thread, agent = ours.get("thread_id"), ours.get("agent_id")
+    return call_context(
+        principal,
+        traceparent(meta.get("traceparent")),
+        thread if isinstance(thread, str) else None,
+        agent if isinstance(agent, str) else None,
+    )
 
 
 def _error(code: ErrorCode, message: str) -> TextResult:

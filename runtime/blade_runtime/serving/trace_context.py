@@ -22,11 +22,16 @@ def traceparent(given: object) -> str | None:
 
 
 def call_context(
-    principal: Principal | None, carried: str | None, thread_id: str | None = None
+    principal: Principal | None,
+    carried: str | None,
+    thread_id: str | None = None,
+    agent_id: str | None = None,
 ) -> CallContext:
-    """The context of a call a request makes, with the trace context it carried."""
+    """The context of a call a request makes, with the trace context it carried and the
+    thread and executing agent it names (the caller's word: where the call is, not who)."""
     return CallContext(
         principal=principal,
         thread_id=thread_id,
         extra={} if carried is None else {"traceparent": carried},
+        agent_id=agent_id,
     )

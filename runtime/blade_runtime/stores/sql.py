@@ -72,7 +72,7 @@ CALL_COLUMNS = (
 )
 ACTION_COLUMNS = (
     "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
-    "state, resume, resolved_at, reason, tenant, expires_at, principal"
+    "state, resume, resolved_at, reason, tenant, expires_at, principal, thread_id, agent_id"
 )
 DATA_COLUMNS = "call_id, channel, item_id, value, updated_at, seq"
 EVENT_COLUMNS = "run_id, call_id, kind, payload, at, seq, tenant, principal"
@@ -193,6 +193,8 @@ def action_params(action: ActionRecord, schemas: Schemas) -> dict[str, Any]:
         "tenant": action.tenant,
         "expires_at": action.expires_at,
         "principal": action.principal,
+        "thread_id": action.thread_id,
+        "agent_id": action.agent_id,
     }
 
 
@@ -214,6 +216,8 @@ def action_record(row: Sequence[Any], schemas: Schemas) -> ActionRecord:
         tenant=row[13],
         expires_at=row[14],
         principal=row[15],
+        thread_id=row[16],
+        agent_id=row[17],
     )
 
 

@@ -202,6 +202,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX blade_files_root ON blade_files (root_id)",
         "CREATE INDEX blade_triggers_root ON blade_triggers (root_id)",
     ),
+    (  # 7: an action's origin names its call's thread and executing agent (seed 002)
+        "ALTER TABLE blade_actions ADD COLUMN thread_id TEXT",
+        "ALTER TABLE blade_actions ADD COLUMN agent_id TEXT",
+        *(
+            f"UPDATE blade_actions SET {key} = json_extract(c.context, '$.{key}') "
+            f"FROM blade_calls c WHERE c.call_id = blade_actions.call_id "
+            f"AND json_valid(c.context) AND json_type(c.context, '$.{key}') = 'text'"
+            for key in ("thread_id", "agent_id")
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

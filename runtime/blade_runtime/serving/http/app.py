@@ -290,9 +290,11 @@ class Api:
         call_id: str | None,
         run_id: str,
         thread_id: str | None,
+        agent_id: str | None = None,
     ) -> _Outcome:
+        where = (run_id, thread_id, agent_id)
         if call_id is None:
-            return await self._call(principal, name, arguments, None, run_id, thread_id)
+            return await self._call(principal, name, arguments, None, *where)
         inflight = self._inflight.get(call_id)
         if inflight is not None:
             self._same(principal, name, arguments, inflight[0])
@@ -303,7 +305,13 @@ class Api:
                     raise  # this request was cancelled
             # the first request was cancelled: this one answers from the store, or calls
             return await self.call(
-                principal, name, arguments, call_id=call_id, run_id=run_id, thread_id=thread_id
+                principal,
+                name,
+                arguments,
+                call_id=call_id,
+                run_id=run_id,
+                thread_id=thread_id,
+                agent_id=agent_id,
             )
         # In flight from here on, before anything awaits: a concurrent request with this key
         # waits for this one's answer instead of calling too.
@@ -316,7 +324,7 @@ class Api:
             if earlier is not None:
                 outcome = await earlier
             else:
-                outcome = await self._call(principal, name, arguments, call_id, run_id, thread_id)
+                outcome = await self._call(principal, name, arguments, call_id, *where)
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -442,10 +450,11 @@ class Api:
         call_id: str | None,
         run_id: str,
         thread_id: str | None,
+        agent_id: str | None,
     ) -> _Outcome:
         if not isinstance(arguments, dict):
             raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
-        context = call_context(principal, _TRACEPARENT.get(), thread_id)
+        context = call_context(principal, _TRACEPARENT.get(), thread_id, agent_id)
         generated = call_id is None
         call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
         result = await self.runtime.call(
@@ -593,6 +602,8 @@ def action_body(
         "call_id": record.call_id,
         "run_id": record.run_id,
         "principal_id": asker,
+        "thread_id": record.thread_id,
+        "agent_id": record.agent_id,
         "suspended_at": record.suspended_at,
         "input": record.payload,
         "state": record.state,
@@ -809,6 +820,7 @@ def create_app(
             call_id=call_id,
             run_id=run_id,
             thread_id=request.query_params.get("thread_id"),
+            agent_id=request.query_params.get("agent_id"),
         )
         return json_response(outcome.body, outcome.status)
 
