@@ -734,10 +734,13 @@ class Store(Protocol):
         after: str | None = None,
         suspended_before: str | None = None,
         suspended_since: str | None = None,
+        thread_id: str | None = None,
+        agent_id: str | None = None,
     ) -> list[ActionRecord]:
         """Actions, oldest first (``after``: an action id); ``suspended_before`` and
         ``suspended_since``: ISO 8601 times (UTC, as ``now()`` writes them) bounding when they
-        were made."""
+        were made; ``thread_id``, ``agent_id``: only those of calls of that thread, or run by
+        that agent (their origin)."""
         ...
 
     def waiting(self) -> tuple[int, str | None]:

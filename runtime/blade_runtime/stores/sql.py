@@ -920,6 +920,8 @@ class SQLStore:
         after: str | None = None,
         suspended_before: str | None = None,
         suspended_since: str | None = None,
+        thread_id: str | None = None,
+        agent_id: str | None = None,
     ) -> list[ActionRecord]:
         given = {
             "state": state,
@@ -927,6 +929,8 @@ class SQLStore:
             "name": name,
             "call_id": call_id,
             "tenant": tenant,
+            "thread_id": thread_id,  # no index: narrows what the tenant's index found
+            "agent_id": agent_id,
         }
         if not all(self._holdable(value) for value in given.values() if value is not None):
             return []

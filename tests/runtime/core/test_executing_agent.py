@@ -9,7 +9,9 @@ and on its actions (columns of their own: a listing shows an action without read
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -218,3 +220,35 @@ def test_a_postgres_store_of_the_schema_before_names_its_waiting_actions_origin(
         assert origins == [("", ""), ("teller", "th-1")]
     finally:
         store.close()
+
+
+def test_operators_list_the_actions_of_one_agent_or_thread(built: Path, tmp_path: Path) -> None:
+    """``blade-runtime pending list --agent/--thread``: the line and the JSON name them."""
+    path = tmp_path / "ops.db"
+
+    async def ask() -> None:
+        runtime = agent_tools.make_runtime(SQLiteStore(path))
+        await runtime.call("transfer", SEND, context=placed(ANN, "teller", "th-1"))
+        await runtime.call("transfer", SEND, context=placed(ANN, "clerk", "th-2"))
+        await runtime.close()
+        runtime.store.close()
+
+    asyncio.run(ask())
+    cli = [str(Path(sys.executable).parent / "blade-runtime"), "pending", "list", "--store"]
+    shown = subprocess.run(
+        [*cli, str(path), "--agent", "teller"], capture_output=True, text=True, check=True
+    ).stdout
+    (line,) = shown.splitlines()
+    assert "agent=teller  thread=th-1" in line
+    as_json = subprocess.run(
+        [*cli, str(path), "--thread", "th-2", "--json"], capture_output=True, text=True, check=True
+    ).stdout
+    (action,) = json.loads(as_json)
+    assert (action["origin"]["agent_id"], action["origin"]["thread_id"]) == ("clerk", "th-2")
+    none = subprocess.run(
+        [*cli, str(path), "--agent", "teller", "--thread", "th-2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert (none.stdout, none.stderr) == ("", "no pending actions\n")

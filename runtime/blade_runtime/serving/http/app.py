@@ -150,8 +150,17 @@ def kept_call_json(
         "started_at": None,
         "input": None,
         "result": result,
+        **placement(answer.context),
         "data": data,
     }
+
+
+def placement(context: JsonValue) -> dict[str, JsonValue]:
+    """Where a call runs, from its stored caller context: its thread and executing agent."""
+    found = CallContext.from_json(context)
+    if found is None:
+        return {"thread_id": None, "agent_id": None}
+    return {"thread_id": found.thread_id, "agent_id": found.agent_id}
 
 
 class Api:
@@ -522,6 +531,7 @@ class Api:
             "started_at": record.started_at,
             "input": dict(record.input),
             "result": record.result,
+            **placement(record.context),
         }
 
     async def data_json(
@@ -878,6 +888,8 @@ def create_app(
             cursor=cursor,
             waited_over_s=_seconds(query, "waiting_over"),
             waited_under_s=_seconds(query, "waiting_under"),
+            thread_id=query.get("thread_id"),
+            agent_id=query.get("agent_id"),
         )
         shown = [api.action_json(a) for a in page.items]
         return _page_response(request, "actions", shown, page)

@@ -188,6 +188,14 @@ _SHARED: Final[dict[str, Any]] = {
             "started_at": _NULLABLE_TEXT,
             "input": {},
             "result": {},
+            "thread_id": {
+                "type": ["string", "null"],
+                "description": "the thread the call belongs to (its caller's thread_id)",
+            },
+            "agent_id": {
+                "type": ["string", "null"],
+                "description": "the agent executing the call (its caller's agent_id)",
+            },
             "data": {"type": "object", "description": "ToolData records by channel"},
             "suspensions": {
                 "type": "array",
@@ -451,6 +459,8 @@ _GENERIC: Final[dict[str, Any]] = {
         _query("tool", "only this tool's"),
         _query("waiting_over", "only those waiting longer than this many seconds"),
         _query("waiting_under", "only those waiting less long than this many seconds"),
+        _query("thread_id", "only those of calls of this thread"),
+        _query("agent_id", "only those of calls this agent runs"),
         *_PAGE,
         errors=(400,),
     ),
