@@ -161,7 +161,11 @@ def create_temporal_app(
             arguments,
             call_id=call_id,
             run_id=run_id,
-            context=CallContext(principal, thread_id=request.query_params.get("thread_id")),
+            context=CallContext(
+                principal,
+                thread_id=request.query_params.get("thread_id"),
+                agent_id=request.query_params.get("agent_id"),
+            ),
         )
         return answer(done)
 
@@ -199,6 +203,8 @@ def create_temporal_app(
                 "started_at": found.get("started_at"),
                 "input": found["input"],
                 "result": result,
+                "thread_id": found.get("thread_id"),
+                "agent_id": found.get("agent_id"),
                 "data": data,
                 "suspensions": episodes,
                 "pending_suspension": next((e for e in episodes if e["state"] == "pending"), None),
