@@ -67,7 +67,7 @@ from blade_runtime.core.export import NAME_RULES, wire_names
 from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
-from blade_runtime.core.store import ActionRecord
+from blade_runtime.core.store import ActionRecord, storable_id
 from blade_runtime.runtime import Runtime
 from blade_runtime.serving.mcp_limits import STDIO_LIMITS, StdioLimits
 from blade_runtime.serving.trace_context import call_context, traceparent
@@ -882,18 +882,17 @@ def _success(
 def _request_context(principal: Principal | None, meta: Any) -> CallContext:
     """A tools/call's context from its ``_meta``: the trace context it carries
     (``traceparent``), and the thread and executing agent the client names (``io.blade``:
-    ``{"thread_id": ..., "agent_id": ...}``; what is not a string is ignored)."""
+    ``{"thread_id": ..., "agent_id": ...}``; what is not an id of 1 to 200 printable
+    characters is left out, as a malformed ``traceparent`` is)."""
     if not isinstance(meta, dict):
         return call_context(principal, None)
     ours = meta.get(META)
     ours = ours if isinstance(ours, dict) else {}
-    thread, agent = ours.get("thread_id"), ours.get("agent_id")
-    return call_context(
-        principal,
-        traceparent(meta.get("traceparent")),
-        thread if isinstance(thread, str) else None,
-        agent if isinstance(agent, str) else None,
+    thread, agent = (
+        value if isinstance(value, str) and storable_id(value) else None
+        for value in (ours.get("thread_id"), ours.get("agent_id"))
     )
+    return call_context(principal, traceparent(meta.get("traceparent")), thread, agent)
 
 
 def _error(code: ErrorCode, message: str) -> TextResult:

@@ -7,8 +7,10 @@ starts no trace of its own and is never stored.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.store import storable_id
 
 _FORM = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
@@ -19,6 +21,20 @@ def traceparent(given: object) -> str | None:
         return None
     given = given.strip().lower()
     return given if _FORM.fullmatch(given) else None
+
+
+PLACEMENT = ("thread_id", "agent_id")
+"""What a request may say of where its call runs: the thread and the executing agent."""
+
+
+def misplaced(given: Mapping[str, object]) -> str | None:
+    """The first of ``PLACEMENT`` in ``given`` that is not an id every store holds (1 to 200
+    printable characters: it is stored with the call's actions), else None."""
+    for key in PLACEMENT:
+        value = given.get(key)
+        if value is not None and not (isinstance(value, str) and storable_id(value)):
+            return key
+    return None
 
 
 def call_context(

@@ -77,6 +77,37 @@ def test_a_call_names_its_thread_and_agent_and_its_action_shows_them(
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize(
+    "query",
+    [{"agent_id": "a\nb"}, {"thread_id": ""}, {"agent_id": "x" * 201}, {"thread_id": "t\0"}],
+)
+def test_an_agent_or_thread_no_store_could_hold_is_refused_before_anything_runs(
+    store: Any, example_package: Any, query: dict[str, str]
+) -> None:
+    """They are stored with the call's actions, so they are ids: 1 to 200 printable
+    characters (PostgreSQL's text holds no NUL). Anything else is 400 and nothing ran."""
+    runtime, tools = runtime_of(store)
+    app = create_app(runtime, authenticate=authenticate, allow_anonymous=False)
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            refused = await http.post(
+                "/v1/tools/refund_payment/calls", params=query, json=REFUND, headers=ALICE
+            )
+            assert refused.status_code == 400, refused.text
+            ((key, value),) = query.items()
+            said = refused.json()["message"]
+            if "\0" in value:  # the app refuses a NUL anywhere in a query first
+                assert said == "The path or query holds a NUL character."
+            else:
+                assert said == f"{key} is 1 to 200 printable characters."
+            assert (await http.get("/v1/actions", headers=ROOT)).json()["actions"] == []
+
+    asyncio.run(scenario())
+    assert tools.refund_entries == 0
+
+
 def test_the_openapi_document_names_the_agent_parameter_and_the_origin_fields(
     example_package: Any,
 ) -> None:
@@ -126,6 +157,8 @@ def test_an_mcp_client_names_the_thread_and_agent_in_meta(built: Path) -> None:
             await client.call_tool("find", {"customer_id": 1}, meta=named)
             await client.call_tool("find", {"customer_id": 2}, meta={"io.blade": {"agent_id": 3}})
             await client.call_tool("find", {"customer_id": 3})
+            odd = {"io.blade": {"thread_id": "t\0", "agent_id": "y" * 201}}
+            await client.call_tool("find", {"customer_id": 4}, meta=odd)
 
     asyncio.run(scenario())
-    assert seen == [("support", "th-1"), (None, None), (None, None)]
+    assert seen == [("support", "th-1"), (None, None), (None, None), (None, None)]

@@ -75,7 +75,7 @@ from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, HttpError, one_l
 from blade_runtime.serving.http.idempotency import NOTHING_RAN, Answer, Answers, fingerprint
 from blade_runtime.serving.http.openapi import openapi_document
 from blade_runtime.serving.http.sites import Sites, TrustedSites, loopback
-from blade_runtime.serving.trace_context import call_context, traceparent
+from blade_runtime.serving.trace_context import call_context, misplaced, traceparent
 
 log = logging.getLogger("blade_runtime.serving.http")
 
@@ -821,6 +821,11 @@ def create_app(
         if call_id is not None and not storable_id(call_id):
             raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
         run_id = run_of(request)
+        refused = misplaced(request.query_params)
+        if refused is not None:
+            raise Refused(
+                HttpError.MALFORMED_REQUEST, f"{refused} is 1 to 200 printable characters."
+            )
         arguments = await api.body(request)
         _TRACEPARENT.set(traceparent(request.headers.get("traceparent")))
         outcome = await api.call(

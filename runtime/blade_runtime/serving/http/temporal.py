@@ -58,6 +58,7 @@ from blade_runtime.serving.http.auth import (
 )
 from blade_runtime.serving.http.errors import HttpError, status_of
 from blade_runtime.serving.http.sites import Sites, TrustedSites
+from blade_runtime.serving.trace_context import misplaced
 from blade_runtime.temporal.client import TemporalTools
 
 
@@ -153,6 +154,11 @@ def create_temporal_app(
         run_id = request.query_params.get("run_id", "default")
         if not run_id:
             raise Refused(HttpError.MALFORMED_REQUEST, "run_id must not be empty.")
+        refused = misplaced(request.query_params)
+        if refused is not None:
+            raise Refused(
+                HttpError.MALFORMED_REQUEST, f"{refused} is 1 to 200 printable characters."
+            )
         arguments = await body_of(request)
         if not isinstance(arguments, dict):
             raise Refused(HttpError.MALFORMED_REQUEST, "The arguments are a JSON object.")
