@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import RUNTIME_JSON
 
 from blade_runtime import Allow, CallContext, Principal
 from blade_runtime.core.results import ToolPending, ToolSuccess
@@ -252,3 +255,25 @@ def test_operators_list_the_actions_of_one_agent_or_thread(built: Path, tmp_path
         check=True,
     )
     assert (none.stdout, none.stderr) == ("", "no pending actions\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    thread=st.none() | st.text(max_size=40),
+    agent=st.none() | st.text(max_size=40),
+    client_data=RUNTIME_JSON,
+)
+def test_a_context_keeps_its_thread_and_agent_through_json_as_stored(
+    thread: str | None, agent: str | None, client_data: Any
+) -> None:
+    """Whatever text the caller named them with, a context read back from its stored JSON (as
+    recovery and every other process read it) names the same thread and agent."""
+    context = CallContext(ANN, client_data, thread_id=thread, agent_id=agent)
+    stored = json.loads(json.dumps(context.to_json()))
+    assert CallContext.from_json(stored) == context
+    assert context.placed("framework", "conversation") == CallContext(
+        ANN,
+        client_data,
+        thread_id="conversation" if thread is None else thread,
+        agent_id="framework" if agent is None else agent,
+    )
