@@ -277,3 +277,36 @@ def test_a_context_keeps_its_thread_and_agent_through_json_as_stored(
         thread_id="conversation" if thread is None else thread,
         agent_id="framework" if agent is None else agent,
     )
+
+
+def test_a_resumed_call_is_run_by_the_agent_that_began_it_in_any_process(
+    built: Path, store: Any
+) -> None:
+    """The entry after an answer (resumed by another runtime over the same store, as another
+    worker would) reads the agent and thread the call began with, from the stored call."""
+    from blade_agent_specs.bank import transfer_v1
+
+    from blade_runtime import ResumeEntry
+
+    entries: list[tuple[str, str | None, str | None]] = []
+
+    async def transfer(ctx: Any) -> Any:
+        kind = "resume" if isinstance(ctx.entry, ResumeEntry) else "initial"
+        entries.append((kind, ctx.agent_id, ctx.call.thread_id))
+        if kind == "resume":
+            return transfer_v1.TransferOutput(status="sent", by="ann")
+        ctx.suspend("confirm", transfer_v1.TransferConfirmSuspend(prompt="send?"))
+
+    async def scenario() -> None:
+        first = Runtime(store=store)
+        first.register(transfer_v1.SPEC, transfer)
+        asked = await first.call("transfer", SEND, context=placed(ANN, "teller", "th-5"))
+        assert isinstance(asked, ToolPending)
+        other = Runtime(store=store)
+        other.register(transfer_v1.SPEC, transfer)
+        answer = {"approved": True, "approver": "ann"}
+        done = await other.submit(asked.action.action_id, answer, principal=ANN)
+        assert isinstance(done, ToolSuccess)  # resumed here, by the other runtime
+
+    asyncio.run(scenario())
+    assert entries == [("initial", "teller", "th-5"), ("resume", "teller", "th-5")]
