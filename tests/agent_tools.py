@@ -308,10 +308,14 @@ def build_package(root: Any) -> Any:
 
 
 def build_graph(
-    runtime: Runtime, saver: Any, replies: list[Any], principal: Principal | None = None
+    runtime: Runtime,
+    saver: Any,
+    replies: list[Any],
+    principal: Principal | None = None,
+    agent_id: str | None = None,
 ) -> Any:
     """A LangGraph agent loop: a fake chat model playing ``replies`` (AIMessages), a ToolNode
-    with the runtime's tools (for ``principal``), compiled with ``saver``."""
+    with the runtime's tools (for ``principal``, naming ``agent_id``), compiled with ``saver``."""
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
@@ -325,7 +329,8 @@ def build_graph(
 
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode(structured_tools(runtime, principal=principal)))
+    tools = structured_tools(runtime, principal=principal, agent_id=agent_id)
+    graph.add_node("tools", ToolNode(tools))
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")

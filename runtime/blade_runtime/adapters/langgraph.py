@@ -53,11 +53,15 @@ def structured_tools(
     principal: Principal | None = None,
     context: Callable[[RunnableConfig], CallContext | None] | None = None,
     run_id: str = "langgraph",
+    agent_id: str | None = None,
 ) -> list[BaseTool]:
     """A tool per registration callable by ``principal``: the ``enabled`` and ``describe``
     callbacks see ``principal``'s call context, so the list is the one this caller's calls may
     use (see the module's doc). ``context``: a function of the runnable config giving each
-    call's context, else ``principal``'s."""
+    call's context, else ``principal``'s. ``agent_id``: the agent every call names as the one
+    executing it (``ctx.agent_id``), else the config's ``lc_agent_name`` metadata (the name
+    LangChain's ``create_agent`` gives its graph); the thread is the config's ``thread_id``
+    (what ``context`` gives wins over both)."""
     return [
         BladeTool(
             name=function.wire,
@@ -69,9 +73,17 @@ def structured_tools(
             principal=principal,
             context_of=context,
             run_id=run_id,
+            agent_id=agent_id,
         )
         for function in exported_functions(runtime, CallContext(principal=principal), run_id)
     ]
+
+
+def _agent_name(config: RunnableConfig) -> str | None:
+    """The running agent's name as LangChain's ``create_agent`` (or the application, in the
+    config's metadata) names it: ``lc_agent_name``, the key LangGraph's streams read too."""
+    name = (config.get("metadata") or {}).get("lc_agent_name")
+    return name if isinstance(name, str) else None
 
 
 def resume_model(runtime: Runtime, value: Any) -> type[BaseModel] | None:
@@ -99,6 +111,7 @@ class BladeTool(BaseTool):
     principal: Any = None  # Principal | None
     context_of: Any = None  # Callable[[RunnableConfig], CallContext | None] | None
     run_id: str = "langgraph"
+    agent_id: str | None = None
 
     def _to_args_and_kwargs(
         self, tool_input: str | dict[str, Any], tool_call_id: str | None
@@ -121,6 +134,10 @@ class BladeTool(BaseTool):
             call_id = f"lg/{'' if thread is None else thread}/{tool_call_id}"
         made = None if self.context_of is None else self.context_of(config)
         context = CallContext(principal=self.principal) if made is None else made
+        context = context.placed(
+            self.agent_id if self.agent_id is not None else _agent_name(config),
+            thread if isinstance(thread, str) else None,
+        )
         who = context.principal
         records = runtime.records
         recorded = None

@@ -154,13 +154,17 @@ def function_tools(
     context: Callable[[ToolContext[Any]], CallContext | None] | None = None,
     approve: Collection[str] = (),
     run_id: str = "openai-agents",
+    agent_id: str | None = None,
 ) -> list[FunctionTool]:
     """A FunctionTool per registration callable by ``principal`` (see the module's doc): the
     ``enabled`` and ``describe`` callbacks see ``principal``'s call context, so the list is the
     one this caller's calls may use. ``context``: a function of the SDK's tool context (its
     ``context``, say) giving each call's context, else ``principal``'s (a tool left out or
     described for ``principal`` is decided again for that context when it is called). Client
-    tools are included: their calls wait for the client's output (see the module's doc)."""
+    tools are included: their calls wait for the client's output (see the module's doc).
+    ``agent_id``: the agent every call names as the one executing it (``ctx.agent_id``), else
+    the SDK's running agent's ``name``; the thread is the run config's ``group_id`` (what
+    ``context`` gives wins over both)."""
     tools: list[FunctionTool] = []
     for function in exported_functions(runtime, CallContext(principal=principal), run_id):
         schema, name = function.parameters, function.registration.name
@@ -168,7 +172,9 @@ def function_tools(
             name=function.wire,
             description=function.description,
             params_json_schema=dict(schema),
-            on_invoke_tool=_invoker(runtime, name, function.wire, principal, context, run_id),
+            on_invoke_tool=_invoker(
+                runtime, name, function.wire, principal, context, run_id, agent_id
+            ),
             strict_json_schema=strict_compatible(schema),
             needs_approval=function.registration.spec.kind in approve,
         )
@@ -184,18 +190,21 @@ def _invoker(
     principal: Principal | None,
     context: Callable[[ToolContext[Any]], CallContext | None] | None,
     run_id: str,
+    agent_id: str | None,
 ) -> Callable[[ToolContext[Any], str], Any]:
-    fixed = CallContext(principal=principal)
+    fixed = CallContext(principal=principal, agent_id=agent_id)
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
         made = None if context is None else context(ctx)
-        result = await runtime.call(
-            name, arguments, run_id=run_id, context=fixed if made is None else made
+        running, config = ctx.agent, ctx.run_config
+        who = (fixed if made is None else made).placed(
+            agent_id if agent_id is not None or running is None else running.name,
+            None if config is None else config.group_id,  # the SDK's conversation (thread) id
         )
+        result = await runtime.call(name, arguments, run_id=run_id, context=who)
         text = compact_json(result.content)
         if not isinstance(result, ToolPending):
             return text
-        who = fixed if made is None else made
         action = await runtime.records.action(result.action.action_id, principal=who.principal)
         pending = PendingCall(
             ctx.tool_call_id,

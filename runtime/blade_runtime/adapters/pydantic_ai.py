@@ -84,11 +84,15 @@ class BladeToolset(AbstractToolset[Any]):
         run_id: str = "pydantic-ai",
         max_retries: int = 1,
         id: str | None = "blade",
+        agent_id: str | None = None,
     ) -> None:
         """``principal``: who every call is for; ``context``: or a function of the run context
         (its ``deps``, say) giving the call context. ``max_retries``: how often the model may
-        correct arguments the schema refused."""
+        correct arguments the schema refused. ``agent_id``: the agent its calls name as the
+        one executing them (``ctx.agent_id``), else the running agent's ``name``; the thread
+        is the run's ``conversation_id`` (what ``context`` gives wins over both)."""
         self.runtime = runtime
+        self.agent_id = agent_id
         self.principal = principal
         self.context = context
         self.run_id = run_id
@@ -96,7 +100,8 @@ class BladeToolset(AbstractToolset[Any]):
         self._id = id
         # kept while the registrations are those they were made of (Tools.generation)
         self._tools: tuple[int, dict[str, ToolDefinition]] | None = None
-        self._fixed = CallContext(principal=principal)  # immutable: one for every call
+        # immutable: one for every call
+        self._fixed = CallContext(principal=principal, agent_id=agent_id)
 
     @property
     def id(self) -> str | None:
@@ -145,11 +150,11 @@ class BladeToolset(AbstractToolset[Any]):
         }
 
     def _call_context(self, ctx: RunContext[Any]) -> CallContext:
-        if self.context is not None:
-            made = self.context(ctx)
-            if made is not None:
-                return made
-        return self._fixed
+        made = None if self.context is None else self.context(ctx)
+        agent = self.agent_id
+        if agent is None and ctx.agent is not None:
+            agent = ctx.agent.name
+        return (self._fixed if made is None else made).placed(agent, ctx.conversation_id)
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]

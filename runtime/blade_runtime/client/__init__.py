@@ -122,6 +122,8 @@ class PendingActionBase(BaseModel, Generic[InputT]):
     run_id: str
     suspended_at: str
     input: InputT
+    thread_id: str | None = None  # the thread of the call that asks
+    agent_id: str | None = None  # the agent that ran it
     _client: ToolClient | None = PrivateAttr(default=None)
 
     def __eq__(self, other: object) -> bool:
@@ -271,12 +273,24 @@ class Transport:
 class RuntimeTransport(Transport):
     """A ``Runtime`` in this process: typed outputs are handed over as they are. ``principal``:
     who the client's calls are for and who reads and answers its actions (None: the application
-    itself, every tenant); every read goes through ``runtime.records`` with it."""
+    itself, every tenant); every read goes through ``runtime.records`` with it. ``thread_id``
+    and ``agent_id``: the thread its calls belong to and the agent that makes them."""
 
-    def __init__(self, runtime: Runtime, principal: Principal | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        principal: Principal | None = None,
+        *,
+        thread_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> None:
         self.runtime = runtime
         self.principal = principal
-        self._context = None if principal is None else CallContext(principal=principal)
+        self._context = (
+            None
+            if principal is None and thread_id is None and agent_id is None
+            else CallContext(principal=principal, thread_id=thread_id, agent_id=agent_id)
+        )
 
     async def call(self, spec_id: str, arguments: Any, *, call_id: str | None, run_id: str) -> Data:
         registration = self.runtime.registration_of(spec_id)
@@ -491,6 +505,8 @@ def _action_data(view: PendingAction[Any]) -> dict[str, Any]:
         "call_id": origin.call_id,
         "run_id": origin.run_id,
         "suspended_at": origin.suspended_at,
+        "thread_id": origin.thread_id,
+        "agent_id": origin.agent_id,
         "input": view.payload,
     }
 

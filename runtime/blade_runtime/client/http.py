@@ -46,7 +46,9 @@ class RemoteRefused(Exception):
 class HttpTransport(Transport):
     """Requests to ``base_url`` (the app of ``blade_runtime.serving.http.create_app``), with a
     bearer ``token`` when given (never logged, never in a message). ``retries``: how many times a
-    call is sent again after a connection error (safe: the idempotency key)."""
+    call is sent again after a connection error (safe: the idempotency key). ``thread_id`` and
+    ``agent_id``: the thread its calls belong to and the agent that makes them (each call's
+    context, and the origin of the actions they wait on)."""
 
     def __init__(
         self,
@@ -58,8 +60,12 @@ class HttpTransport(Transport):
         headers: dict[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         sync_transport: httpx.BaseTransport | None = None,
+        thread_id: str | None = None,
+        agent_id: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        placed = {"thread_id": thread_id, "agent_id": agent_id}
+        self._placed = {key: value for key, value in placed.items() if value is not None}
         sent = dict(headers or {})
         if token is not None:
             sent["Authorization"] = f"Bearer {token}"
@@ -134,7 +140,7 @@ class HttpTransport(Transport):
             try:
                 answer = await self._async().post(
                     f"/v1/tools/{name}/calls",
-                    params={"run_id": run_id},
+                    params={"run_id": run_id, **self._placed},
                     json=body,
                     headers={"Idempotency-Key": key},
                 )

@@ -8,7 +8,7 @@ not (the client sent it) and is only ever passed on, never used for a decision b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import JsonValue
@@ -55,12 +55,15 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class CallContext:
-    """The caller's side of a call: the trusted principal, untrusted client data, a thread id."""
+    """The caller's side of a call: the trusted principal, untrusted client data, the thread
+    it belongs to and the agent that runs it (``agent_id``: its registry id or its own name,
+    as the adapter or the application names it; seed 002's ``ctx.agentId``)."""
 
     principal: Principal | None = None
     client_data: JsonValue = field(default=None, repr=False)  # untrusted: never in logs
     thread_id: str | None = None
     extra: dict[str, JsonValue] = field(default_factory=dict, repr=False)
+    agent_id: str | None = None
 
     @property
     def tenant(self) -> str:
@@ -71,20 +74,33 @@ class CallContext:
             "principal": None if self.principal is None else self.principal.to_json(),
             "client_data": self.client_data,
             "thread_id": self.thread_id,
+            "agent_id": self.agent_id,
             "extra": dict(self.extra),
         }
+
+    def placed(self, agent_id: str | None, thread_id: str | None = None) -> CallContext:
+        """This context with ``agent_id`` and ``thread_id`` where it names none: an adapter
+        fills them from its framework's agent and conversation, and what the application gave
+        wins."""
+        agent = self.agent_id if self.agent_id is not None else agent_id
+        thread = self.thread_id if self.thread_id is not None else thread_id
+        if agent == self.agent_id and thread == self.thread_id:
+            return self
+        return replace(self, agent_id=agent, thread_id=thread)
 
     @staticmethod
     def from_json(data: JsonValue) -> CallContext | None:
         if not isinstance(data, dict):
             return None
         thread = data.get("thread_id")
+        agent = data.get("agent_id")
         extra = data.get("extra")
         return CallContext(
             Principal.from_json(data.get("principal")),
             data.get("client_data"),
             thread if isinstance(thread, str) else None,
             dict(extra) if isinstance(extra, dict) else {},
+            agent if isinstance(agent, str) else None,
         )
 
 

@@ -1226,6 +1226,8 @@ class CallRunner:
             tenant="" if call.context is None else call.context.tenant,
             expires_at=None if expires_after_s is None else clock() + expires_after_s,
             principal=_principal_of(call.context),
+            thread_id=None if call.context is None else call.context.thread_id,
+            agent_id=None if call.context is None else call.context.agent_id,
         )
 
     def _event(self, call: CallInfo, kind: str, payload: JsonValue) -> Event:

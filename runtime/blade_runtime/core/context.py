@@ -94,6 +94,16 @@ class CallInfo:
     parent: str | None = None  # the call id of the parent, for a child tool's call
     behavior: Behavior | None = None  # narrowed by its registration's ``behavior`` callback
 
+    @property
+    def thread_id(self) -> str | None:
+        """The thread the call belongs to (its caller context's), None when unnamed."""
+        return None if self.context is None else self.context.thread_id
+
+    @property
+    def agent_id(self) -> str | None:
+        """The agent executing the call (its caller context's), None when unnamed."""
+        return None if self.context is None else self.context.agent_id
+
 
 def event_of(call: CallInfo, kind: str, payload: JsonValue, at: str | None = None) -> Event:
     """An event of ``call``, with whose it is (its caller's tenant and principal): a listing of
@@ -215,6 +225,11 @@ class Execution(Protocol[InputT, ContextT]):
 
     @property
     def call(self) -> CallInfo: ...
+
+    @property
+    def agent_id(self) -> str | None:
+        """The agent executing the call: its registry id or its own name (None: unnamed)."""
+        ...
 
     @property
     def signal(self) -> CancellationSignal: ...

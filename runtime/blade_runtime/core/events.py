@@ -266,7 +266,8 @@ class EventHub:
 
 @dataclass(frozen=True, slots=True)
 class ActionOrigin:
-    """Where a pending action comes from."""
+    """Where a pending action comes from: its call, and that call's thread and executing agent
+    (None where the caller named none)."""
 
     name: str
     spec_id: str
@@ -274,6 +275,8 @@ class ActionOrigin:
     run_id: str
     point: str | None
     suspended_at: str
+    thread_id: str | None = None
+    agent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +304,8 @@ class PendingAction(Generic[PayloadT]):
             record.run_id,
             record.point,
             record.suspended_at,
+            record.thread_id,
+            record.agent_id,
         )
         return PendingAction(
             record.action_id, name, typed_input, record.payload, origin, record.state

@@ -355,6 +355,12 @@ class ToolContext:
         return view
 
     @property
+    def agent_id(self) -> str | None:
+        """The agent executing the call (seed 002's ``ctx.agentId``): the id the adapter or
+        the caller named it by, whatever the spec declares; None when nobody named one."""
+        return self._call.agent_id
+
+    @property
     def input(self) -> Any:
         if self._input is None:
             try:
@@ -549,10 +555,13 @@ def _amount(value: Any) -> float | None:
 
 def caller_view(call: CallInfo, spec: Any) -> CallInfo:
     """``call`` as an implementation whose spec does not declare ``caller`` sees it: its
-    context keeps the thread and nothing of who called (the runtime keeps the whole call)."""
+    context keeps the thread and the executing agent (where the call is, not who asked) and
+    nothing of who called (the runtime keeps the whole call)."""
     context = call.context
     if context is None or getattr(spec, "caller", False):
         return call
     if context.principal is None and context.client_data is None and not context.extra:
         return call
-    return replace(call, context=CallContext(thread_id=context.thread_id))
+    return replace(
+        call, context=CallContext(thread_id=context.thread_id, agent_id=context.agent_id)
+    )

@@ -246,10 +246,13 @@ class Records:
         cursor: str | None = None,
         waited_over_s: float | None = None,
         waited_under_s: float | None = None,
+        thread_id: str | None = None,
+        agent_id: str | None = None,
     ) -> Page[ActionRecord]:
         """A page of the actions ``actions`` lists, oldest first: one query (two with a
         cursor), whatever the volume; read off the event loop. ``waited_over_s`` and
-        ``waited_under_s``: only those waiting longer, or less long, than that."""
+        ``waited_under_s``: only those waiting longer, or less long, than that; ``thread_id``
+        and ``agent_id``: only those whose origin is that thread, or that agent."""
         size = page_size(limit)
         found: list[ActionRecord] = await self._io_thread(
             self.store.actions,
@@ -262,6 +265,8 @@ class Records:
             after=after_of(cursor),
             suspended_before=None if waited_over_s is None else ago(waited_over_s),
             suspended_since=None if waited_under_s is None else ago(waited_under_s),
+            thread_id=thread_id,
+            agent_id=agent_id,
         )
         return paged(found, size, lambda action: action.action_id)
 

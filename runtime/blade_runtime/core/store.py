@@ -200,7 +200,8 @@ class ActionRecord:
     ``payload`` is what the action shows (the suspend payload, or the client tool's input);
     ``submit_schema`` validates what resolves it (the resume schema, or the output schema), and
     is stored so that an operator tool can validate a submission without the implementation.
-    ``tenant`` and ``principal`` are its call's: whose it is.
+    ``tenant`` and ``principal`` are its call's: whose it is; ``thread_id`` and ``agent_id``
+    too (its origin: the thread the call belongs to, the agent that ran it).
     """
 
     action_id: str
@@ -219,6 +220,8 @@ class ActionRecord:
     tenant: str = ""
     expires_at: float | None = None  # epoch seconds; past it the action settles as TIMEOUT
     principal: str = ""
+    thread_id: str | None = None
+    agent_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -782,10 +785,13 @@ class Store(Protocol):
         after: str | None = None,
         suspended_before: str | None = None,
         suspended_since: str | None = None,
+        thread_id: str | None = None,
+        agent_id: str | None = None,
     ) -> list[ActionRecord]:
         """Actions, oldest first (``after``: an action id); ``suspended_before`` and
         ``suspended_since``: ISO 8601 times (UTC, as ``now()`` writes them) bounding when they
-        were made."""
+        were made; ``thread_id``, ``agent_id``: only those of calls of that thread, or run by
+        that agent (their origin)."""
         ...
 
     def waiting(self) -> tuple[int, str | None]:

@@ -1,7 +1,7 @@
 """``blade-runtime``: operators' access to pending actions and standing grants in a store.
 
     blade-runtime pending list --store URL [--run RUN] [--tool NAME] [--tenant T] [--json]
-                               [--limit N] [--after CURSOR]
+                               [--agent AGENT] [--thread THREAD] [--limit N] [--after CURSOR]
     blade-runtime pending show ACTION_ID --store URL
     blade-runtime pending submit ACTION_ID [JSON | -] --store URL
     blade-runtime pending cancel ACTION_ID --store URL [--reason TEXT]
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     listing.add_argument("--run", help="only this run id")
     listing.add_argument("--tool", help="registration name")
     listing.add_argument("--tenant", help="only this tenant's")
+    listing.add_argument("--agent", help="only those of calls this agent runs")
+    listing.add_argument("--thread", help="only those of calls of this thread")
     listing.add_argument("--json", action="store_true", help="one JSON document")
     _paging(listing)
     show = verbs.add_parser("show", help="one action, as JSON")
@@ -354,6 +356,8 @@ def _view(action: ActionRecord) -> dict[str, Any]:
             "run_id": action.run_id,
             "point": action.point,
             "suspended_at": action.suspended_at,
+            "thread_id": action.thread_id,
+            "agent_id": action.agent_id,
         },
         "payload": action.payload,
         "submit_schema": action.submit_schema,
@@ -417,13 +421,25 @@ def _page(
 def _list(store: Store, args: argparse.Namespace) -> int:
     def line(action: ActionRecord) -> str:
         name = action.name if action.point is None else f"{action.name}.{action.point}"
+        placed = "".join(
+            f"  {key}={value}"
+            for key, value in (("agent", action.agent_id), ("thread", action.thread_id))
+            if value is not None
+        )
         return (
-            f"{action.action_id}  {name}  run={action.run_id}  call={action.call_id}  "
+            f"{action.action_id}  {name}  run={action.run_id}  call={action.call_id}{placed}  "
             f"since {action.suspended_at}"
         )
 
     def read(**page: Any) -> list[ActionRecord]:
-        return store.actions(run_id=args.run, name=args.tool, tenant=args.tenant, **page)
+        return store.actions(
+            run_id=args.run,
+            name=args.tool,
+            tenant=args.tenant,
+            agent_id=args.agent,
+            thread_id=args.thread,
+            **page,
+        )
 
     found = _page(read, args, lambda action: action.action_id)
     if found is None:

@@ -67,7 +67,7 @@ from blade_runtime.core.export import NAME_RULES, wire_names
 from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
-from blade_runtime.core.store import ActionRecord
+from blade_runtime.core.store import ActionRecord, storable_id
 from blade_runtime.runtime import Runtime
 from blade_runtime.serving.mcp_limits import STDIO_LIMITS, StdioLimits
 from blade_runtime.serving.trace_context import call_context, traceparent
@@ -101,7 +101,7 @@ def input_key(action: ActionRecord) -> str:
     return "output" if action.point is None else action.point.lstrip("@")
 
 
-META = "io.blade"  # our keys in a result's _meta
+META = "io.blade"  # our keys in a result's _meta (and a request's: thread_id, agent_id)
 RESOURCE_NOT_FOUND = -32002  # MCP's code for a resources/read of an unknown URI
 _STATE_PREFIX = "blade2."
 STATE_KEY_ENV = "BLADE_MCP_STATE_KEY"
@@ -445,10 +445,7 @@ class McpTools:
         name = listing.from_wire.get(params.name, params.name)
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
-        meta = params.meta
-        context = call_context(
-            principal, traceparent(meta.get("traceparent")) if isinstance(meta, dict) else None
-        )
+        context = _request_context(principal, params.meta)
         arguments = params.arguments or {}
         progress = req.context is not None and _wants_progress(req.context)
         logs = req.context is not None and self._wants_logs(req.context)
@@ -880,6 +877,22 @@ def _success(
             {"content": to_mcp(content), "structuredContent": structured}
         )
     return TextResult(content if isinstance(content, str) else compact_json(content), structured)
+
+
+def _request_context(principal: Principal | None, meta: Any) -> CallContext:
+    """A tools/call's context from its ``_meta``: the trace context it carries
+    (``traceparent``), and the thread and executing agent the client names (``io.blade``:
+    ``{"thread_id": ..., "agent_id": ...}``; what is not an id of 1 to 200 printable
+    characters is left out, as a malformed ``traceparent`` is)."""
+    if not isinstance(meta, dict):
+        return call_context(principal, None)
+    ours = meta.get(META)
+    ours = ours if isinstance(ours, dict) else {}
+    thread, agent = (
+        value if isinstance(value, str) and storable_id(value) else None
+        for value in (ours.get("thread_id"), ours.get("agent_id"))
+    )
+    return call_context(principal, traceparent(meta.get("traceparent")), thread, agent)
 
 
 def _error(code: ErrorCode, message: str) -> TextResult:

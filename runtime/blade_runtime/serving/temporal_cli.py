@@ -97,6 +97,13 @@ async def _list(tools: Any, args: Any) -> int:
             f"call={action['call_id']}  since {action['suspended_at']}"
         )
 
+    if args.agent is not None or args.thread is not None:
+        print(
+            "error: --agent and --thread filter a store's actions; Temporal's visibility "
+            "store keeps no origin to filter on: leave them out",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         page = await tools.pending_page(
             run_id=args.run, tool=args.tool, tenant=args.tenant, limit=args.limit, cursor=args.after

@@ -391,5 +391,18 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         "CREATE INDEX blade_slots_call ON blade_slots (call_id, owner)",
         "CREATE INDEX blade_slots_owner ON blade_slots (owner)",
     ),
+    (  # 7: an action's origin names its call's thread and executing agent (seed 002)
+        "ALTER TABLE blade_actions ADD COLUMN thread_id text",
+        "ALTER TABLE blade_actions ADD COLUMN agent_id text",
+        """
+        UPDATE blade_actions a SET
+            thread_id = CASE WHEN json_typeof(c.context::json -> 'thread_id') = 'string'
+                THEN c.context::json ->> 'thread_id' END,
+            agent_id = CASE WHEN json_typeof(c.context::json -> 'agent_id') = 'string'
+                THEN c.context::json ->> 'agent_id' END
+        FROM blade_calls c
+        WHERE c.call_id = a.call_id AND c.context IS NOT NULL AND c.context <> 'null'
+        """,
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

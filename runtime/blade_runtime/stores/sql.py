@@ -73,7 +73,7 @@ CALL_COLUMNS = (
 )
 ACTION_COLUMNS = (
     "action_id, call_id, run_id, name, spec_id, point, payload, submit_schema, suspended_at, "
-    "state, resume, resolved_at, reason, tenant, expires_at, principal"
+    "state, resume, resolved_at, reason, tenant, expires_at, principal, thread_id, agent_id"
 )
 DATA_COLUMNS = "call_id, channel, item_id, value, updated_at, seq"
 EVENT_COLUMNS = "run_id, call_id, kind, payload, at, seq, tenant, principal"
@@ -215,6 +215,8 @@ def action_params(action: ActionRecord, schemas: Schemas) -> dict[str, Any]:
         "tenant": action.tenant,
         "expires_at": action.expires_at,
         "principal": action.principal,
+        "thread_id": action.thread_id,
+        "agent_id": action.agent_id,
     }
 
 
@@ -236,6 +238,8 @@ def action_record(row: Sequence[Any], schemas: Schemas) -> ActionRecord:
         tenant=row[13],
         expires_at=row[14],
         principal=row[15],
+        thread_id=row[16],
+        agent_id=row[17],
     )
 
 
@@ -1024,6 +1028,8 @@ class SQLStore:
         after: str | None = None,
         suspended_before: str | None = None,
         suspended_since: str | None = None,
+        thread_id: str | None = None,
+        agent_id: str | None = None,
     ) -> list[ActionRecord]:
         given = {
             "state": state,
@@ -1031,6 +1037,8 @@ class SQLStore:
             "name": name,
             "call_id": call_id,
             "tenant": tenant,
+            "thread_id": thread_id,  # no index: narrows what the tenant's index found
+            "agent_id": agent_id,
         }
         if not all(self._holdable(value) for value in given.values() if value is not None):
             return []

@@ -221,6 +221,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX blade_slots_call ON blade_slots (call_id, owner)",
         "CREATE INDEX blade_slots_owner ON blade_slots (owner)",
     ),
+    (  # 8: an action's origin names its call's thread and executing agent (seed 002)
+        "ALTER TABLE blade_actions ADD COLUMN thread_id TEXT",
+        "ALTER TABLE blade_actions ADD COLUMN agent_id TEXT",
+        *(
+            f"UPDATE blade_actions SET {key} = json_extract(c.context, '$.{key}') "
+            f"FROM blade_calls c WHERE c.call_id = blade_actions.call_id "
+            f"AND json_valid(c.context) AND json_type(c.context, '$.{key}') = 'text'"
+            for key in ("thread_id", "agent_id")
+        ),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

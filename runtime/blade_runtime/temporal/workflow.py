@@ -251,6 +251,7 @@ class CallWorkflow:
         state = "settled" if self.result is not None else "running"
         if call is not None and self.result is None:
             state = call["state"]
+        caller = CallContext.from_json(start.call.context)
         return {
             "call_id": start.call.call_id,
             "run_id": start.call.run_id,
@@ -262,6 +263,8 @@ class CallWorkflow:
             ),
             "input": start.call.arguments,
             "tenant": start.tenant,
+            "thread_id": None if caller is None else caller.thread_id,
+            "agent_id": None if caller is None else caller.agent_id,
             "action": self.action,
             "resolved": dict(self.resolved),
             "result": self.result,

@@ -628,3 +628,97 @@ def test_pydantic_ai_instrumented_tool_span_holds_the_runtimes_span(runtime: Run
     assert framework.name == "execute_tool find" and framework.attributes is not None
     assert "blade.spec_id" not in framework.attributes
     assert framework.context.trace_id == ours.context.trace_id
+
+
+# -- the executing agent (seed 002: ctx.agentId) ----------------------------------------------
+
+
+def _origin(runtime: Runtime) -> tuple[str | None, str | None]:
+    """The one pending action's origin: its call's agent and thread."""
+    (action,) = runtime.pending(principal=ANN)
+    return action.origin.agent_id, action.origin.thread_id
+
+
+def test_pydantic_ai_names_the_running_agent_and_its_conversation_on_every_call(
+    built: Path,
+) -> None:
+    """The agent's own name, unless the toolset is given ``agent_id``; the thread is the run's
+    conversation id. Stored with the call and on its pending action's origin."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ToolCallPart
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset
+
+    for given, expected in ((None, "teller"), ("payments-desk", "payments-desk")):
+        runtime = agent_tools.make_runtime()
+        model, _ = _scripted([ToolCallPart("transfer", SEND, tool_call_id="t1")])
+        toolset = BladeToolset(runtime, principal=ANN, agent_id=given)
+        agent = Agent(
+            model, name="teller", toolsets=[toolset], output_type=[str, DeferredToolRequests]
+        )
+        run(agent.run("send", conversation_id="conv-7"))
+        assert _origin(runtime) == (expected, "conv-7")
+        (action,) = runtime.pending(principal=ANN)
+        stored = runtime.store.call(action.origin.call_id)
+        assert stored is not None and isinstance(stored.context, dict)
+        assert (stored.context["agent_id"], stored.context["thread_id"]) == (expected, "conv-7")
+
+
+def test_openai_names_the_running_agent_and_the_runs_group_on_every_call(
+    built: Path, agents_sdk: Any
+) -> None:
+    from agents import Agent, RunConfig, Runner
+    from agents.testing.model import ScriptedModel, assistant_message, function_call
+
+    from blade_runtime.adapters.openai_agents import function_tools, stop_on_pending
+
+    for given, expected in ((None, "bank"), ("payments-desk", "payments-desk")):
+        runtime = agent_tools.make_runtime()
+        model = ScriptedModel(
+            [[function_call("transfer", SEND, call_id="c2")], [assistant_message("done")]]
+        )
+        tools = function_tools(runtime, principal=ANN, agent_id=given)
+        agent = Agent(name="bank", model=model, tools=tools, tool_use_behavior=stop_on_pending)
+        run(Runner.run(agent, "send", run_config=RunConfig(group_id="chat-9")))
+        assert _origin(runtime) == (expected, "chat-9")
+
+
+def test_langgraph_names_the_agent_from_its_metadata_and_the_graphs_thread(
+    built: Path,
+) -> None:
+    """``lc_agent_name`` (what LangChain's create_agent sets) names the agent unless the tools
+    were given ``agent_id``; the thread is the graph's ``thread_id``."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    for given, expected in ((None, "teller"), ("payments-desk", "payments-desk")):
+        runtime = agent_tools.make_runtime()
+        graph = agent_tools.build_graph(
+            runtime, InMemorySaver(), [_ai(("transfer", SEND, "t2")), _ai()], ANN, given
+        )
+        config: Any = {
+            "configurable": {"thread_id": "thread-3"},
+            "metadata": {"lc_agent_name": "teller"},
+        }
+        first = run(graph.ainvoke({"messages": [("user", "send")]}, config))
+        assert first["__interrupt__"]
+        assert _origin(runtime) == (expected, "thread-3")
+
+
+def test_an_adapters_context_function_names_the_agent_before_the_framework_does(
+    runtime: Runtime,
+) -> None:
+    """What the application's ``context=`` gives wins over the framework's agent name."""
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ToolCallPart
+
+    from blade_runtime.adapters.pydantic_ai import BladeToolset
+    from blade_runtime.core.caller import CallContext
+
+    model, _ = _scripted([ToolCallPart("transfer", SEND, tool_call_id="t1")])
+    toolset = BladeToolset(
+        runtime,
+        context=lambda ctx: CallContext(ANN, agent_id="router/billing", thread_id="th-1"),
+    )
+    agent = Agent(model, name="teller", toolsets=[toolset], output_type=[str, DeferredToolRequests])
+    run(agent.run("send", conversation_id="conv-7"))
+    assert _origin(runtime) == ("router/billing", "th-1")

@@ -193,3 +193,44 @@ def test_the_remote_client_is_refused_what_the_api_refuses(
     assert tools.refund_entries == 1
     record = runtime.store.action(runtime.store.actions()[0].action_id)
     assert record is not None and record.state == "pending"
+
+
+def test_the_typed_client_names_its_agent_and_thread_and_reads_them_on_each_action(
+    tmp_path: Path, example_package: Any
+) -> None:
+    """Seed 002's PendingActionOrigin: the typed action of a call carries the thread and the
+    agent the client named (``thread_id=``, ``agent_id=`` on its transport), over HTTP and in
+    process alike; another tenant's client lists none of them."""
+    from blade_specs.client import Client
+    from blade_specs.payments import refund_payment_v1 as refund
+
+    from blade_runtime import Principal
+    from blade_runtime.client import RuntimeTransport
+
+    runtime, _ = runtime_of(SQLiteStore(tmp_path / "s.db"))
+    app = create_app(runtime, authenticate=authenticate)
+    arguments = refund.RefundPaymentInput.model_validate(REFUND)
+    placed = {"thread_id": "thread-4", "agent_id": "refunds-bot"}
+    with serving(app) as server:
+
+        async def scenario() -> None:
+            remote = HttpTransport(server.url, token="token-alice", **placed)
+            local = RuntimeTransport(runtime, Principal("alice", "acme"), **placed)
+            for transport in (remote, local):
+                waiting = await Client(transport).refund_payment(arguments)
+                assert isinstance(waiting, CallPending)
+                action = waiting.action
+                assert isinstance(action, refund.RefundPaymentApprovalAction)
+                assert (action.thread_id, action.agent_id) == ("thread-4", "refunds-bot")
+            listed = Client(remote).pending()
+            assert len(listed) == 2
+            assert {(a.thread_id, a.agent_id) for a in listed} == {("thread-4", "refunds-bot")}
+            assert Client(HttpTransport(server.url, token="token-bob")).pending() == []
+            unnamed = await Client(HttpTransport(server.url, token="token-alice")).refund_payment(
+                arguments
+            )
+            assert isinstance(unnamed, CallPending)
+            assert (unnamed.action.thread_id, unnamed.action.agent_id) == (None, None)
+            await remote.aclose()
+
+        asyncio.run(scenario())

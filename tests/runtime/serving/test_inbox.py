@@ -816,3 +816,33 @@ def test_the_inbox_as_govuk_would_have_it_axe_focus_required_cancel_and_a_small_
         )
         shots.take(page, f"{width}-next")
     shots.keep()
+
+
+def test_the_inbox_says_which_agent_asks_and_in_which_thread(
+    tmp_path: Path, example_package: Any, browser: Any
+) -> None:
+    """Seed 002's executing agent and an action's origin thread, as a person sees them: the
+    list says who asked through which agent; the detail names the agent and the thread."""
+    from playwright.sync_api import expect
+
+    runtime, _ = runtime_of(SQLiteStore(tmp_path / "agents.db"))
+    app = create_app(runtime, authenticate=authenticate)
+    with serving(app) as server, httpx.Client(base_url=server.url) as http:
+        placed = {"agent_id": "billing-agent", "thread_id": "thread-7"}
+        named = http.post(
+            "/v1/tools/refund_payment/calls", params=placed, json=REFUND, headers=ALICE
+        )
+        plain = http.post("/v1/tools/refund_payment/calls", json=REFUND, headers=ALICE)
+        via, direct = (r.json()["action"]["action_id"] for r in (named, plain))
+        page = scripted(browser).new_page()
+        open_inbox(page, server.url, "token-alice")
+        expect(page.locator("#actions li")).to_have_count(2)
+        assert item(page, via, "who") == "asked by alice via billing-agent"
+        assert item(page, direct, "who") == "asked by alice"
+        page.click(f'#actions li[data-action-id="{via}"] button')
+        facts = page.locator("#detail-facts")
+        expect(facts).to_contain_text("billing-agent")
+        expect(facts).to_contain_text("thread-7")
+        page.click(f'#actions li[data-action-id="{direct}"] button')
+        expect(facts).not_to_contain_text("billing-agent")
+        expect(facts).not_to_contain_text("Thread")

@@ -75,7 +75,7 @@ from blade_runtime.serving.http.errors import MAX_HEADER_BYTES, HttpError, one_l
 from blade_runtime.serving.http.idempotency import NOTHING_RAN, Answer, Answers, fingerprint
 from blade_runtime.serving.http.openapi import openapi_document
 from blade_runtime.serving.http.sites import Sites, TrustedSites, loopback
-from blade_runtime.serving.trace_context import call_context, traceparent
+from blade_runtime.serving.trace_context import call_context, misplaced, traceparent
 
 log = logging.getLogger("blade_runtime.serving.http")
 
@@ -150,8 +150,17 @@ def kept_call_json(
         "started_at": None,
         "input": None,
         "result": result,
+        **placement(answer.context),
         "data": data,
     }
+
+
+def placement(context: JsonValue) -> dict[str, JsonValue]:
+    """Where a call runs, from its stored caller context: its thread and executing agent."""
+    found = CallContext.from_json(context)
+    if found is None:
+        return {"thread_id": None, "agent_id": None}
+    return {"thread_id": found.thread_id, "agent_id": found.agent_id}
 
 
 class Api:
@@ -290,9 +299,11 @@ class Api:
         call_id: str | None,
         run_id: str,
         thread_id: str | None,
+        agent_id: str | None = None,
     ) -> _Outcome:
+        where = (run_id, thread_id, agent_id)
         if call_id is None:
-            return await self._call(principal, name, arguments, None, run_id, thread_id)
+            return await self._call(principal, name, arguments, None, *where)
         inflight = self._inflight.get(call_id)
         if inflight is not None:
             self._same(principal, name, arguments, inflight[0])
@@ -303,7 +314,13 @@ class Api:
                     raise  # this request was cancelled
             # the first request was cancelled: this one answers from the store, or calls
             return await self.call(
-                principal, name, arguments, call_id=call_id, run_id=run_id, thread_id=thread_id
+                principal,
+                name,
+                arguments,
+                call_id=call_id,
+                run_id=run_id,
+                thread_id=thread_id,
+                agent_id=agent_id,
             )
         # In flight from here on, before anything awaits: a concurrent request with this key
         # waits for this one's answer instead of calling too.
@@ -316,7 +333,7 @@ class Api:
             if earlier is not None:
                 outcome = await earlier
             else:
-                outcome = await self._call(principal, name, arguments, call_id, run_id, thread_id)
+                outcome = await self._call(principal, name, arguments, call_id, *where)
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -442,10 +459,11 @@ class Api:
         call_id: str | None,
         run_id: str,
         thread_id: str | None,
+        agent_id: str | None,
     ) -> _Outcome:
         if not isinstance(arguments, dict):
             raise Refused(ErrorCode.INVALID_INPUT, "The arguments must be a JSON object.")
-        context = call_context(principal, _TRACEPARENT.get(), thread_id)
+        context = call_context(principal, _TRACEPARENT.get(), thread_id, agent_id)
         generated = call_id is None
         call_id = f"call_{uuid.uuid4().hex}" if call_id is None else call_id
         result = await self.runtime.call(
@@ -513,6 +531,7 @@ class Api:
             "started_at": record.started_at,
             "input": dict(record.input),
             "result": record.result,
+            **placement(record.context),
         }
 
     async def data_json(
@@ -599,6 +618,8 @@ def action_body(
         "call_id": record.call_id,
         "run_id": record.run_id,
         "principal_id": asker,
+        "thread_id": record.thread_id,
+        "agent_id": record.agent_id,
         "suspended_at": record.suspended_at,
         "input": record.payload,
         "state": record.state,
@@ -806,6 +827,11 @@ def create_app(
         if call_id is not None and not storable_id(call_id):
             raise Refused(HttpError.MALFORMED_REQUEST, "The idempotency key is 1 to 200 chars.")
         run_id = run_of(request)
+        refused = misplaced(request.query_params)
+        if refused is not None:
+            raise Refused(
+                HttpError.MALFORMED_REQUEST, f"{refused} is 1 to 200 printable characters."
+            )
         arguments = await api.body(request)
         _TRACEPARENT.set(traceparent(request.headers.get("traceparent")))
         outcome = await api.call(
@@ -815,6 +841,7 @@ def create_app(
             call_id=call_id,
             run_id=run_id,
             thread_id=request.query_params.get("thread_id"),
+            agent_id=request.query_params.get("agent_id"),
         )
         return json_response(outcome.body, outcome.status)
 
@@ -874,6 +901,8 @@ def create_app(
             cursor=cursor,
             waited_over_s=_seconds(query, "waiting_over"),
             waited_under_s=_seconds(query, "waiting_under"),
+            thread_id=query.get("thread_id"),
+            agent_id=query.get("agent_id"),
         )
         shown = [api.action_json(a) for a in page.items]
         return _page_response(request, "actions", shown, page)

@@ -114,6 +114,14 @@ _SHARED: Final[dict[str, Any]] = {
             "call_id": _TEXT,
             "run_id": _TEXT,
             "principal_id": _NULLABLE_TEXT,
+            "thread_id": {
+                "type": ["string", "null"],
+                "description": "the thread of the call that asks (its caller's thread_id)",
+            },
+            "agent_id": {
+                "type": ["string", "null"],
+                "description": "the agent that ran the call (its caller's agent_id)",
+            },
             "suspended_at": _TEXT,
             "input": {"description": "the suspend payload (a client tool's input)"},
             "state": {"enum": ["pending", "submitted", "cancelled", "failed", "expired"]},
@@ -180,6 +188,14 @@ _SHARED: Final[dict[str, Any]] = {
             "started_at": _NULLABLE_TEXT,
             "input": {},
             "result": {},
+            "thread_id": {
+                "type": ["string", "null"],
+                "description": "the thread the call belongs to (its caller's thread_id)",
+            },
+            "agent_id": {
+                "type": ["string", "null"],
+                "description": "the agent executing the call (its caller's agent_id)",
+            },
             "data": {"type": "object", "description": "ToolData records by channel"},
             "suspensions": {
                 "type": "array",
@@ -319,6 +335,7 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
                     },
                     _query("run_id", "the run the call belongs to (default: default)"),
                     _query("thread_id", "passed on to the call's context"),
+                    _query("agent_id", "the agent running the call, passed on to its context"),
                 ],
                 "requestBody": {"required": True, **_json(input_ref)},
                 "responses": {
@@ -462,6 +479,8 @@ _GENERIC: Final[dict[str, Any]] = {
         _query("tool", "only this tool's"),
         _query("waiting_over", "only those waiting longer than this many seconds"),
         _query("waiting_under", "only those waiting less long than this many seconds"),
+        _query("thread_id", "only those of calls of this thread"),
+        _query("agent_id", "only those of calls this agent runs"),
         *_PAGE,
         errors=(400,),
     ),

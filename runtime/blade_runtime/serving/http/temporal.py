@@ -58,6 +58,7 @@ from blade_runtime.serving.http.auth import (
 )
 from blade_runtime.serving.http.errors import HttpError, status_of
 from blade_runtime.serving.http.sites import Sites, TrustedSites
+from blade_runtime.serving.trace_context import misplaced
 from blade_runtime.temporal.client import TemporalTools
 
 
@@ -153,6 +154,11 @@ def create_temporal_app(
         run_id = request.query_params.get("run_id", "default")
         if not run_id:
             raise Refused(HttpError.MALFORMED_REQUEST, "run_id must not be empty.")
+        refused = misplaced(request.query_params)
+        if refused is not None:
+            raise Refused(
+                HttpError.MALFORMED_REQUEST, f"{refused} is 1 to 200 printable characters."
+            )
         arguments = await body_of(request)
         if not isinstance(arguments, dict):
             raise Refused(HttpError.MALFORMED_REQUEST, "The arguments are a JSON object.")
@@ -161,7 +167,11 @@ def create_temporal_app(
             arguments,
             call_id=call_id,
             run_id=run_id,
-            context=CallContext(principal, thread_id=request.query_params.get("thread_id")),
+            context=CallContext(
+                principal,
+                thread_id=request.query_params.get("thread_id"),
+                agent_id=request.query_params.get("agent_id"),
+            ),
         )
         return answer(done)
 
@@ -199,6 +209,8 @@ def create_temporal_app(
                 "started_at": found.get("started_at"),
                 "input": found["input"],
                 "result": result,
+                "thread_id": found.get("thread_id"),
+                "agent_id": found.get("agent_id"),
                 "data": data,
                 "suspensions": episodes,
                 "pending_suspension": next((e for e in episodes if e["state"] == "pending"), None),

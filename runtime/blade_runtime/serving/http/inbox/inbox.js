@@ -474,6 +474,14 @@
     return true;
   }
 
+  // Who asked and through which agent (seed 002's executing agent): "asked by ann via billing".
+  function askedBy(action) {
+    const parts = [];
+    if (action.principal_id) parts.push("asked by " + action.principal_id);
+    if (action.agent_id) parts.push((parts.length ? "via " : "from agent ") + action.agent_id);
+    return parts.join(" ");
+  }
+
   // Updated in place, keyed by action id: an item being clicked is never replaced under the
   // pointer by the next refresh.
   function renderList() {
@@ -490,8 +498,8 @@
       const { waited, left } = timing(action);
       setText(item.querySelector(".summary"), summaryOf(action));
       const who = item.querySelector(".who");
-      setText(who, action.principal_id ? "asked by " + action.principal_id : "");
-      who.hidden = !action.principal_id;
+      setText(who, askedBy(action));
+      who.hidden = !action.principal_id && !action.agent_id;
       setText(item.querySelector(".age"), waited === null ? "" : "waiting " + duration(waited));
       const expiry = item.querySelector(".expiry");
       setText(expiry, left === null ? "" : expiryText(left));
@@ -643,6 +651,8 @@
     const { since, waited, left } = timing(action);
     const facts = [];
     if (action.principal_id) facts.push(["Asked by", action.principal_id, ""]);
+    if (action.agent_id) facts.push(["Agent", action.agent_id, ""]);
+    if (action.thread_id) facts.push(["Thread", action.thread_id, ""]);
     if (ended) {
       if (Number.isFinite(since)) facts.push(["Asked", when(since), ""]);
       facts.push(ended.concat(""));
