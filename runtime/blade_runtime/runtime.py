@@ -70,7 +70,7 @@ from blade_runtime.core.registry import (
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.retention import Retention, prune_all, sweep
 from blade_runtime.core.sources import SourcePolicy
-from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, JsonObject
+from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, Exposure, JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
     DEFAULT_LEASE_S,
@@ -416,6 +416,10 @@ class Runtime:
         large_result_bytes: int | None = None,
         source: str = "spec",
         trust: Trust = "workspace",
+        title: str | None = None,
+        aliases: Collection[str] | None = None,
+        group: str | None = None,
+        exposure: Exposure | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -440,7 +444,11 @@ class Runtime:
         reads its head and a link (see ``blade_runtime.core.artifacts``; default: the
         runtime's). ``source`` and ``trust``: where the tool comes from (``spec``, ``dynamic``,
         ``mcp:<server>``) and how far it is trusted (``trusted``, ``workspace``, ``remote``):
-        the source policy, the permission policy and observers read them.
+        the source policy, the permission policy and observers read them. ``title``,
+        ``aliases``, ``group``, ``exposure``: the display name, more names the tool is called
+        by (a call by one is a call of this registration; the store records the name called),
+        its group, and where it is listed (``model``: everywhere; ``operator``: never offered
+        to a model); each defaults to the spec's.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -492,6 +500,10 @@ class Runtime:
             large_result_bytes=large_result_bytes,
             source=source,
             trust=trust,
+            title=title,
+            aliases=aliases,
+            group=group,
+            exposure=exposure,
         )
         self.tools.dynamic = (
             self.tools.dynamic
@@ -508,9 +520,14 @@ class Runtime:
         timeout_ms: int | None = None,
         enabled: Callable[[CallInfo], bool] | None = None,
         describe: Describe | None = None,
+        title: str | None = None,
+        aliases: Collection[str] | None = None,
+        group: str | None = None,
+        exposure: Exposure | None = None,
     ) -> Registration[OutputT]:
         """Offer a client-executed tool: a call becomes a pending action whose submission
-        (validated against the output schema) completes it."""
+        (validated against the output schema) completes it. ``title``, ``aliases``, ``group``
+        and ``exposure`` as for ``register``."""
         registered = spec.name if name is None else name
         if not isinstance(spec, ClientToolSpec):
             raise RegistrationError(
@@ -526,6 +543,10 @@ class Runtime:
             enabled=enabled,
             describe=describe,
             describe_children=describe is not None and takes_children(describe),
+            title=title,
+            aliases=aliases,
+            group=group,
+            exposure=exposure,
         )
         self.tools.dynamic = self.tools.dynamic or enabled is not None
         return added

@@ -42,7 +42,7 @@ import logging
 import os
 import secrets
 import warnings
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from types import coroutine as types_coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -342,6 +342,7 @@ class McpTools:
             tools.append(
                 types.Tool(
                     name=name,
+                    title=registration.title,
                     description=str(entry["description"]),
                     input_schema=dict(entry["inputSchema"]),  # type: ignore[arg-type]
                     output_schema=dict(output) if isinstance(output, dict) else None,
@@ -377,12 +378,16 @@ class McpTools:
         return schema is not None and bool(x_mcp_header_map(schema))
 
     def _names(self) -> tuple[str, ...]:
-        return tuple(r.name for r in self.runtime.registrations())
+        return tuple(r.name for r in self._offered())
+
+    def _offered(self) -> Iterator[Registration[Any]]:
+        """The registrations a model may be offered (an operator tool never is)."""
+        return (r for r in self.runtime.registrations() if r.exposure == "model")
 
     def _registration(self, wire: str) -> Registration[Any] | None:
         """The registration listed as ``wire``, whoever asks (None: none)."""
         name = wire_names(self._names(), NAME_RULES["mcp"]).from_wire.get(wire, wire)
-        return next((r for r in self.runtime.registrations() if r.name == name), None)
+        return next((r for r in self._offered() if r.name == name), None)
 
     def _announces_output(self, wire: str) -> bool:
         """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
@@ -444,6 +449,9 @@ class McpTools:
         principal = await self._principal(req)
         listing = self.listing(CallContext(principal=principal))
         name = listing.from_wire.get(params.name, params.name)
+        hidden = self.runtime.tools.by_name.get(name)
+        if hidden is not None and hidden.exposure != "model":  # an operator tool: not for MCP
+            return _error(ErrorCode.TOOL_HANDLER_NOT_FOUND, f"There is no tool named {name!r}.")
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
         meta = params.meta

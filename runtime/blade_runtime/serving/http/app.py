@@ -608,6 +608,7 @@ def action_body(
         "reason": record.reason,
         "expires_at": record.expires_at,
         "description": None if registration is None else registration.spec.description,
+        "title": None if registration is None else registration.title,
         "submit_schema": dict(record.submit_schema),
     }
 
@@ -637,6 +638,10 @@ def tools_body(registrations: Sequence[Registration[Any]]) -> dict[str, Any]:
                 "execution": r.spec.execution,
                 "description": r.spec.description,
                 "points": sorted(r.points),
+                "title": r.title,
+                "aliases": list(r.aliases),
+                "group": r.group,
+                "exposure": r.exposure,
             }
             for r in registrations
         ]
