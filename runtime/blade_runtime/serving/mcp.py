@@ -387,7 +387,8 @@ class McpTools:
     def _registration(self, wire: str) -> Registration[Any] | None:
         """The registration listed as ``wire``, whoever asks (None: none)."""
         name = wire_names(self._names(), NAME_RULES["mcp"]).from_wire.get(wire, wire)
-        return next((r for r in self._offered() if r.name == name), None)
+        found = self.runtime.tools.by_name.get(name)  # by its name, or by an alias
+        return found if found is not None and found.exposure == "model" else None
 
     def _announces_output(self, wire: str) -> bool:
         """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
