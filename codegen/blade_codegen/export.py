@@ -26,12 +26,16 @@ def exported(spec: ResolvedSpec) -> ExportedTool:
         side_effect=cast(SideEffect, spec.side_effect),
         execution=cast(ExecutionMode, spec.execution),
         timeout_ms=spec.timeout_ms,
+        title=spec.title,
+        aliases=spec.aliases,
+        group=spec.group,
     )
 
 
 def export_specs(specs: Path, format: ExportFormat) -> ToolExport:
-    """Every tool of the spec tree (backend and client) in ``format``, with the tree's guidance
+    """Every tool of the spec tree (backend and client) a model is offered (``exposure``
+    ``model``) in ``format``, with the tree's guidance
     (``guidance.md``): in the ``blade`` document beside the tools, on the export for the rest."""
     resolved = resolve_specs(specs)
-    tools = (exported(spec) for spec in resolved.specs)
+    tools = (exported(spec) for spec in resolved.specs if spec.exposure == "model")
     return export_tools(tools, format, resolved.tree.guidance)

@@ -777,6 +777,14 @@ def manifest(plan: BuildPlan) -> str:
             entry["locks"] = list(spec.locks)
         if spec.caller:
             entry["caller"] = True
+        if spec.title is not None:
+            entry["title"] = spec.title
+        if spec.aliases:
+            entry["aliases"] = list(spec.aliases)
+        if spec.group is not None:
+            entry["group"] = spec.group
+        if spec.exposure != "model":
+            entry["exposure"] = spec.exposure
         if spec.permissions:
             entry["permissions"] = dict(sorted(spec.permissions.items()))
         if spec.environment:

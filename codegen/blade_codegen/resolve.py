@@ -69,6 +69,11 @@ class ResolvedSpec:
     caller: bool = False  # its implementation reads who the call is for (ctx.call.context)
     permissions: Mapping[str, Any] = field(default_factory=dict)
     environment: Mapping[str, Any] = field(default_factory=dict)
+    # How it is shown and found (seed 000): outside the wire contract, as name and description.
+    title: str | None = None
+    aliases: tuple[str, ...] = ()
+    group: str | None = None
+    exposure: str = "model"
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -243,6 +248,10 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 caller=bool(spec.get("caller", False)),
                 permissions=dict(spec.get("permissions", {})),
                 environment=dict(spec.get("environment", {})),
+                title=spec.get("title"),
+                aliases=tuple(spec.get("aliases", ())),
+                group=spec.get("group"),
+                exposure=spec.get("exposure", "model"),
             )
         )
     if problems:

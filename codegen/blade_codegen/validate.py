@@ -63,6 +63,29 @@ def schema_slots(spec: dict[str, Any]) -> Iterator[tuple[Segments, Any]]:
                         yield ("suspend", point, key), entry[key]
 
 
+def _aliases_taken(tree: SpecTree, names: dict[str, SourceFile]) -> list[Problem]:
+    """An alias is a name the tool is called by: none may be a tool's name or another alias."""
+    problems = []
+    seen: dict[str, SourceFile] = {}
+    for source in tree.specs:
+        aliases = source.data.get("aliases") if isinstance(source.data, dict) else None
+        for index, alias in enumerate(aliases if isinstance(aliases, list) else ()):
+            if not isinstance(alias, str):
+                continue
+            holder = names.get(alias) or seen.get(alias)
+            if holder is not None:
+                whose = "its own name" if holder is source else f"a name of {holder.rel}"
+                problems.append(
+                    source.problem(
+                        ("aliases", index),
+                        f"alias {alias!r} is {whose} already",
+                        "remove the alias or rename one of the tools",
+                    )
+                )
+            seen.setdefault(alias, source)
+    return problems
+
+
 def validate(tree: SpecTree, checked: frozenset[str] = frozenset()) -> list[Problem]:
     """All problems of the tree: per file (not for the spec files in ``checked``: unchanged
     since a build checked them), then across the set (ids and names unique)."""
@@ -89,6 +112,7 @@ def validate(tree: SpecTree, checked: frozenset[str] = frozenset()) -> list[Prob
                         f"give one of them another {key}",
                     )
                 )
+    problems.extend(_aliases_taken(tree, {k: v[0] for k, v in names.items()}))
     problems.extend(_check_children(tree, {k: v[0] for k, v in ids.items()}))
     for dependency in installed(tree):
         for spec_id in sorted(ids.keys() & dependency.tools.keys()):

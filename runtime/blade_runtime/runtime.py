@@ -71,7 +71,7 @@ from blade_runtime.core.results import ErrorCode, ToolError, ToolResult
 from blade_runtime.core.retention import Retention, prune_all, sweep
 from blade_runtime.core.slots import Limits, LimitsError
 from blade_runtime.core.sources import SourcePolicy
-from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, JsonObject
+from blade_runtime.core.spec import BackendToolSpec, ClientToolSpec, Exposure, JsonObject
 from blade_runtime.core.storage import StoreAccess
 from blade_runtime.core.store import (
     DEFAULT_LEASE_S,
@@ -420,6 +420,10 @@ class Runtime:
         concurrency: int | None = None,
         locks: Collection[str] | None = None,
         worker_concurrency: int | None = None,
+        title: str | None = None,
+        aliases: Collection[str] | None = None,
+        group: str | None = None,
+        exposure: Exposure | None = None,
     ) -> Registration[OutputT]:
         """Bind ``implementation`` to ``spec`` under ``name`` (default: the spec's name).
 
@@ -449,7 +453,11 @@ class Runtime:
         JSON pointers into the final input (``"/path"``, or ``"file:/path"`` to name the
         resource) whose calls with equal values never run at once (see
         ``blade_runtime.core.slots``); each, when given, instead of the spec's.
-        ``worker_concurrency``: at most this many at once in this runtime.
+        ``worker_concurrency``: at most this many at once in this runtime. ``title``,
+        ``aliases``, ``group``, ``exposure``: the display name, more names the tool is called
+        by (a call by one is a call of this registration; the store records the name called),
+        its group, and where it is listed (``model``: everywhere; ``operator``: never offered
+        to a model); each defaults to the spec's.
 
         One spec may be registered under several names. Refused here rather than at the first
         call: a taken or malformed name, a spec that needs server context without a ``context``
@@ -510,6 +518,10 @@ class Runtime:
             source=source,
             trust=trust,
             limits=limits,
+            title=title,
+            aliases=aliases,
+            group=group,
+            exposure=exposure,
         )
         self.tools.dynamic = (
             self.tools.dynamic
@@ -526,9 +538,14 @@ class Runtime:
         timeout_ms: int | None = None,
         enabled: Callable[[CallInfo], bool] | None = None,
         describe: Describe | None = None,
+        title: str | None = None,
+        aliases: Collection[str] | None = None,
+        group: str | None = None,
+        exposure: Exposure | None = None,
     ) -> Registration[OutputT]:
         """Offer a client-executed tool: a call becomes a pending action whose submission
-        (validated against the output schema) completes it."""
+        (validated against the output schema) completes it. ``title``, ``aliases``, ``group``
+        and ``exposure`` as for ``register``."""
         registered = spec.name if name is None else name
         if not isinstance(spec, ClientToolSpec):
             raise RegistrationError(
@@ -544,6 +561,10 @@ class Runtime:
             enabled=enabled,
             describe=describe,
             describe_children=describe is not None and takes_children(describe),
+            title=title,
+            aliases=aliases,
+            group=group,
+            exposure=exposure,
         )
         self.tools.dynamic = self.tools.dynamic or enabled is not None
         return added

@@ -19,6 +19,8 @@ schema. ``resume`` validates every answer against the schema stored with its act
 anything is submitted (one invalid answer: ``ResumeRefused``, nothing submitted, every action still
 pending), then resumes each through ``runtime.submit``; the values Pydantic AI hands back to the
 model are the runtime's results. Errors other than invalid input are the model-facing error JSON.
+A result whose tool set ``ctx.metadata`` reaches Pydantic AI as a ``ToolReturn`` carrying it as
+``metadata`` (kept in the message history for the application, not sent to the model).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pydantic_ai import (
     DeferredToolResults,
     ModelRetry,
     RunContext,
+    ToolReturn,
 )
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
@@ -42,7 +45,7 @@ from pydantic_core import SchemaValidator, core_schema
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core import actions
 from blade_runtime.core.caller import CallContext, Principal
-from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime
 
 __all__ = ["BladeToolset", "ResumeRefused", "pending_metadata"]
@@ -173,10 +176,10 @@ class BladeToolset(AbstractToolset[Any]):
             raise CallDeferred(metadata, kind="question")
         return self._value(result)
 
-    def _value(self, result: ToolResult[Any]) -> JsonValue:
+    def _value(self, result: ToolResult[Any]) -> JsonValue | ToolReturn:
         if isinstance(result, ToolError) and result.code == ErrorCode.INVALID_INPUT:
             raise ModelRetry(result.message)
-        return result.content
+        return _returned(result)
 
     async def resume(
         self,
@@ -222,5 +225,15 @@ class BladeToolset(AbstractToolset[Any]):
         results = DeferredToolResults()
         for call_id, action_id in targets.items():
             settled = await self.runtime.submit(action_id, answers[call_id], principal=who)
-            results.calls[call_id] = settled.content
+            results.calls[call_id] = _returned(settled)
         return results
+
+
+def _returned(result: ToolResult[Any]) -> JsonValue | ToolReturn:
+    """What Pydantic AI gets of a result: the content the model reads, in a ``ToolReturn``
+    whose ``metadata`` (the application's, never sent to the model) is the tool's
+    ``ctx.metadata`` when it set some."""
+    metadata = result.metadata if isinstance(result, ToolSuccess | ToolError) else None
+    if metadata is None:
+        return result.content
+    return ToolReturn(result.content, metadata=metadata)

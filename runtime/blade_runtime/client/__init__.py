@@ -71,6 +71,8 @@ class _Call(BaseModel):
     model_config = _DTO
     call_id: str
     run_id: str
+    metadata: dict[str, JsonValue] | None = None
+    """What the tool attached with ``ctx.metadata`` (a success or an error; None: nothing)."""
 
 
 class CallSuccess(_Call, Generic[OutputT]):
@@ -380,9 +382,11 @@ def result_data(called: ToolResult[Any]) -> Data:
     if isinstance(called, ToolSuccess):
         # A post hook's rewrite is all a typed view may hold: what it withheld reaches nobody.
         output = called.content if called.rewritten else called.output
-        return {"status": "success", **ids, "output": output, "content": called.content}
+        success = {"status": "success", **ids, "output": output, "content": called.content}
+        return {**success, "metadata": called.metadata}
     if isinstance(called, ToolError):
-        return {"status": "error", **ids, "code": called.code, "message": called.message}
+        error = {"status": "error", **ids, "code": called.code, "message": called.message}
+        return {**error, "metadata": called.metadata}
     if isinstance(called, ToolPending):
         return {"status": "pending", **ids, "action": _action_data(called.action)}
     return {"status": "skipped", **ids, "reason": called.reason}

@@ -280,5 +280,6 @@ def _result(answer: httpx.Response, ids: dict[str, str]) -> Data:
             "run_id": body.get("run_id", ids["run_id"]),
             "code": code,
             "message": str(body.get("message", "")),
+            "metadata": body.get("metadata"),
         }
     raise _refused(answer.status_code, body)

@@ -83,4 +83,5 @@ async def offload(
         output_json=output_json,
         rewritten=done.rewritten,
         artifact=saved.file_id,
+        metadata=done.metadata,
     )

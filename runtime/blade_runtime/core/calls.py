@@ -62,10 +62,12 @@ from blade_runtime.core.outcomes import (
     FallbackHandler,
     action_id,
     cancelled,
+    client_action_id,
     error_result,
     log,
     parse_arguments,
     result_json,
+    stored_metadata,
     tool_error,
 )
 from blade_runtime.core.permissions import (
@@ -200,8 +202,8 @@ class CallRunner:
         self.cleaning: dict[str, int] = {}
         """Runs with a cancelled implementation still running detached, and how many: their new
         tool calls are refused until it exits (seed 000)."""
-        prefix = f"call_{uuid.uuid4().hex[:12]}"
-        self._ids = map(f"{prefix}_{{}}".format, itertools.count(1))  # C-level: no Python frame
+        prefix = self._made = f"call_{uuid.uuid4().hex[:12]}_"
+        self._ids = map(f"{prefix}{{}}".format, itertools.count(1))  # C-level: no Python frame
 
     async def call(
         self,
@@ -548,7 +550,10 @@ class CallRunner:
         except Suspended as suspended:
             return await self._suspend(registration, call, arguments, suspended, attempt)
         except _FAILURES as error:
-            return self._failed(call, error)
+            failed = self._failed(call, error)
+            if ctx._metadata is not None:
+                failed.metadata = ctx._metadata
+            return failed
         finally:
             scope.stop()  # no timer reaches what follows (the projection)
             if limited:  # every exit: a result, an error, a timeout, a cancellation, a suspension
@@ -566,6 +571,8 @@ class CallRunner:
         if scope.reason is not None:  # it swallowed its cancellation: the call still ended
             return self._cancelled(call, scope)
         done = self._output(registration, call, output, ctx._display)
+        if ctx._metadata is not None:
+            done.metadata = ctx._metadata  # type: ignore[union-attr]  # a success or an error
         if registration.project is None or call.parent is not None:
             return done  # a child's output goes to its parent, not to a model: never projected
         if not isinstance(done, ToolSuccess):
@@ -844,6 +851,8 @@ class CallRunner:
         event = self._event(call, "suspended", {"action_id": action.action_id, "point": ADMISSION})
         try:
             await self._emit(self.store.suspend, record, action, event)
+        except DuplicateCall as duplicate:
+            return error_result(call, ErrorCode.DUPLICATE_CALL, f"{duplicate}; nothing ran.")
         except StoreError as error:
             log.error(
                 "%s (call %s): the store refused its permission request: %s", *_named(call), error
@@ -930,7 +939,14 @@ class CallRunner:
                 "%s (call %s): the projection failed", call.name, call.call_id, exc_info=error
             )
             return error_result(call, ErrorCode.INVALID_OUTPUT, GENERIC_INVALID_OUTPUT)
-        return ToolSuccess(call, done.output, model_reads, done.display, output_json=done.content)
+        return ToolSuccess(
+            call,
+            done.output,
+            model_reads,
+            done.display,
+            output_json=done.content,
+            metadata=done.metadata,
+        )
 
     async def record_end(
         self, call: CallInfo, result: ToolResult[Any], attempt: Attempt | None
@@ -1030,10 +1046,14 @@ class CallRunner:
                 code = ErrorCode(str(stored.get("code")))
             except ValueError:
                 code = ErrorCode.INTERRUPTED
-            return error_result(call, code, str(stored.get("message", "")))
+            failed = error_result(call, code, str(stored.get("message", "")))
+            failed.metadata = stored_metadata(stored)
+            return failed
         if isinstance(stored, dict) and stored.get("status") == "success":
             content = stored.get("content")
-            return ToolSuccess(call, stored.get("output", content), content)
+            return ToolSuccess(
+                call, stored.get("output", content), content, metadata=stored_metadata(stored)
+            )
         return error_result(call, ErrorCode.INTERRUPTED, TAKEN_OVER)
 
     async def _stopped(
@@ -1154,7 +1174,12 @@ class CallRunner:
                 call, ErrorCode.TOOL_ERROR, "A client tool cannot be called as a child tool."
             )
         action = self._action(
-            call, None, dict(arguments), registration.output.schema, registration.timeout_s
+            call,
+            None,
+            dict(arguments),
+            registration.output.schema,
+            registration.timeout_s,
+            client_action_id(call.call_id, self._made),
         )
         record = self._record(registration, call, arguments, "pending")
         payload: JsonValue = {"action_id": action.action_id}
@@ -1162,6 +1187,8 @@ class CallRunner:
             await self._emit(
                 self.store.suspend, record, action, self._event(call, "pending", payload)
             )
+        except DuplicateCall as duplicate:  # its id is a call's already (this caller's or not)
+            return error_result(call, ErrorCode.DUPLICATE_CALL, f"{duplicate}; nothing ran.")
         except StoreError as error:
             log.error(
                 "%s (call %s): the store refused its pending action: %s", *_named(call), error
@@ -1212,9 +1239,10 @@ class CallRunner:
         payload: JsonValue,
         schema: JsonObject,
         expires_after_s: float | None = None,
+        given_id: str | None = None,
     ) -> ActionRecord:
         return ActionRecord(
-            action_id(),
+            action_id() if given_id is None else given_id,
             call.call_id,
             call.run_id,
             call.name,

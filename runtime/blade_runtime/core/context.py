@@ -272,6 +272,11 @@ class Execution(Protocol[InputT, ContextT]):
     def display(self, content: JsonValue) -> None:
         """Set UI-facing content for the result; the model never reads it."""
 
+    def metadata(self, fields: Mapping[str, JsonValue]) -> None:
+        """Attach JSON metadata to the result (success or failure): stored with the call and
+        returned on every surface (``result.metadata``, HTTP, MCP ``_meta``, the typed client),
+        never shown to the model."""
+
     @property
     def files(self) -> ScopedFiles:
         """Durable files of the call's tenant: ``save(name, content, media_type)``, ``read(id)``."""

@@ -295,6 +295,7 @@ class ToolContext:
     _input: BaseModel | None = None
     _publish: Callable[[Event], None] | None = None  # set while anyone subscribes
     _display: JsonValue = None
+    _metadata: dict[str, JsonValue] | None = None  # set by ctx.metadata
     _history: Sequence[SuspensionEpisode] | Callable[[], Sequence[SuspensionEpisode]] = ()
     _services: CallServices | None = None
     _files: ScopedFiles | None = None
@@ -384,6 +385,19 @@ class ToolContext:
 
     def display(self, content: JsonValue) -> None:
         self._display = content
+
+    def metadata(self, fields: Mapping[str, JsonValue]) -> None:
+        """Attach ``fields`` to the call's result as metadata (seed 000's ``metadata``): JSON for
+        the application (an upload id, a count, a cost), stored with the call and returned by
+        ``Runtime.call``, HTTP, MCP (the result's ``_meta``) and the typed client, never shown
+        to the model. A success and a failure (``ctx.fail``, an exception) both carry it; later
+        calls add to it key by key. A value that is not JSON is a ``NotJson`` (ValueError)."""
+        added = checked(dict(fields))
+        assert isinstance(added, dict)
+        if self._metadata is None:
+            self._metadata = added
+        else:
+            self._metadata.update(added)
 
     def progress(
         self,

@@ -53,6 +53,9 @@ class ExportedTool:
     side_effect: SideEffect
     execution: ExecutionMode
     timeout_ms: int
+    title: str | None = None  # the display name (MCP's ``title``)
+    aliases: tuple[str, ...] = ()  # more names it is called by (the blade manifest lists them)
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,12 @@ def _blade(tool: ExportedTool, wire: str) -> JsonValue:
         entry["kind"] = tool.kind
     if tool.output_schema is not None:
         entry["output_schema"] = dict(tool.output_schema)
+    if tool.title is not None:
+        entry["title"] = tool.title
+    if tool.aliases:
+        entry["aliases"] = list(tool.aliases)
+    if tool.group is not None:
+        entry["group"] = tool.group
     return entry
 
 
@@ -164,6 +173,8 @@ def _mcp(tool: ExportedTool, wire: str) -> JsonValue:
         "description": tool.description,
         "inputSchema": dict(tool.input_schema),
     }
+    if tool.title is not None:
+        entry["title"] = tool.title
     # MCP's structuredContent is an object, so only an object output schema can be announced.
     if tool.output_schema is not None and tool.output_schema.get("type") == "object":
         entry["outputSchema"] = dict(tool.output_schema)

@@ -185,10 +185,22 @@ class Interceptors:
         if isinstance(result, ToolSuccess):
             # Typed views elsewhere are built from what the model may read (``rewritten``).
             return ToolSuccess(
-                result.call, result.output, verdict.output, result.display, rewritten=True
+                result.call,
+                result.output,
+                verdict.output,
+                result.display,
+                rewritten=True,
+                metadata=result.metadata,
             )
         assert isinstance(result, ToolError)
-        return ToolError(result.call, result.code, result.message, verdict.output, result.display)
+        return ToolError(
+            result.call,
+            result.code,
+            result.message,
+            verdict.output,
+            result.display,
+            metadata=result.metadata,
+        )
 
     async def finish(
         self,

@@ -96,6 +96,20 @@ def action_id() -> str:
     return f"act_{time.time_ns():016x}{secrets.token_hex(6)}"
 
 
+def client_action_id(call_id: str, made_prefix: str) -> str | None:
+    """A client tool's action id: the model's tool call id (seed 002: "for an external-output
+    client tool, actionId is its toolCallId") when the caller gave the call its id, else None
+    (a new ``act_`` id). A call id is unique in the store, so such an action id is too: a
+    reused one is the call's ``DUPLICATE_CALL``, the answer any reused call id gets, and tells
+    no more. Kept apart: an id the runtime made (``made_prefix``), one in the ``act_``
+    namespace of made action ids (so a given id never meets a made one), and one with a
+    ``/`` (an action id is one URL path segment: ``/v1/actions/{id}``; the adapters' call ids
+    are ``run/tool-call``)."""
+    if call_id.startswith((made_prefix, "act_")) or "/" in call_id:
+        return None
+    return call_id
+
+
 def error_result(call: CallInfo, code: ErrorCode, message: str) -> ToolError:
     return ToolError(call, code, message, error_content(code, message))
 
@@ -105,12 +119,25 @@ def nobody() -> CallInfo:
 
 
 def result_json(result: ToolResult[Any]) -> JsonValue:
-    """How a result is stored and announced."""
+    """How a result is stored and announced (with its ``metadata`` when the tool set some)."""
+    stored: JsonValue
     if isinstance(result, ToolError):
-        return actions.error_json(result.code, result.message)
-    if isinstance(result, ToolSuccess) and result.output_json is not None:
-        return {"status": "success", "content": result.content, "output": result.output_json}
-    return actions.success_json(result.content)
+        stored = actions.error_json(result.code, result.message)
+    elif isinstance(result, ToolSuccess) and result.output_json is not None:
+        stored = {"status": "success", "content": result.content, "output": result.output_json}
+    else:
+        stored = actions.success_json(result.content)
+    metadata = getattr(result, "metadata", None)
+    if metadata is not None:
+        assert isinstance(stored, dict)
+        stored["metadata"] = metadata
+    return stored
+
+
+def stored_metadata(stored: JsonValue) -> dict[str, JsonValue] | None:
+    """The metadata of a stored result (None: the tool set none)."""
+    metadata = stored.get("metadata") if isinstance(stored, dict) else None
+    return metadata if isinstance(metadata, dict) else None
 
 
 def parse_arguments(arguments: JsonObject | str | bytes) -> JsonObject | str:

@@ -123,7 +123,7 @@ class Recovery:
 
     async def _claim_batch(self, limit: int = 100) -> list[Claimed]:
         # By name and spec: a call of another spec once registered under a name is not ours.
-        names = {r.name: r.spec.id for r in self.tools.by_name.values() if r.implementation}
+        names = {n: r.spec.id for n, r in self.tools.by_name.items() if r.implementation}
         if not names:
             return []
         began = time.monotonic()  # the reads before the claim may wait for the store too

@@ -25,7 +25,7 @@ from blade_runtime.core.context import CallInfo
 from blade_runtime.core.export import ExportedTool
 from blade_runtime.core.jsonvalue import model_of
 from blade_runtime.core.slots import Limits
-from blade_runtime.core.spec import JsonObject, ToolSpec
+from blade_runtime.core.spec import Exposure, JsonObject, ToolSpec
 from blade_runtime.core.validation import SchemaValidator
 
 log = logging.getLogger("blade_runtime")
@@ -211,6 +211,16 @@ class Registration(Generic[OutputT]):
     trust: Trust = "workspace"
     """How far it is trusted: ``trusted`` (built in), ``workspace`` (the application's own),
     ``remote`` (another party's server); a source policy and the permission policy read it."""
+    title: str | None = None
+    """Its display name for people (MCP ``title``, the inbox); None: its name."""
+    aliases: tuple[str, ...] = ()
+    """More names it is called by: a call by one is a call of this registration (the store
+    records the name called); listed once, under ``name``, with these beside it."""
+    group: str | None = None
+    """The group it belongs to (``filesystem``, ``web``...), for listings and policies."""
+    exposure: Exposure = "model"
+    """``model``: listed on every model-facing surface; ``operator``: never offered to a model
+    (not exported, not in MCP ``tools/list`` nor the adapters), called by the application."""
     plain: bool = field(init=False)
     """Whether a call of it needs nothing but its implementation: a backend implementation
     without server context, behavior, own permission policy, ToolData, lease fencing, children
@@ -291,6 +301,9 @@ class Registration(Generic[OutputT]):
             side_effect=spec.side_effect,
             execution=spec.execution,
             timeout_ms=self.timeout_ms,
+            title=self.title,
+            aliases=self.aliases,
+            group=self.group,
         )
 
 

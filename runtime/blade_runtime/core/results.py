@@ -2,7 +2,9 @@
 
 A result carries the model-facing ``content`` (the JSON written back into the model's context),
 optional ``display`` content for a UI, and either the typed output or a stable error code with a
-sentence the model can act on. Details meant for operators (failing output paths, tracebacks) go to
+sentence the model can act on, and ``metadata`` (a JSON object for the application, set with
+``ctx.metadata``: stored with the call, returned on every surface, never shown to the model).
+Details meant for operators (failing output paths, tracebacks) go to
 the ``blade_runtime`` logger, never into ``content``.
 
 Results and ``CallInfo`` are values; they are plain (not frozen) slotted dataclasses only because
@@ -100,6 +102,8 @@ class ToolSuccess(Generic[OutputT]):
     artifact: str | None = None
     """The file id of the model-facing content, when it was over the registration's
     ``large_result_bytes`` and saved as a file (``content`` is then its head and a link)."""
+    metadata: dict[str, JsonValue] | None = None
+    """What the implementation set with ``ctx.metadata``: for the application, not the model."""
 
 
 @dataclass(slots=True)
@@ -123,6 +127,9 @@ class ToolError:
     content: JsonValue
     display: JsonValue = None
     status: Literal["error"] = "error"
+    metadata: dict[str, JsonValue] | None = None
+    """What the implementation set with ``ctx.metadata`` before it failed (seed 000: an error
+    result carries metadata too)."""
 
 
 @dataclass(slots=True)

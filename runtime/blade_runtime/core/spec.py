@@ -17,6 +17,12 @@ from pydantic import BaseModel, JsonValue
 ToolKind = Literal["read_only", "write", "execute"]
 SideEffect = Literal["pure", "idempotent", "non_idempotent"]
 ExecutionMode = Literal["backend", "client"]
+Exposure = Literal["model", "operator"]
+"""Where a tool is listed (seed 000's ``exposure``): ``model``, on every surface a model reads
+(the export, MCP ``tools/list``, the adapters); ``operator``, only where the application and its
+operators call it (``Runtime.call``, the typed client, HTTP, the inbox), never offered to a
+model."""
+EXPOSURES: tuple[Exposure, ...] = ("model", "operator")
 JsonObject = Mapping[str, JsonValue]
 
 IdT = TypeVar("IdT", bound=str, covariant=True)
@@ -106,6 +112,13 @@ class ToolSpec(Generic[IdT, InputT, OutputT]):
     # The spec package's guidance for the model (its specs/guidance.md): the seed's skills
     # ``{guidance, tools}``. Every tool of the package carries the same text.
     guidance: str | None = None
+    # How the tool is shown and found (seed 000's ToolDefinition): a display name for people
+    # (MCP ``title``, the inbox), more names a model may call it by, a group, and where it is
+    # listed. None of them is part of the wire contract (the fingerprint).
+    title: str | None = None
+    aliases: tuple[str, ...] = ()
+    group: str | None = None
+    exposure: Exposure = "model"
 
     @property
     def execution(self) -> ExecutionMode:

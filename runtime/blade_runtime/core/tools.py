@@ -35,7 +35,7 @@ from blade_runtime.core.registry import (
     registration,
 )
 from blade_runtime.core.sources import SourcePolicy
-from blade_runtime.core.spec import BackendToolSpec, CapabilitySpec, JsonObject
+from blade_runtime.core.spec import EXPOSURES, BackendToolSpec, CapabilitySpec, JsonObject
 
 IdT = TypeVar("IdT", bound=str)
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -129,9 +129,16 @@ class Tools:
     def unregister(self, name: str) -> Registration[Any]:
         """Remove the registration ``name``: new calls find no tool; calls of it that wait
         stay in the store, readable, and any runtime that has the tool can resolve them."""
+        found = self.by_name.get(name)
+        if found is not None and found.name != name:
+            raise RegistrationError(
+                f"unregistering {name!r}: it is an alias of {found.name!r}; unregister that"
+            )
         removed = self.by_name.pop(name, None)
         if removed is None:
             raise RegistrationError(f"unregistering {name!r}: no tool is registered under it")
+        for alias in removed.aliases:
+            self.by_name.pop(alias, None)
         self.generation += 1
         if self.by_spec.get(removed.spec.id) is removed:
             del self.by_spec[removed.spec.id]
@@ -260,15 +267,51 @@ class Tools:
         limit = timeout_ms or self.timeout_ms or spec.timeout_ms or DEFAULT_TIMEOUT_MS
         large = options.get("large_result_bytes") or self.large_result_bytes
         options["large_result_bytes"] = large
+        options.update(self._presentation(spec, name, where, options))
         added = registration(spec, name, implementation, context, limit, **options)
         self.offloading = self.offloading or large is not None
         self.by_name[name] = added
+        for alias in added.aliases:  # the same registration, found by more names
+            self.by_name[alias] = added
         self.by_spec.setdefault(spec.id, added)
         self.generation += 1
         return added
 
+    def _presentation(
+        self, spec: Any, name: str, where: str, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The title, aliases, group and exposure of a registration: its own where given, else
+        the spec's; a bad value or a taken alias is refused with what to do."""
+        given = {key: options.pop(key, None) for key in ("title", "aliases", "group", "exposure")}
+        title = spec.title if given["title"] is None else given["title"]
+        aliases = spec.aliases if given["aliases"] is None else given["aliases"]
+        group = spec.group if given["group"] is None else given["group"]
+        exposure = spec.exposure if given["exposure"] is None else given["exposure"]
+        if title is not None and (not isinstance(title, str) or not title.strip()):
+            raise RegistrationError(f"{where}: title= is a display name: a non-empty string")
+        if group is not None and (not isinstance(group, str) or not group.strip()):
+            raise RegistrationError(f"{where}: group= is a group's name: a non-empty string")
+        if exposure not in EXPOSURES:
+            raise RegistrationError(
+                f"{where}: exposure={exposure!r} is none of {', '.join(EXPOSURES)}"
+            )
+        if isinstance(aliases, str) or not all(isinstance(a, str) for a in aliases):
+            raise RegistrationError(f"{where}: aliases= is a list of names, not {aliases!r}")
+        aliases = tuple(dict.fromkeys(aliases))
+        for alias in aliases:
+            if not NAME.fullmatch(alias):
+                raise RegistrationError(f"{where}: the alias {alias!r} must match {NAME.pattern}")
+            if alias == name or alias in self.by_name:
+                holder = spec.id if alias == name else self.by_name[alias].spec.id
+                raise RegistrationError(
+                    f"{where}: the alias {alias!r} is already a name of {holder}; drop it or "
+                    "register under another name"
+                )
+        return {"title": title, "aliases": aliases, "group": group, "exposure": exposure}
+
     def registrations(self) -> Iterator[Registration[Any]]:
-        return iter(self.by_name.values())
+        """Each registration once, under its name (its aliases are names of the same one)."""
+        return (entry for name, entry in self.by_name.items() if entry.name == name)
 
     def registration_of(self, spec_id: str) -> Registration[Any] | None:
         """The first registration of the spec ``spec_id`` (typed clients and child calls find
@@ -288,9 +331,9 @@ class Tools:
         which tools are there, and ``describe`` callbacks what their descriptions say."""
         chosen = []
         exported_from = []
-        for entry in self.by_name.values():
-            if not self.is_allowed(entry.name):
-                continue
+        for entry in self.registrations():
+            if entry.exposure != "model" or not self.is_allowed(entry.name):
+                continue  # an operator tool is never offered to a model
             # given a CallInfo of its own: it may keep it
             there = CallInfo("", run_id, entry.name, entry.spec.id, context)
             if entry.enabled is not None and not enabled_for(entry, there):
@@ -358,6 +401,9 @@ class Tools:
     def is_allowed(self, name: str) -> bool:
         if name in self._disallowed:
             return False
+        entry = self.by_name.get(name)
+        if entry is not None and entry.name != name and not self.is_allowed(entry.name):
+            return False  # an alias is refused wherever its tool's name is
         if self._sources is not None:
             entry = self.by_name.get(name)
             if entry is not None and not self._sources.admits(entry):

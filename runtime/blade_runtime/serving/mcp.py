@@ -42,7 +42,7 @@ import logging
 import os
 import secrets
 import warnings
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from types import coroutine as types_coroutine
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -65,6 +65,7 @@ from blade_runtime.core.content import is_blocks, to_mcp
 from blade_runtime.core.context import parent_ids
 from blade_runtime.core.export import NAME_RULES, wire_names
 from blade_runtime.core.jsonvalue import compact_json
+from blade_runtime.core.outcomes import stored_metadata
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord, storable_id
@@ -341,6 +342,7 @@ class McpTools:
             tools.append(
                 types.Tool(
                     name=name,
+                    title=registration.title,
                     description=str(entry["description"]),
                     input_schema=dict(entry["inputSchema"]),  # type: ignore[arg-type]
                     output_schema=dict(output) if isinstance(output, dict) else None,
@@ -376,12 +378,17 @@ class McpTools:
         return schema is not None and bool(x_mcp_header_map(schema))
 
     def _names(self) -> tuple[str, ...]:
-        return tuple(r.name for r in self.runtime.registrations())
+        return tuple(r.name for r in self._offered())
+
+    def _offered(self) -> Iterator[Registration[Any]]:
+        """The registrations a model may be offered (an operator tool never is)."""
+        return (r for r in self.runtime.registrations() if r.exposure == "model")
 
     def _registration(self, wire: str) -> Registration[Any] | None:
         """The registration listed as ``wire``, whoever asks (None: none)."""
         name = wire_names(self._names(), NAME_RULES["mcp"]).from_wire.get(wire, wire)
-        return next((r for r in self.runtime.registrations() if r.name == name), None)
+        found = self.runtime.tools.by_name.get(name)  # by its name, or by an alias
+        return found if found is not None and found.exposure == "model" else None
 
     def _announces_output(self, wire: str) -> bool:
         """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
@@ -443,6 +450,9 @@ class McpTools:
         principal = await self._principal(req)
         listing = self.listing(CallContext(principal=principal))
         name = listing.from_wire.get(params.name, params.name)
+        hidden = self.runtime.tools.by_name.get(name)
+        if hidden is not None and hidden.exposure != "model":  # an operator tool: not for MCP
+            return _error(ErrorCode.TOOL_HANDLER_NOT_FOUND, f"There is no tool named {name!r}.")
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
         context = _request_context(principal, params.meta)
@@ -614,9 +624,11 @@ class McpTools:
                     return asked
             return self._pending_result(result.content, wire, result.action.action_id)
         if isinstance(result, ToolError):
-            return _error(result.code, result.message)
-        projected = isinstance(result, ToolSuccess) and result.output_json is not None
-        return _success(result.content, req.protocol_version, projected)
+            return _error(result.code, result.message, result.metadata)
+        if isinstance(result, ToolSuccess):
+            projected = result.output_json is not None
+            return _success(result.content, req.protocol_version, projected, result.metadata)
+        return _success(result.content, req.protocol_version)
 
     def _ask(
         self, req: McpRequest, action: ActionRecord, note: str | None
@@ -753,12 +765,14 @@ class McpTools:
         call = await self.runtime.records.call(action.call_id, principal=principal)
         recorded = None if call is None or call.state != "settled" else call.result
         if isinstance(recorded, dict):
+            metadata = stored_metadata(recorded)
             if recorded.get("status") == "error":
                 code = ErrorCode(str(recorded.get("code")))
-                return _error(code, str(recorded.get("message", "")))
+                return _error(code, str(recorded.get("message", "")), metadata)
             if recorded.get("status") == "success":  # "output": the whole output, projected
                 projected = recorded.get("output") is not None
-                return _success(recorded.get("content"), req.protocol_version, projected)
+                content = recorded.get("content")
+                return _success(content, req.protocol_version, projected, metadata)
         if call is not None and call.state == "suspended":
             # the call went on to wait on a newer action: the model asks about that one
             newer = await self.runtime.records.actions(call_id=call.call_id, principal=principal)
@@ -861,22 +875,28 @@ Answer: TypeAlias = TextResult | types.CallToolResult | types.InputRequiredResul
 
 
 def _success(
-    content: JsonValue, version: str, projected: bool = False
+    content: JsonValue,
+    version: str,
+    projected: bool = False,
+    metadata: dict[str, JsonValue] | None = None,
 ) -> TextResult | types.CallToolResult:
     """A success: what the model reads as content (content blocks as they are, a sentence as
     text, other JSON as its text) and as structured content. ``projected``: ``content`` is the
     registration's projection of the output: the whole output never reaches the client, and a
-    sentence or content blocks have no structured content."""
+    sentence or content blocks have no structured content. The tool's ``ctx.metadata`` rides
+    in ``_meta`` (``{"io.blade": {"metadata": ...}}``), beside what the model reads."""
     structured = (
         content if isinstance(content, dict) or version in MODERN_PROTOCOL_VERSIONS else None
     )
     if projected and (isinstance(content, str) or is_blocks(content)):
         structured = None
+    meta = None if metadata is None else {META: {"metadata": metadata}}
     if is_blocks(content):
         return types.CallToolResult.model_validate(
-            {"content": to_mcp(content), "structuredContent": structured}
+            {"content": to_mcp(content), "structuredContent": structured, "_meta": meta}
         )
-    return TextResult(content if isinstance(content, str) else compact_json(content), structured)
+    text = content if isinstance(content, str) else compact_json(content)
+    return TextResult(text, structured, meta=meta)
 
 
 def _request_context(principal: Principal | None, meta: Any) -> CallContext:
@@ -895,14 +915,14 @@ def _request_context(principal: Principal | None, meta: Any) -> CallContext:
     return call_context(principal, traceparent(meta.get("traceparent")), thread, agent)
 
 
-def _error(code: ErrorCode, message: str) -> TextResult:
+def _error(
+    code: ErrorCode, message: str, metadata: dict[str, JsonValue] | None = None
+) -> TextResult:
     content: JsonValue = {"error": code.value, "message": message}
-    return TextResult(
-        compact_json(content),
-        content,
-        is_error=True,
-        meta={META: {"status": "error", "code": code.value}},
-    )
+    ours: dict[str, Any] = {"status": "error", "code": code.value}
+    if metadata is not None:
+        ours["metadata"] = metadata
+    return TextResult(compact_json(content), content, is_error=True, meta={META: ours})
 
 
 def _action_name(action: ActionRecord) -> str:

@@ -479,6 +479,8 @@ class SQLStore:
             raise
         except Exception as error:
             if self._duplicate(error):
+                if claim is None:  # a new call: its id was taken (a client action's is its id)
+                    raise DuplicateCall(call.call_id) from None
                 raise StoreError(
                     f"call {call.call_id!r} or action {action.action_id!r} is already recorded"
                 ) from None

@@ -42,6 +42,7 @@ from starlette.routing import Route
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import WINDOW, Subscription
+from blade_runtime.core.outcomes import stored_metadata
 from blade_runtime.core.records import MAX_PAGE_SIZE, Page, visible
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import (
@@ -444,12 +445,16 @@ class Api:
                 action = self.action_json(waiting[0])
                 return 202, {"status": "pending", **ids, "action": action}
         result = record.result
+        metadata = stored_metadata(result)
         if isinstance(result, dict) and result.get("status") == "error":
             code = str(result.get("code"))
-            return status_of(code), {"code": code, "message": str(result.get("message"))}
+            error: dict[str, JsonValue] = {"code": code, "message": str(result.get("message"))}
+            return status_of(code), _with_metadata(error, metadata)
         content = result.get("content") if isinstance(result, dict) else None
         output = result.get("output", content) if isinstance(result, dict) else None
-        return 200, {"status": "success", **ids, "output": output, "content": content}
+        answer: dict[str, JsonValue] = {"status": "success", **ids, "output": output}
+        answer["content"] = content
+        return 200, _with_metadata(answer, metadata)
 
     async def _call(
         self,
@@ -488,7 +493,8 @@ class Api:
     ) -> tuple[int, JsonValue]:
         """A runtime result as the API answers it: errors as ``{code, message}``."""
         if isinstance(result, ToolError):
-            return status_of(result.code), {"code": result.code.value, "message": result.message}
+            error: dict[str, JsonValue] = {"code": result.code.value, "message": result.message}
+            return status_of(result.code), _with_metadata(error, result.metadata)
         ids: dict[str, JsonValue] = {"call_id": result.call.call_id, "run_id": result.call.run_id}
         if isinstance(result, ToolPending):
             record = await self.records.action(result.action.action_id, principal=principal)
@@ -514,6 +520,8 @@ class Api:
                 "file_id": result.artifact,
                 "url": f"/v1/files/{result.artifact}",
             }
+        if isinstance(result, ToolSuccess):
+            _with_metadata(answer, result.metadata)
         return 200, answer
 
     # -- records as JSON ---------------------------------------------------------------------
@@ -627,6 +635,7 @@ def action_body(
         "reason": record.reason,
         "expires_at": record.expires_at,
         "description": None if registration is None else registration.spec.description,
+        "title": None if registration is None else registration.title,
         "submit_schema": dict(record.submit_schema),
     }
 
@@ -656,6 +665,10 @@ def tools_body(registrations: Sequence[Registration[Any]]) -> dict[str, Any]:
                 "execution": r.spec.execution,
                 "description": r.spec.description,
                 "points": sorted(r.points),
+                "title": r.title,
+                "aliases": list(r.aliases),
+                "group": r.group,
+                "exposure": r.exposure,
             }
             for r in registrations
         ]
@@ -1161,3 +1174,13 @@ def _inbox_routes() -> list[Route]:
 
         routes.append(Route(path, serve, methods=["GET"]))
     return routes
+
+
+def _with_metadata(
+    body: dict[str, JsonValue], metadata: dict[str, JsonValue] | None
+) -> dict[str, JsonValue]:
+    """A call's answer with the result's metadata (the tool's ``ctx.metadata``), when it set
+    some: the key is absent otherwise, as the answers before it were."""
+    if metadata is not None:
+        body["metadata"] = metadata
+    return body

@@ -87,6 +87,11 @@ def _query(name: str, description: str) -> dict[str, Any]:
 
 _TEXT: Final = {"type": "string"}
 _NULLABLE_TEXT: Final = {"type": ["string", "null"]}
+_METADATA: Final = {
+    "type": "object",
+    "description": "what the tool attached to its result with ctx.metadata (absent: nothing); "
+    "for the application, never shown to the model",
+}
 _NEXT: Final = {
     "type": ["string", "null"],
     "description": "the next page's cursor (null: this is the last page)",
@@ -98,7 +103,7 @@ _PAGE: Final = (
 _SHARED: Final[dict[str, Any]] = {
     "Error": {
         "type": "object",
-        "properties": {"code": _TEXT, "message": _TEXT},
+        "properties": {"code": _TEXT, "message": _TEXT, "metadata": _METADATA},
         "required": ["code", "message"],
     },
     "Action": {
@@ -129,6 +134,7 @@ _SHARED: Final[dict[str, Any]] = {
             "reason": _NULLABLE_TEXT,
             "expires_at": {"type": ["number", "null"]},
             "description": _NULLABLE_TEXT,
+            "title": {"type": ["string", "null"], "description": "the tool's display name"},
             "submit_schema": {"type": "object", "description": "what a submission must meet"},
         },
         "required": ["kind", "action_id", "name", "tool", "spec_id", "call_id", "run_id"],
@@ -162,6 +168,7 @@ _SHARED: Final[dict[str, Any]] = {
             },
             "reason": _TEXT,
             "action": _ref("Action"),
+            "metadata": _METADATA,
         },
         "required": ["status", "call_id", "run_id"],
     },
@@ -254,6 +261,10 @@ _SHARED: Final[dict[str, Any]] = {
                         "execution": {"enum": ["backend", "client"]},
                         "description": _TEXT,
                         "points": {"type": "array", "items": _TEXT},
+                        "title": _NULLABLE_TEXT,
+                        "aliases": {"type": "array", "items": _TEXT},
+                        "group": _NULLABLE_TEXT,
+                        "exposure": {"enum": ["model", "operator"]},
                     },
                     "required": ["name", "spec_id", "execution", "description", "points"],
                 },
@@ -319,6 +330,7 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
                     else {}
                 ),
                 "content": {},
+                "metadata": _METADATA,
             },
             "required": ["status", "call_id", "run_id", "output"],
         }

@@ -245,7 +245,7 @@
   }
 
   function titleOf(action) {
-    const tool = action.tool || action.name;
+    const tool = action.title || action.tool || action.name; // its display name, if it has one
     if (action.point === "@permission") return tool + " · permission to run";
     if (isPermission(action)) return tool + " · permission for a step";
     if (action.point === null || action.point === undefined) return tool + " · its result";
