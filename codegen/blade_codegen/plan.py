@@ -41,7 +41,12 @@ INTERFACE_SUFFIXES = (
     *("Tools", "Capabilities"),
 )
 # Methods every generated Client has; a tool's method may not take them.
-CLIENT_METHODS = frozenset({"pending", "action", "runtime"})
+# The names a tool's method may not take on the package's client: those the template writes
+# and those of the runtime's ToolClient it subclasses (a test holds this to both).
+CLIENT_METHODS = frozenset(
+    {"pending", "pages", "action"}  # templates/package_client.py.jinja
+    | {"runtime", "events", "permission_requests", "read_file", "suspensions"}  # ToolClient
+)
 
 
 def pascal(text: str) -> str:

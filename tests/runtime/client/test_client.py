@@ -106,6 +106,8 @@ def test_client_errors_are_values_and_actions_stay_pending(example_package: Any)
     [
         (("lookup.customer", "lookup_customer"), "method lookup_customer would also be"),
         (("pending",), "method pending would also be that of a method of every client"),
+        (("read_file",), "method read_file would also be that of a method of every client"),
+        (("suspensions",), "method suspensions would also be"),
     ],
 )
 def test_client_method_collisions_are_refused(
@@ -116,6 +118,20 @@ def test_client_method_collisions_are_refused(
     with pytest.raises(SpecError) as refused:
         build(tmp_path / "specs", tmp_path / "out", "pkg")
     assert message in str(refused.value)
+
+
+def test_every_name_the_client_already_has_is_refused_to_a_tool() -> None:
+    """A tool's method named like one the package's client inherits or is given by the
+    template would override it with another signature (and fail mypy): each is taken."""
+    import re
+
+    from blade_codegen.plan import CLIENT_METHODS
+    from blade_runtime.client import ToolClient
+
+    inherited = {name for name in dir(ToolClient) if not name.startswith("_")}
+    template = (ROOT / "templates" / "package_client.py.jinja").read_text("utf-8")
+    written = set(re.findall(r"^    (?:async )?def ([a-z]\w*)\(", template, re.MULTILINE))
+    assert inherited | written == CLIENT_METHODS
 
 
 def test_the_pending_actions_page_client_example_type_checks(built_examples: Path) -> None:
