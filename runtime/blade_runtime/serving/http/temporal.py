@@ -214,6 +214,10 @@ def create_temporal_app(
                 "data": data,
                 "suspensions": episodes,
                 "pending_suspension": next((e for e in episodes if e["state"] == "pending"), None),
+                # Slots and locks bind within each worker's runtime on Temporal (its activity
+                # store), out of this app's sight: it lists none (docs/temporal.md).
+                "slots": [],
+                "waiting": False,
             }
         )
 
