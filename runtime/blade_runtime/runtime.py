@@ -38,7 +38,7 @@ from blade_runtime.core.content import Projected, ProjectionWithContext, project
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import WINDOW, EventHub, PendingAction, Subscription
 from blade_runtime.core.execution import CallServices
-from blade_runtime.core.export import ExportFormat, ToolExport, joined_guidance
+from blade_runtime.core.export import ExportFormat, ToolExport
 from blade_runtime.core.files import DEFAULT_MAX_FILE_BYTES, FileAccess, FileBackend
 from blade_runtime.core.hooks import HookCallback, HookEvent, HookEventName
 from blade_runtime.core.interceptors import Interceptors
@@ -349,11 +349,8 @@ class Runtime:
         ``{guidance, tools}``): the application's own, then each spec package's that an allowed
         registration comes from, once each, in registration order; None when there is none.
         ``blade-runtime mcp`` sends it as the server's ``instructions``."""
-        return joined_guidance(
-            [
-                self.tools.guidance,
-                *(r.spec.guidance for r in self.tools.registrations() if self.is_allowed(r.name)),
-            ]
+        return self.tools.guidance_of(
+            r for r in self.tools.registrations() if self.is_allowed(r.name)
         )
 
     def is_allowed(self, name: str) -> bool:

@@ -675,8 +675,7 @@ class CallRunner:
         """The slot keys of this entry: its tool's, and its locks' values in the final input
         (a child's, less those its parent holds)."""
         assert registration.limits is not None
-        tenant = "" if call.context is None else call.context.tenant
-        keys = registration.limits.keys(registration.name, tenant, arguments, self.owner)
+        keys = registration.limits.keys(registration.name, call.tenant, arguments, self.owner)
         return self.slots.keys_of(call.call_id, keys, call.parent)
 
     async def _take_slots(
@@ -687,9 +686,9 @@ class CallRunner:
         ``waiting`` (the keys), then ``acquired``: stored with the call where the store keeps
         it (``claim``: its own, not a parent's), so every worker's subscribers see them."""
         own = claim if call.parent is None else None
-        tenant = "" if call.context is None else call.context.tenant
-        entry = SlotRecord("", call.call_id, self.owner, 0.0, 0, False, 0.0, tenant, call.run_id,
-                           call.name)  # fmt: skip
+        entry = SlotRecord(
+            "", call.call_id, self.owner, 0.0, 0, False, 0.0, call.tenant, call.run_id, call.name
+        )
         waited = False
 
         async def waiting() -> None:
@@ -1251,7 +1250,7 @@ class CallRunner:
             payload,
             schema,
             now(),
-            tenant="" if call.context is None else call.context.tenant,
+            tenant=call.tenant,
             expires_at=None if expires_after_s is None else clock() + expires_after_s,
             principal=_principal_of(call.context),
             thread_id=None if call.context is None else call.context.thread_id,

@@ -95,6 +95,11 @@ class CallInfo:
     behavior: Behavior | None = None  # narrowed by its registration's ``behavior`` callback
 
     @property
+    def tenant(self) -> str:
+        """The tenant the call is made for (its caller context's), "" when anonymous."""
+        return "" if self.context is None else self.context.tenant
+
+    @property
     def thread_id(self) -> str | None:
         """The thread the call belongs to (its caller context's), None when unnamed."""
         return None if self.context is None else self.context.thread_id

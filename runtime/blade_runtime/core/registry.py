@@ -221,6 +221,12 @@ class Registration(Generic[OutputT]):
     exposure: Exposure = "model"
     """``model``: listed on every model-facing surface; ``operator``: never offered to a model
     (not exported, not in MCP ``tools/list`` nor the adapters), called by the application."""
+
+    @property
+    def offered_to_models(self) -> bool:
+        """Whether model-facing surfaces list it and let a model call it (``exposure``)."""
+        return self.exposure == "model"
+
     plain: bool = field(init=False)
     """Whether a call of it needs nothing but its implementation: a backend implementation
     without server context, behavior, own permission policy, ToolData, lease fencing, children

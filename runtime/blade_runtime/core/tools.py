@@ -8,7 +8,7 @@ capabilities), so that a call never finds a registration it cannot run.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, JsonValue
@@ -332,7 +332,7 @@ class Tools:
         chosen = []
         exported_from = []
         for entry in self.registrations():
-            if entry.exposure != "model" or not self.is_allowed(entry.name):
+            if not entry.offered_to_models or not self.is_allowed(entry.name):
                 continue  # an operator tool is never offered to a model
             # given a CallInfo of its own: it may keep it
             there = CallInfo("", run_id, entry.name, entry.spec.id, context)
@@ -341,10 +341,12 @@ class Tools:
             children = self.described_children(entry, there) if entry.describe_children else None
             chosen.append(entry.exported(context, children))
             exported_from.append(entry)
-        guidance = joined_guidance(
-            [self.guidance, *(entry.spec.guidance for entry in exported_from)]
-        )
-        return export_tools(chosen, format, guidance)
+        return export_tools(chosen, format, self.guidance_of(exported_from))
+
+    def guidance_of(self, entries: Iterable[Registration[Any]]) -> str | None:
+        """The guidance for the model that goes with ``entries``: the application's own, then
+        each spec package's they come from, once each (``joined_guidance``)."""
+        return joined_guidance([self.guidance, *(entry.spec.guidance for entry in entries)])
 
     def child(self, parent: Registration[Any], spec_id: str) -> Registration[Any] | None:
         """What a call of ``spec_id`` through ``parent``'s ``ctx.tools`` runs: the parent's own

@@ -382,13 +382,13 @@ class McpTools:
 
     def _offered(self) -> Iterator[Registration[Any]]:
         """The registrations a model may be offered (an operator tool never is)."""
-        return (r for r in self.runtime.registrations() if r.exposure == "model")
+        return (r for r in self.runtime.registrations() if r.offered_to_models)
 
     def _registration(self, wire: str) -> Registration[Any] | None:
         """The registration listed as ``wire``, whoever asks (None: none)."""
         name = wire_names(self._names(), NAME_RULES["mcp"]).from_wire.get(wire, wire)
         found = self.runtime.tools.by_name.get(name)  # by its name, or by an alias
-        return found if found is not None and found.exposure == "model" else None
+        return found if found is not None and found.offered_to_models else None
 
     def _announces_output(self, wire: str) -> bool:
         """Whether the tool listed as ``wire`` announces an output schema (MCP's structured
@@ -451,7 +451,7 @@ class McpTools:
         listing = self.listing(CallContext(principal=principal))
         name = listing.from_wire.get(params.name, params.name)
         hidden = self.runtime.tools.by_name.get(name)
-        if hidden is not None and hidden.exposure != "model":  # an operator tool: not for MCP
+        if hidden is not None and not hidden.offered_to_models:  # an operator tool
             return _error(ErrorCode.TOOL_HANDLER_NOT_FOUND, f"There is no tool named {name!r}.")
         if params.request_state is not None:
             return await self._retry(req, params, principal, name)
