@@ -246,6 +246,17 @@ def _import_package(out: Path, package: str) -> Any:
     return importlib.import_module(package)
 
 
+def build_and_import(root: Path, package: str, *specs: dict[str, Any]) -> Any:
+    """``specs`` written under ``root/specs``, built as ``package`` into ``root/out`` and
+    imported (``root/out`` stays on the import path, so its modules import as any package's)."""
+    from blade_codegen.build import build
+
+    for data in specs:
+        add_spec(root / "specs", data)
+    build(root / "specs", root / "out", package)
+    return _import_package(root / "out", package)
+
+
 @pytest.fixture(scope="session")
 def example_package(built_examples: Path) -> Any:
     """The built example package, imported (``blade_specs``)."""

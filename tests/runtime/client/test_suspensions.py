@@ -10,10 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import _import_package, add_spec, spec
+from conftest import build_and_import, spec
 from http_support import ALICE, BOB, TOKENS, authenticate
 
-from blade_codegen.build import build
 from blade_runtime import ResumeEntry, Runtime
 from blade_runtime.client import RuntimeTransport, ToolClient
 from blade_runtime.core.caller import CallContext
@@ -27,8 +26,9 @@ OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": [
 @pytest.fixture(scope="module")
 def twice(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("suspensions")
-    add_spec(
-        root / "specs",
+    build_and_import(
+        root,
+        "suspensions_pkg",
         spec(
             "ops.twice.v1",
             inputSchema=OBJECT,
@@ -40,8 +40,6 @@ def twice(tmp_path_factory: pytest.TempPathFactory) -> Any:
             },
         ),
     )
-    build(root / "specs", root / "out", "suspensions_pkg")
-    _import_package(root / "out", "suspensions_pkg")
     return importlib.import_module("suspensions_pkg.ops.twice_v1")
 
 

@@ -12,10 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import _import_package, add_spec, spec
+from conftest import build_and_import, spec
 from http_support import ALICE, BOB, authenticate
 
-from blade_codegen.build import build
 from blade_runtime import CallContext, Principal, Runtime
 from blade_runtime.core.results import ErrorCode, ToolError, ToolSuccess
 from blade_runtime.core.store import Store
@@ -29,8 +28,9 @@ SIZE = {"type": "object", "properties": {"size": {"type": "integer"}}, "required
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("artifacts")
-    add_spec(
-        root / "specs",
+    build_and_import(
+        root,
+        "artifact_pkg",
         spec(
             "docs.dump.v1",
             description="Returns a text of the size asked for.",
@@ -39,8 +39,6 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> Any:
             sideEffect="pure",
         ),
     )
-    build(root / "specs", root / "out", "artifact_pkg")
-    _import_package(root / "out", "artifact_pkg")
     return importlib.import_module("artifact_pkg.docs.dump_v1")
 
 

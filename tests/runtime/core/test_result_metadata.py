@@ -11,10 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import _import_package, add_spec, spec
+from conftest import build_and_import, spec
 from http_support import ALICE, authenticate
 
-from blade_codegen.build import build
 from blade_runtime import CallContext, Principal, Runtime
 from blade_runtime.core.results import ErrorCode, ToolError, ToolSuccess
 from blade_runtime.core.store import Store
@@ -31,8 +30,9 @@ UPLOAD = {
 @pytest.fixture(scope="module")
 def upload(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("metadata")
-    add_spec(
-        root / "specs",
+    build_and_import(
+        root,
+        "metadata_pkg",
         spec(
             "files.upload.v1",
             description="Uploads a file by name.",
@@ -41,8 +41,6 @@ def upload(tmp_path_factory: pytest.TempPathFactory) -> Any:
             sideEffect="idempotent",
         ),
     )
-    build(root / "specs", root / "out", "metadata_pkg")
-    _import_package(root / "out", "metadata_pkg")
     importlib.import_module("metadata_pkg.files.upload_v1")
     importlib.import_module("metadata_pkg.client")
     return importlib.import_module("metadata_pkg")

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _import_package, add_spec, spec
+from conftest import add_spec, build_and_import, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from slot_tools import Done, Work, most_at_once, parent_spec, work_spec
 
-from blade_codegen.build import build
 from blade_codegen.pack import readme
 from blade_codegen.plan import plan
 from blade_codegen.problems import SpecError
@@ -482,20 +481,18 @@ def test_the_registration_overrides_the_spec() -> None:
 def test_a_spec_declares_them_into_code_manifest_and_readme(tmp_path: Path) -> None:
     """``concurrency`` and ``locks`` in a spec reach its SPEC (so a registration enforces them
     without options), the manifest and the package README."""
-    specs = tmp_path / "specs"
     arguments = {"type": "object", "properties": {"path": {"type": "string"}}}
-    add_spec(
-        specs,
+    build_and_import(
+        tmp_path,
+        "sl_pkg",
         spec("sl.edit-file.v1", inputSchema=arguments, concurrency=2, locks=["file:/path"]),
     )
-    build(specs, tmp_path / "out", "sl_pkg")
-    _import_package(tmp_path / "out", "sl_pkg")
     module = importlib.import_module("sl_pkg.sl.edit_file_v1")
     assert (module.SPEC.concurrency, module.SPEC.locks) == (2, ("file:/path",))
     manifest = json.loads((tmp_path / "out" / "sl_pkg" / "manifest.json").read_text("utf-8"))
     [tool] = manifest["tools"]
     assert (tool["concurrency"], tool["locks"]) == (2, ["file:/path"])
-    text = readme(plan(resolve_specs(specs), "sl_pkg", ""), "blade-tool-sl", [])
+    text = readme(plan(resolve_specs(tmp_path / "specs"), "sl_pkg", ""), "blade-tool-sl", [])
     assert "| side effect | non_idempotent; at most 2 at once; locks `file:/path` |" in text
 
     async def edit(ctx: Any) -> None:
