@@ -478,6 +478,7 @@ def _part(key: str) -> str:
         "data": f"data channel {name!r}",
         "suspend": f"suspend point {name!r} payload",
         "resume": f"suspend point {name!r} resume",
+        "effect": f"effect {name!r}",
     }[kind]
 
 

@@ -38,7 +38,7 @@ RESERVED = frozenset(
 # Each tool module's own interfaces: <base><suffix>.
 INTERFACE_SUFFIXES = (
     *("Id", "Execution", "Implementation", "DataWriter", "Entry", "Result", "Action", "Data"),
-    *("Tools", "Capabilities"),
+    *("Tools", "Capabilities", "Effects"),
 )
 # Methods every generated Client has; a tool's method may not take them.
 # The names a tool's method may not take on the package's client: those the template writes
@@ -68,6 +68,8 @@ def slot_class(base: str, slot: Slot) -> str:
     role = {"input": "Input", "output": "Output", "context": "Context"}.get(slot.role)
     if role is not None:
         return base + role
+    if slot.role == "effect":  # LookupContextPatch, LookupMessage
+        return base + {"context": "ContextPatch", "message": "Message"}[slot.key]
     suffix = {"data": "Data", "suspend": "Suspend", "resume": "Resume"}[slot.role]
     return base + pascal(slot.key) + suffix
 
@@ -328,6 +330,8 @@ def _slot_at(slot: Slot) -> tuple[str, ...]:
         return (slot.role + "Schema",)
     if slot.role == "data":
         return ("dataSchemas", slot.key)
+    if slot.role == "effect":
+        return ("effects", slot.key)
     return ("suspend", slot.key, slot.role + "Schema")
 
 

@@ -490,6 +490,11 @@ def render_tool(
             own["typing"].add("Any")
         if spec.lease:
             runtime.add("Lease")
+        if spec.effects or spec.effect_permissions:
+            runtime.update({"Effect", "EffectsSpec"})
+        if spec.effect_permissions:
+            runtime.add("ToolSpec")
+            own["typing"].add("Any")
         if spec.children:
             runtime.add("ToolSpec")
             if len(spec.children) > 1:
@@ -564,6 +569,7 @@ def render_tool(
             children=children,
             action_payloads=action_payloads,
             guidance=plan.guidance is not None,
+            effects={slot.key: slot for slot in spec.effects},
         )
     )
     return text, notes
@@ -767,6 +773,10 @@ def manifest(plan: BuildPlan) -> str:
                 }
                 for p, r in spec.suspend
             }
+        if spec.effects or spec.effect_permissions:
+            entry["effects"] = {s.key: s.bundled for s in spec.effects}
+            if spec.effect_permissions:
+                entry["effects"]["permissions"] = {"tools": list(spec.effect_permissions)}
         if spec.children:
             entry["children"] = list(spec.children)
         if spec.lease:

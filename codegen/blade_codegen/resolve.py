@@ -74,12 +74,18 @@ class ResolvedSpec:
     aliases: tuple[str, ...] = ()
     group: str | None = None
     exposure: str = "model"
+    # What ctx.effects may emit (role "effect", key "context" or "message"), and the ids of the
+    # tools whose permission it may change. The schemas are part of the wire contract (what
+    # subscribers read); the permission list, server-side, is not.
+    effects: tuple[Slot, ...] = ()
+    effect_permissions: tuple[str, ...] = ()
 
     @property
     def slots(self) -> tuple[Slot, ...]:
         found = [self.input, *(s for s in (self.output, self.context) if s), *self.data]
         for pair in self.suspend:
             found.extend(pair)
+        found.extend(self.effects)
         return tuple(found)
 
 
@@ -206,10 +212,12 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 "dataSchemas": "data",
                 "suspendSchema": "suspend",
                 "resumeSchema": "resume",
+                "effects": "effect",
             }[str(at[-1] if at[0] == "suspend" else at[0])]
             key = str(at[1]) if len(at) > 1 else ""
             slots[tuple(str(a) for a in at)] = Slot(role, key, schema, bundled)
         data = tuple(s for at, s in slots.items() if at[0] == "dataSchemas")
+        effects = tuple(s for at, s in slots.items() if at[0] == "effects")
         suspend = tuple(
             (slots[("suspend", point, "suspendSchema")], slots[("suspend", point, "resumeSchema")])
             for point in spec.get("suspend", {})
@@ -252,6 +260,10 @@ def resolve(tree: SpecTree) -> ResolvedSet:
                 aliases=tuple(spec.get("aliases", ())),
                 group=spec.get("group"),
                 exposure=spec.get("exposure", "model"),
+                effects=effects,
+                effect_permissions=tuple(
+                    spec.get("effects", {}).get("permissions", {}).get("tools", ())
+                ),
             )
         )
     if problems:

@@ -46,7 +46,8 @@ def _meta_validator() -> Any:
 
 
 def schema_slots(spec: dict[str, Any]) -> Iterator[tuple[Segments, Any]]:
-    """Every JSON Schema slot of a spec with its path: input, output, context, data, suspend."""
+    """Every JSON Schema slot of a spec with its path: input, output, context, data, suspend,
+    effects."""
     for key in ("inputSchema", "outputSchema", "contextSchema"):
         if key in spec:
             yield (key,), spec[key]
@@ -61,6 +62,11 @@ def schema_slots(spec: dict[str, Any]) -> Iterator[tuple[Segments, Any]]:
                 for key in ("suspendSchema", "resumeSchema"):
                     if key in entry:
                         yield ("suspend", point, key), entry[key]
+    effects = spec.get("effects")
+    if isinstance(effects, dict):
+        for kind in ("context", "message"):
+            if kind in effects:
+                yield ("effects", kind), effects[kind]
 
 
 def _aliases_taken(tree: SpecTree, names: dict[str, SourceFile]) -> list[Problem]:
@@ -154,6 +160,16 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
                 'add "type": "object" and describe the arguments as properties',
             )
         )
+    effects = spec.get("effects")
+    patch = effects.get("context") if isinstance(effects, dict) else None
+    if isinstance(patch, dict) and patch.get("type") != "object":
+        problems.append(
+            source.problem(
+                ("effects", "context"),
+                "a context patch's schema must have root type object (a JSON merge patch)",
+                'add "type": "object" and describe the context keys the tool sets as properties',
+            )
+        )
     if spec.get("execution") == "client":
         if "outputSchema" not in spec:
             problems.append(
@@ -173,6 +189,7 @@ def _check_spec(tree: SpecTree, source: SourceFile) -> list[Problem]:
             "locks",
             "permissions",
             "environment",
+            "effects",
         ):
             if key in spec:
                 problems.append(

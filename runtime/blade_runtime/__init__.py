@@ -22,6 +22,7 @@ from blade_runtime.core.context import (
     SuspensionEpisode,
     ToolFailed,
 )
+from blade_runtime.core.effects import Effect, EffectRejected
 from blade_runtime.core.events import ActionOrigin, PendingAction
 from blade_runtime.core.execution import ChildToolError
 from blade_runtime.core.export import (
@@ -66,6 +67,7 @@ from blade_runtime.core.spec import (
     CapabilitySpec,
     ClientToolSpec,
     DataChannel,
+    EffectsSpec,
     ExecutionMode,
     JsonObject,
     SideEffect,
@@ -134,6 +136,9 @@ __all__ = [
     "DataItem",
     "Decision",
     "Deny",
+    "Effect",
+    "EffectRejected",
+    "EffectsSpec",
     "EmbeddedResource",
     "ErrorCode",
     "Execution",

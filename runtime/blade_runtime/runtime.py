@@ -36,6 +36,7 @@ from blade_runtime.core.cancel_scope import GRACE_S
 from blade_runtime.core.capabilities import Binding, services_of
 from blade_runtime.core.content import Projected, ProjectionWithContext, project, takes_context
 from blade_runtime.core.context import CallInfo
+from blade_runtime.core.effects import Effect, Effects
 from blade_runtime.core.events import WINDOW, EventHub, PendingAction, Subscription
 from blade_runtime.core.execution import CallServices
 from blade_runtime.core.export import ExportFormat, ToolExport
@@ -186,6 +187,7 @@ class Runtime:
         self.triggers = Triggers(
             io=self.io, publish=self.events.publish, owner=self.owner, handler=on_trigger
         )
+        self.effects = Effects(self.io, self.events.publish, lambda: self.tools.by_name)
         self.leases = Leases(self.store, self.owner, lease_s)
         self.calls = CallRunner(
             io=self.io,
@@ -197,7 +199,7 @@ class Runtime:
             lease_s=lease_s,
             fallback=fallback,
             cleanup_grace_s=cleanup_grace_s,
-            services=CallServices(self.files, self.triggers),
+            services=CallServices(self.files, self.triggers, self.effects),
         )
         self.actions = PendingActions(
             io=self.io,
@@ -715,6 +717,20 @@ class Runtime:
         ``Subscription``). Without ``after``, a durable store's last event is read here, on the
         caller's thread: from a coroutine, pass ``after=await runtime.records.head(run_id)``."""
         return self.events.subscribe(run_id, after, principal=principal, window=window)
+
+    async def run_context(
+        self, run_id: str, *, principal: Principal | None = None
+    ) -> dict[str, JsonValue]:
+        """The context of ``run_id`` for the calls made for ``principal`` (None: for nobody):
+        the context patches its tools emitted (``ctx.effects.patch_context``), merged in the
+        order they were recorded; what the run's later calls read with ``ctx.run_context()``."""
+        tenant, owner = ("", "") if principal is None else (principal.tenant, principal.id)
+        return await self.effects.run_context(run_id, tenant, owner)
+
+    async def run_effects(self, run_id: str, *, principal: Principal | None = None) -> list[Effect]:
+        """Every effect the calls of ``run_id`` made for ``principal`` emitted, in order."""
+        tenant, owner = ("", "") if principal is None else (principal.tenant, principal.id)
+        return await self.effects.listed(run_id, tenant, owner)
 
     # -- cancellation ----------------------------------------------------------------------
 

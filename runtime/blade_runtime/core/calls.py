@@ -67,6 +67,7 @@ from blade_runtime.core.outcomes import (
     log,
     parse_arguments,
     result_json,
+    stored_effects,
     stored_metadata,
     tool_error,
 )
@@ -553,6 +554,8 @@ class CallRunner:
             failed = self._failed(call, error)
             if ctx._metadata is not None:
                 failed.metadata = ctx._metadata
+            if ctx._effects is not None and ctx._effects.emitted:
+                failed.effects = tuple(ctx._effects.emitted)
             return failed
         finally:
             scope.stop()  # no timer reaches what follows (the projection)
@@ -573,6 +576,8 @@ class CallRunner:
         done = self._output(registration, call, output, ctx._display)
         if ctx._metadata is not None:
             done.metadata = ctx._metadata  # type: ignore[union-attr]  # a success or an error
+        if ctx._effects is not None and ctx._effects.emitted:
+            done.effects = tuple(ctx._effects.emitted)  # type: ignore[union-attr]
         if registration.project is None or call.parent is not None:
             return done  # a child's output goes to its parent, not to a model: never projected
         if not isinstance(done, ToolSuccess):
@@ -881,7 +886,9 @@ class CallRunner:
         attempt = Attempt()
         if claimed:  # its claim recorded it
             attempt.claim = Claim(call.call_id, self.owner, fence)
-        elif call.parent is None and (self.durable or registration.fenced or registration.data):
+        elif call.parent is None and (
+            self.durable or registration.fenced or registration.data or registration.effects
+        ):
             record = self._record(registration, call, arguments, "running")
             begun = await self.io(
                 self.store.begin, record, self._event(call, "started", None), lease_s=self.lease_s
@@ -1047,11 +1054,16 @@ class CallRunner:
                 code = ErrorCode.INTERRUPTED
             failed = error_result(call, code, str(stored.get("message", "")))
             failed.metadata = stored_metadata(stored)
+            failed.effects = stored_effects(stored)
             return failed
         if isinstance(stored, dict) and stored.get("status") == "success":
             content = stored.get("content")
             return ToolSuccess(
-                call, stored.get("output", content), content, metadata=stored_metadata(stored)
+                call,
+                stored.get("output", content),
+                content,
+                metadata=stored_metadata(stored),
+                effects=stored_effects(stored),
             )
         return error_result(call, ErrorCode.INTERRUPTED, TAKEN_OVER)
 

@@ -290,3 +290,8 @@ class Execution(Protocol[InputT, ContextT]):
     async def trigger(self, input: JsonValue) -> str:
         """Ask the application to continue generation on the call's thread (returns its id)."""
         ...
+
+    async def run_context(self) -> dict[str, JsonValue]:
+        """The context of the call's run: what the run's tools patched with
+        ``ctx.effects.patch_context`` (the spec's ``effects.context``), merged in order."""
+        ...

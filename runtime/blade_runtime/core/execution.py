@@ -31,6 +31,7 @@ from blade_runtime.core.context import (
     child_id,
     event_of,
 )
+from blade_runtime.core.effects import CallEffects, Effects, whose
 from blade_runtime.core.fencing import Lease, LeaseNotHeld
 from blade_runtime.core.files import FileAccess, ScopedFiles
 from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
@@ -47,13 +48,14 @@ INITIAL = InitialEntry()
 
 
 class CallServices:
-    """What a runtime lends every ``ctx``: its files and its triggers."""
+    """What a runtime lends every ``ctx``: its files, its triggers and its effects."""
 
-    __slots__ = ("files", "triggers")
+    __slots__ = ("effects", "files", "triggers")
 
-    def __init__(self, files: FileAccess, triggers: Triggers) -> None:
+    def __init__(self, files: FileAccess, triggers: Triggers, effects: Effects) -> None:
         self.files = files
         self.triggers = triggers
+        self.effects = effects
 
 
 class DataRejected(ValueError):
@@ -304,6 +306,7 @@ class ToolContext:
     _claim: Claim | None = None  # what its writes are fenced by (see core.fencing)
     _asked: dict[tuple[str, str | None], int] | None = None  # request_permission calls so far
     _triggered = 0  # ctx.trigger calls so far
+    _effects: CallEffects | None = None  # made by the first ctx.effects
 
     def __init__(
         self,
@@ -454,6 +457,28 @@ class ToolContext:
         made_in = entry.action.action_id if isinstance(entry, ResumeEntry) else "initial"
         key = f"{self._call.call_id}\x00{made_in}\x00{self._triggered}"
         return await services.triggers.request(self._call, input, claim=self._claim, key=key)
+
+    @property
+    def effects(self) -> CallEffects:
+        """What this entry changes beyond its result, as its spec's ``effects`` declares:
+        ``patch_context``, ``post_message``, ``grant`` and ``revoke`` (see ``core.effects``)."""
+        if self._effects is None:
+            entry = self.entry
+            made_in = entry.action.action_id if isinstance(entry, ResumeEntry) else "initial"
+            self._effects = CallEffects(
+                self._runtime().effects,
+                self._call,
+                self._registration.effects,
+                self._claim,
+                made_in,
+            )
+        return self._effects
+
+    async def run_context(self) -> dict[str, JsonValue]:
+        """The context of this call's run: the context patches its calls emitted so far (its
+        own included), merged in order; that of the run's calls made for the same caller."""
+        tenant, principal = whose(self._call)
+        return await self._runtime().effects.run_context(self._call.run_id, tenant, principal)
 
     def _runtime(self) -> CallServices:
         if self._services is None:

@@ -154,6 +154,16 @@ class Point:
     expires_after_s: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EffectSlots:
+    """What a registration's spec lets its tool emit (``core.effects``): typed slots, and the
+    spec ids whose permissions it may change."""
+
+    context: Typed | None = None
+    message: Typed | None = None
+    permissions: frozenset[str] = frozenset()
+
+
 @dataclass(eq=False, frozen=True, slots=True)
 class Registration(Generic[OutputT]):
     """One name bound to one spec: a backend implementation, or a client-executed tool. Made
@@ -218,6 +228,8 @@ class Registration(Generic[OutputT]):
     records the name called); listed once, under ``name``, with these beside it."""
     group: str | None = None
     """The group it belongs to (``filesystem``, ``web``...), for listings and policies."""
+    effects: EffectSlots | None = None
+    """What ``ctx.effects`` may emit, as the spec declares it; None: nothing."""
     exposure: Exposure = "model"
     """``model``: listed on every model-facing surface; ``operator``: never offered to a model
     (not exported, not in MCP ``tools/list`` nor the adapters), called by the application."""
@@ -253,6 +265,7 @@ class Registration(Generic[OutputT]):
             and self.permission is None
             and not self.data
             and not self.fenced
+            and self.effects is None
             and not derived["children"]
             and (not self.bindings or self.services is not None)
         )
@@ -332,6 +345,24 @@ def registration(
             None if point.expires_after_ms is None else point.expires_after_ms / 1000,
         )
     output = None if spec.output_schema is None else typed(spec.output_schema, spec.output_type)
+    declared = getattr(spec, "effects", None)
+    effects = (
+        None
+        if declared is None
+        else EffectSlots(
+            (
+                None
+                if declared.context_schema is None
+                else typed(declared.context_schema, declared.context_type)
+            ),
+            (
+                None
+                if declared.message_schema is None
+                else typed(declared.message_schema, declared.message_type)
+            ),
+            frozenset(declared.permissions),
+        )
+    )
     return Registration(
         name=name,
         spec=spec,
@@ -344,6 +375,7 @@ def registration(
         data={c.name: typed(c.schema, c.type) for c in spec.data.values()},
         points=points,
         fenced=bool(getattr(spec, "lease", False)),
+        effects=effects,
         **options,
     )
 

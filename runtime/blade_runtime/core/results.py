@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import JsonValue
 
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.events import PendingAction
+
+if TYPE_CHECKING:
+    from blade_runtime.core.effects import Effect
 
 OutputT = TypeVar("OutputT", covariant=True)
 
@@ -104,6 +107,8 @@ class ToolSuccess(Generic[OutputT]):
     ``large_result_bytes`` and saved as a file (``content`` is then its head and a link)."""
     metadata: dict[str, JsonValue] | None = None
     """What the implementation set with ``ctx.metadata``: for the application, not the model."""
+    effects: tuple[Effect, ...] = ()
+    """What the call changed beyond its result (``ctx.effects``), in the order it emitted them."""
 
 
 @dataclass(slots=True)
@@ -130,6 +135,8 @@ class ToolError:
     metadata: dict[str, JsonValue] | None = None
     """What the implementation set with ``ctx.metadata`` before it failed (seed 000: an error
     result carries metadata too)."""
+    effects: tuple[Effect, ...] = ()
+    """The effects the call emitted before it failed (recorded, and applied: not undone)."""
 
 
 @dataclass(slots=True)

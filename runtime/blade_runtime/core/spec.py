@@ -87,6 +87,19 @@ class CapabilitySpec:
         return self.name if self.binding is None else self.binding
 
 
+@dataclass(frozen=True)
+class EffectsSpec:
+    """The effects a tool may emit while it runs (``ctx.effects``, see ``core.effects``): a
+    patch of its run's context, a message for the run's conversation, each with its schema and
+    generated type; and the ids of the tools whose permissions it may grant or revoke."""
+
+    context_schema: JsonObject | None = None
+    context_type: Any = None
+    message_schema: JsonObject | None = None
+    message_type: Any = None
+    permissions: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec(Generic[IdT, InputT, OutputT]):
     """What every tool has, whichever side executes it.
@@ -143,6 +156,7 @@ class BackendToolSpec(
     lease: bool = False  # lease fencing: its implementation gets ``ctx.lease``
     concurrency: int | None = None  # at most this many calls at once, in every worker
     locks: tuple[str, ...] = ()  # JSON pointers into the input: resources a call locks
+    effects: EffectsSpec | None = None  # what ctx.effects may emit (None: nothing)
     caller: bool = False
     """Its implementation reads who the call is for: ``ctx.call.context`` whole. Otherwise the
     implementation's ``ctx.call`` has the call's thread but no principal nor client data."""

@@ -340,6 +340,26 @@ class TriggerRecord:
     error: str | None = None
 
 
+EffectKind = Literal["context_patch", "message", "permission"]
+
+
+@dataclass(slots=True)
+class EffectRecord:
+    """An effect a tool emitted while it ran (``ctx.effects``, see ``core.effects``), kept with
+    its run: a context patch, a message, or a permission change. ``payload`` is the effect as
+    announced (its ``type`` and fields); ``tenant`` and ``principal`` are its call's, and only
+    their reads find it."""
+
+    effect_id: str
+    run_id: str
+    call_id: str
+    tenant: str
+    principal: str
+    kind: EffectKind
+    payload: JsonValue
+    at: str
+
+
 def made_by(call: CallRecord, names: Collection[str] | Mapping[str, str]) -> bool:
     """Whether ``call`` is of a registration in ``names`` (a mapping: of that name and spec)."""
     if isinstance(names, Mapping):
@@ -633,6 +653,35 @@ class Store(Protocol):
         """Record a pending trigger and append its event (returned); None (nothing written) when
         one of its id is recorded already (a replayed entry asks again). ``claim`` as for
         ``write_data``."""
+        ...
+
+    def add_effect(
+        self,
+        effect: EffectRecord,
+        event: Event,
+        *,
+        claim: Claim | None = None,
+        grant: GrantRecord | None = None,
+        revoke: GrantRecord | None = None,
+    ) -> Event | None:
+        """Record an effect, apply what it changes in the store (``grant``: a standing grant
+        to add, kept as ``add_grant`` keeps one; ``revoke``: the grant of that identity to
+        remove) and append its event (returned), in one transaction; None (nothing written)
+        when one of its id is recorded already (a replayed entry emits it again). ``claim`` as
+        for ``write_data``."""
+        ...
+
+    def effects(
+        self,
+        run_id: str,
+        *,
+        tenant: str,
+        principal: str,
+        kind: EffectKind | None = None,
+        limit: int | None = None,
+    ) -> list[EffectRecord]:
+        """The effects of ``run_id``'s calls made for ``tenant`` and ``principal`` (of that
+        ``kind``), in the order they were recorded."""
         ...
 
     # -- concurrency slots and resource locks (core.slots) ---------------------------------------

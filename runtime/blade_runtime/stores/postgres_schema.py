@@ -404,5 +404,23 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
         WHERE c.call_id = a.call_id AND c.context IS NOT NULL AND c.context <> 'null'
         """,
     ),
+    (  # 8: effects tools emit (core.effects): a run's context patches, messages, permission changes
+        """
+        CREATE TABLE blade_effects (
+            seq bigserial PRIMARY KEY,
+            effect_id text NOT NULL UNIQUE,
+            run_id text NOT NULL,
+            call_id text NOT NULL,
+            tenant text NOT NULL,
+            principal text NOT NULL,
+            kind text NOT NULL,
+            payload text NOT NULL,
+            at text NOT NULL,
+            root_id text NOT NULL
+        )
+        """,
+        "CREATE INDEX blade_effects_run ON blade_effects (run_id, tenant, principal, seq)",
+        "CREATE INDEX blade_effects_root ON blade_effects (root_id)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -44,6 +44,8 @@ from blade_runtime.core.store import (
     Claimed,
     DataRecord,
     DuplicateCall,
+    EffectKind,
+    EffectRecord,
     Event,
     FileRecord,
     GrantRecord,
@@ -85,8 +87,10 @@ TRIGGER_COLUMNS = (
     "trigger_id, call_id, run_id, name, tenant, input, created_at, context, thread_id, state, "
     "owner, claimed_until, finished_at, error"
 )
+EFFECT_COLUMNS = "effect_id, run_id, call_id, tenant, principal, kind, payload, at"
 GRANT_COLUMNS = "grant_id, tenant, principal, tool, subject, created_at, action_id, spec_id, point"
 GRANT_KEY = "tenant, principal, tool, spec_id, point, subject"  # a grant's identity
+_GRANT_IS = " AND ".join(f"{key} = :{key}" for key in GRANT_KEY.split(", "))
 SLOT_COLUMNS = "slot_key, call_id, owner, ticket, capacity, held, lease_until, tenant, run_id, name"
 # A slot row is one call's place in one key's queue, owned by a runtime (its lease, renewed by
 # that runtime's polls and heartbeat). A call takes all its keys at once, never some: no call
@@ -284,6 +288,10 @@ def trigger_params(trigger: TriggerRecord) -> dict[str, Any]:
     found["input"], found["context"] = dump(trigger.input), dump(trigger.context)
     found["claimed_until"] = float(trigger.claimed_until)
     return found
+
+
+def effect_record(row: Sequence[Any]) -> EffectRecord:
+    return EffectRecord(row[0], row[1], row[2], row[3], row[4], row[5], load(row[6]), row[7])
 
 
 def trigger_record(row: Sequence[Any]) -> TriggerRecord:
@@ -721,6 +729,67 @@ class SQLStore:
             return None  # recorded already: a replayed entry asks again
         return event.numbered(_first(seq))
 
+    def add_effect(
+        self,
+        effect: EffectRecord,
+        event: Event,
+        *,
+        claim: Claim | None = None,
+        grant: GrantRecord | None = None,
+        revoke: GrantRecord | None = None,
+    ) -> Event | None:
+        root = effect.call_id if claim is None else claim.call_id
+        try:
+            with self._transaction() as tx:
+                self._fenced(tx, claim)
+                tx.require(
+                    f"INSERT INTO blade_effects ({EFFECT_COLUMNS}, root_id) "
+                    f"VALUES ({_values(EFFECT_COLUMNS)}, :root_id) "
+                    "ON CONFLICT (effect_id) DO NOTHING RETURNING effect_id",
+                    {
+                        "effect_id": effect.effect_id,
+                        "run_id": effect.run_id,
+                        "call_id": effect.call_id,
+                        "tenant": effect.tenant,
+                        "principal": effect.principal,
+                        "kind": effect.kind,
+                        "payload": dump(effect.payload),
+                        "at": effect.at,
+                        "root_id": root,
+                    },
+                    lambda: _Duplicate(effect.effect_id),
+                )
+                if grant is not None:
+                    tx.run(
+                        f"INSERT INTO blade_grants ({GRANT_COLUMNS}) "
+                        f"VALUES ({_values(GRANT_COLUMNS)}) ON CONFLICT ({GRANT_KEY}) DO NOTHING",
+                        grant_params(grant),
+                    )
+                if revoke is not None:
+                    tx.run(f"DELETE FROM blade_grants WHERE {_GRANT_IS}", grant_params(revoke))
+                seq = tx.append(event, root)
+        except _Duplicate:
+            return None  # recorded already: a replayed entry emits it again
+        return event.numbered(_first(seq))
+
+    def effects(
+        self,
+        run_id: str,
+        *,
+        tenant: str,
+        principal: str,
+        kind: EffectKind | None = None,
+        limit: int | None = None,
+    ) -> list[EffectRecord]:
+        if not all(self._holdable(text) for text in (run_id, tenant, principal)):
+            return []
+        where = _Where({"run_id": run_id, "tenant": tenant, "principal": principal, "kind": kind})
+        rows = self._fetch(
+            f"SELECT {EFFECT_COLUMNS} FROM blade_effects{where} ORDER BY seq{_limit(limit)}",
+            where.params | {"limit": limit},
+        )
+        return [effect_record(row) for row in rows]
+
     # -- sweeps -----------------------------------------------------------------------------------
 
     # -- concurrency slots and resource locks (core.slots) -------------------------------------
@@ -870,7 +939,13 @@ class SQLStore:
             )
             if not dry_run:
                 tx.run(f"DELETE FROM blade_actions WHERE call_id IN ({marks})", params)
-                for table in ("blade_data", "blade_events", "blade_files", "blade_triggers"):
+                for table in (
+                    "blade_data",
+                    "blade_events",
+                    "blade_files",
+                    "blade_triggers",
+                    "blade_effects",
+                ):
                     tx.run(f"DELETE FROM {table} WHERE root_id IN ({marks})", params)
                 tx.run(f"DELETE FROM blade_calls WHERE call_id IN ({marks})", params)
         row = _row(counted)
@@ -916,10 +991,7 @@ class SQLStore:
                 grant_params(grant),
             )
             kept = tx.run(
-                f"SELECT {GRANT_COLUMNS} FROM blade_grants WHERE tenant = :tenant "
-                "AND principal = :principal AND tool = :tool AND spec_id = :spec_id "
-                "AND point = :point AND subject = :subject",
-                grant_params(grant),
+                f"SELECT {GRANT_COLUMNS} FROM blade_grants WHERE {_GRANT_IS}", grant_params(grant)
             )
         return grant_record(_row(kept))
 
@@ -936,12 +1008,7 @@ class SQLStore:
         }
         if not all(self._holdable(text) for text in key.values()):
             return None
-        rows = self._fetch(
-            f"SELECT {GRANT_COLUMNS} FROM blade_grants WHERE tenant = :tenant "
-            "AND principal = :principal AND tool = :tool AND spec_id = :spec_id "
-            "AND point = :point AND subject = :subject",
-            key,
-        )
+        rows = self._fetch(f"SELECT {GRANT_COLUMNS} FROM blade_grants WHERE {_GRANT_IS}", key)
         return grant_record(rows[0]) if rows else None
 
     def grants(

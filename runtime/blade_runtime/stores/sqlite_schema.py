@@ -231,6 +231,24 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             for key in ("thread_id", "agent_id")
         ),
     ),
+    (  # 9: effects tools emit (core.effects): a run's context patches, messages, permission changes
+        """
+        CREATE TABLE blade_effects (
+            seq INTEGER PRIMARY KEY,
+            effect_id TEXT NOT NULL UNIQUE,
+            run_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            principal TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            at TEXT NOT NULL,
+            root_id TEXT NOT NULL
+        )
+        """,
+        "CREATE INDEX blade_effects_run ON blade_effects (run_id, tenant, principal, seq)",
+        "CREATE INDEX blade_effects_root ON blade_effects (root_id)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

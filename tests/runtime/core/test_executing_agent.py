@@ -167,8 +167,6 @@ def test_a_sqlite_store_of_the_schema_before_names_its_waiting_actions_origin(
 ) -> None:
     """Migration: the actions recorded before their origin had columns get them from their
     call's stored context."""
-    from blade_runtime.stores.sqlite_schema import SCHEMA_VERSION
-
     path = tmp_path / "old.db"
 
     async def ask() -> None:
@@ -182,7 +180,8 @@ def test_a_sqlite_store_of_the_schema_before_names_its_waiting_actions_origin(
     with sqlite3.connect(path) as db:  # the schema before: no origin columns
         db.execute("ALTER TABLE blade_actions DROP COLUMN thread_id")
         db.execute("ALTER TABLE blade_actions DROP COLUMN agent_id")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+        db.execute("DROP TABLE blade_effects")  # and what later migrations made
+        db.execute("PRAGMA user_version = 7")  # the migration before the origin's (8)
     db.close()
     store = SQLiteStore(path)
     try:
@@ -200,7 +199,6 @@ def test_a_postgres_store_of_the_schema_before_names_its_waiting_actions_origin(
 ) -> None:
     import psycopg
 
-    from blade_runtime.stores.postgres_schema import SCHEMA_VERSION
     from blade_runtime.stores.urls import open_store
 
     async def ask() -> None:
@@ -213,7 +211,8 @@ def test_a_postgres_store_of_the_schema_before_names_its_waiting_actions_origin(
     asyncio.run(ask())
     with psycopg.connect(postgres_url, autocommit=True) as db, db.transaction():
         db.execute("ALTER TABLE blade_actions DROP COLUMN thread_id, DROP COLUMN agent_id")
-        db.execute("UPDATE blade_schema_version SET version = %s", (SCHEMA_VERSION - 1,))
+        db.execute("DROP TABLE blade_effects")  # and what later migrations made
+        db.execute("UPDATE blade_schema_version SET version = 6")  # before the origin's (7)
     store = open_store(postgres_url)
     try:
         origins = sorted(
