@@ -45,7 +45,14 @@ INTERFACE_SUFFIXES = (
 # and those of the runtime's ToolClient it subclasses (a test holds this to both).
 CLIENT_METHODS = frozenset(
     {"pending", "pages", "action"}  # templates/package_client.py.jinja
-    | {"runtime", "events", "permission_requests", "read_file", "suspensions"}  # ToolClient
+    | {
+        "runtime",
+        "events",
+        "permission_requests",
+        "read_file",
+        "suspensions",
+        "run_context",
+    }  # ToolClient
 )
 
 

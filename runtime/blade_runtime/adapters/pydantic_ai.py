@@ -20,7 +20,9 @@ anything is submitted (one invalid answer: ``ResumeRefused``, nothing submitted,
 pending), then resumes each through ``runtime.submit``; the values Pydantic AI hands back to the
 model are the runtime's results. Errors other than invalid input are the model-facing error JSON.
 A result whose tool set ``ctx.metadata`` reaches Pydantic AI as a ``ToolReturn`` carrying it as
-``metadata`` (kept in the message history for the application, not sent to the model).
+``metadata`` (kept in the message history for the application, not sent to the model), with the
+effects the tool emitted (``ctx.effects``) under ``blade_effects``; the messages it posted are
+the ``ToolReturn``'s ``content``, which Pydantic AI sends the model as a message of their own.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from pydantic_core import SchemaValidator, core_schema
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core import actions
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime
 
@@ -232,8 +235,20 @@ class BladeToolset(AbstractToolset[Any]):
 def _returned(result: ToolResult[Any]) -> JsonValue | ToolReturn:
     """What Pydantic AI gets of a result: the content the model reads, in a ``ToolReturn``
     whose ``metadata`` (the application's, never sent to the model) is the tool's
-    ``ctx.metadata`` when it set some."""
-    metadata = result.metadata if isinstance(result, ToolSuccess | ToolError) else None
-    if metadata is None:
+    ``ctx.metadata`` when it set some, with the effects it emitted under ``blade_effects``;
+    the messages it posted (``ctx.effects.post_message``) are the ``ToolReturn``'s
+    ``content``, which Pydantic AI sends the model as a message of its own."""
+    if not isinstance(result, ToolSuccess | ToolError):
         return result.content
-    return ToolReturn(result.content, metadata=metadata)
+    metadata, effects = result.metadata, result.effects
+    if metadata is None and not effects:
+        return result.content
+    messages = [_text(e.value) for e in effects if e.type == "message"]
+    if effects:
+        listed: JsonValue = [effect.to_json() for effect in effects]
+        metadata = {**(metadata or {}), "blade_effects": listed}
+    return ToolReturn(result.content, content=messages or None, metadata=metadata)
+
+
+def _text(value: JsonValue) -> str:
+    return value if isinstance(value, str) else compact_json(value)

@@ -16,7 +16,7 @@ with the same typed calls, results, pending actions and submit.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import (
@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.effects import Effect
 from blade_runtime.core.events import PendingAction
 from blade_runtime.core.files import FileBody, UnknownFile
 from blade_runtime.core.permissions import POINTS as PERMISSION_POINTS
@@ -65,6 +66,18 @@ _DTO = ConfigDict(frozen=True)
 _JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 
+class CallEffect(BaseModel):
+    """One effect a call emitted (``ctx.effects``): ``type`` ``context_patch`` (``value``: the
+    patch of its run's context), ``message`` (the message) or ``permission`` (``{"change",
+    "tool", "spec_id", "point", "subject"}``)."""
+
+    model_config = _DTO
+    effect_id: str
+    type: Literal["context_patch", "message", "permission"]
+    value: JsonValue = None
+    at: str
+
+
 class _Call(BaseModel):
     """What every result DTO holds; each subclass adds its literal ``status`` tag."""
 
@@ -73,6 +86,9 @@ class _Call(BaseModel):
     run_id: str
     metadata: dict[str, JsonValue] | None = None
     """What the tool attached with ``ctx.metadata`` (a success or an error; None: nothing)."""
+    effects: tuple[CallEffect, ...] = ()
+    """What the call changed beyond its result (``ctx.effects``), in order (a success or an
+    error)."""
 
 
 class CallSuccess(_Call, Generic[OutputT]):
@@ -268,6 +284,10 @@ class Transport:
     async def read_file(self, file_id: str) -> FileBody:
         raise NotImplementedError
 
+    async def run_context(self, run_id: str) -> dict[str, JsonValue]:
+        """The run's context for the client's calls (``ctx.effects.patch_context``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not read a run's context")
+
     def events(self, run_id: str, after: int | None) -> AsyncIterator[RunEvent]:
         raise NotImplementedError
 
@@ -346,6 +366,9 @@ class RuntimeTransport(Transport):
             raise UnknownFile(file_id)
         return found
 
+    async def run_context(self, run_id: str) -> dict[str, JsonValue]:
+        return await self.runtime.run_context(run_id, principal=self.principal)
+
     async def events(self, run_id: str, after: int | None) -> AsyncIterator[RunEvent]:
         """The run's events as the principal may see them (those of its own calls and of their
         child calls), until the iterator is closed."""
@@ -376,6 +399,10 @@ class RuntimeTransport(Transport):
             subscription.close()
 
 
+def _effects(effects: Sequence[Effect]) -> list[dict[str, JsonValue]]:
+    return [effect.to_json() for effect in effects]
+
+
 def result_data(called: ToolResult[Any]) -> Data:
     """A runtime result as the fields of its result DTO."""
     ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
@@ -383,10 +410,10 @@ def result_data(called: ToolResult[Any]) -> Data:
         # A post hook's rewrite is all a typed view may hold: what it withheld reaches nobody.
         output = called.content if called.rewritten else called.output
         success = {"status": "success", **ids, "output": output, "content": called.content}
-        return {**success, "metadata": called.metadata}
+        return {**success, "metadata": called.metadata, "effects": _effects(called.effects)}
     if isinstance(called, ToolError):
         error = {"status": "error", **ids, "code": called.code, "message": called.message}
-        return {**error, "metadata": called.metadata}
+        return {**error, "metadata": called.metadata, "effects": _effects(called.effects)}
     if isinstance(called, ToolPending):
         return {"status": "pending", **ids, "action": _action_data(called.action)}
     return {"status": "skipped", **ids, "reason": called.reason}
@@ -490,6 +517,11 @@ class ToolClient:
         this client's."""
         found = await self.transport.suspensions(call_id)
         return [Suspension.model_validate(episode) for episode in found]
+
+    async def run_context(self, run_id: str) -> dict[str, JsonValue]:
+        """The context of the run ``run_id`` for this client's calls: what its tools patched
+        with ``ctx.effects.patch_context``, merged in order (empty: nothing yet)."""
+        return await self.transport.run_context(run_id)
 
     def events(self, run_id: str, *, after: int | None = None) -> AsyncIterator[RunEvent]:
         """The run's events from now on (or after the sequence number ``after``): stored ones

@@ -209,6 +209,14 @@ class HttpTransport(Transport):
             raise _refused(answer.status_code, body)
         return list(body.get("suspensions", []))
 
+    async def run_context(self, run_id: str) -> dict[str, JsonValue]:
+        answer = await self._async().get(f"/v1/runs/{run_id}/context")
+        body = _body(answer)
+        if answer.status_code != 200:
+            raise _refused(answer.status_code, body)
+        context = body.get("context")
+        return dict(context) if isinstance(context, dict) else {}
+
     async def read_file(self, file_id: str) -> FileBody:
         answer = await self._async().get(f"/v1/files/{file_id}")
         if answer.status_code == 404 and _body(answer).get("code") == "UNKNOWN_FILE":
@@ -281,5 +289,6 @@ def _result(answer: httpx.Response, ids: dict[str, str]) -> Data:
             "code": code,
             "message": str(body.get("message", "")),
             "metadata": body.get("metadata"),
+            "effects": body.get("effects") or [],
         }
     raise _refused(answer.status_code, body)

@@ -41,8 +41,9 @@ from starlette.routing import Route
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.context import CallInfo
+from blade_runtime.core.effects import Effect
 from blade_runtime.core.events import WINDOW, Subscription
-from blade_runtime.core.outcomes import stored_metadata
+from blade_runtime.core.outcomes import stored_effects, stored_metadata
 from blade_runtime.core.records import MAX_PAGE_SIZE, Page, visible
 from blade_runtime.core.registry import Registration
 from blade_runtime.core.results import (
@@ -446,15 +447,16 @@ class Api:
                 return 202, {"status": "pending", **ids, "action": action}
         result = record.result
         metadata = stored_metadata(result)
+        effects = stored_effects(result)
         if isinstance(result, dict) and result.get("status") == "error":
             code = str(result.get("code"))
             error: dict[str, JsonValue] = {"code": code, "message": str(result.get("message"))}
-            return status_of(code), _with_metadata(error, metadata)
+            return status_of(code), _with_metadata(error, metadata, effects)
         content = result.get("content") if isinstance(result, dict) else None
         output = result.get("output", content) if isinstance(result, dict) else None
         answer: dict[str, JsonValue] = {"status": "success", **ids, "output": output}
         answer["content"] = content
-        return 200, _with_metadata(answer, metadata)
+        return 200, _with_metadata(answer, metadata, effects)
 
     async def _call(
         self,
@@ -494,7 +496,7 @@ class Api:
         """A runtime result as the API answers it: errors as ``{code, message}``."""
         if isinstance(result, ToolError):
             error: dict[str, JsonValue] = {"code": result.code.value, "message": result.message}
-            return status_of(result.code), _with_metadata(error, result.metadata)
+            return status_of(result.code), _with_metadata(error, result.metadata, result.effects)
         ids: dict[str, JsonValue] = {"call_id": result.call.call_id, "run_id": result.call.run_id}
         if isinstance(result, ToolPending):
             record = await self.records.action(result.action.action_id, principal=principal)
@@ -521,7 +523,7 @@ class Api:
                 "url": f"/v1/files/{result.artifact}",
             }
         if isinstance(result, ToolSuccess):
-            _with_metadata(answer, result.metadata)
+            _with_metadata(answer, result.metadata, result.effects)
         return 200, answer
 
     # -- records as JSON ---------------------------------------------------------------------
@@ -895,6 +897,11 @@ def create_app(
         )
         return _page_response(request, "calls", [api.call_json(r) for r in page.items], page)
 
+    async def run_context(request: Request, principal: Principal) -> Response:
+        run_id = request.path_params["run_id"]
+        context = await api.runtime.run_context(run_id, principal=principal)
+        return json_response({"run_id": run_id, "context": context})
+
     async def list_actions(request: Request, principal: Principal) -> Response:
         query = request.query_params
         state_text = query.get("state", "pending")
@@ -1041,6 +1048,7 @@ def create_app(
         Route("/v1/calls/{call_id}", route(read_call), methods=["GET"]),
         Route("/v1/runs/{run_id}/calls", route(run_calls), methods=["GET"]),
         Route("/v1/runs/{run_id}/events", route(events), methods=["GET"]),
+        Route("/v1/runs/{run_id}/context", route(run_context), methods=["GET"]),
         Route("/v1/files/{file_id}", route(read_file), methods=["GET"]),
         Route("/v1/actions", route(list_actions), methods=["GET"]),
         Route("/v1/actions/{action_id}", route(read_action), methods=["GET"]),
@@ -1177,10 +1185,15 @@ def _inbox_routes() -> list[Route]:
 
 
 def _with_metadata(
-    body: dict[str, JsonValue], metadata: dict[str, JsonValue] | None
+    body: dict[str, JsonValue],
+    metadata: dict[str, JsonValue] | None,
+    effects: Sequence[Effect] = (),
 ) -> dict[str, JsonValue]:
-    """A call's answer with the result's metadata (the tool's ``ctx.metadata``), when it set
-    some: the key is absent otherwise, as the answers before it were."""
+    """A call's answer with the result's metadata (the tool's ``ctx.metadata``) and the effects
+    it emitted (``ctx.effects``), when there are some: each key is absent otherwise, as the
+    answers before them were."""
     if metadata is not None:
         body["metadata"] = metadata
+    if effects:
+        body["effects"] = [effect.to_json() for effect in effects]
     return body

@@ -92,6 +92,12 @@ _METADATA: Final = {
     "description": "what the tool attached to its result with ctx.metadata (absent: nothing); "
     "for the application, never shown to the model",
 }
+_EFFECTS: Final = {
+    "type": "array",
+    "description": "what the call changed beyond its result (ctx.effects), in order (absent: "
+    "nothing): a context patch of its run, a message, a permission change",
+    "items": {"$ref": "#/components/schemas/Effect"},
+}
 _NEXT: Final = {
     "type": ["string", "null"],
     "description": "the next page's cursor (null: this is the last page)",
@@ -103,7 +109,12 @@ _PAGE: Final = (
 _SHARED: Final[dict[str, Any]] = {
     "Error": {
         "type": "object",
-        "properties": {"code": _TEXT, "message": _TEXT, "metadata": _METADATA},
+        "properties": {
+            "code": _TEXT,
+            "message": _TEXT,
+            "metadata": _METADATA,
+            "effects": _EFFECTS,
+        },
         "required": ["code", "message"],
     },
     "Action": {
@@ -169,6 +180,7 @@ _SHARED: Final[dict[str, Any]] = {
             "reason": _TEXT,
             "action": _ref("Action"),
             "metadata": _METADATA,
+            "effects": _EFFECTS,
         },
         "required": ["status", "call_id", "run_id"],
     },
@@ -272,6 +284,22 @@ _SHARED: Final[dict[str, Any]] = {
         },
         "required": ["tools"],
     },
+    "Effect": {
+        "type": "object",
+        "properties": {
+            "effect_id": _TEXT,
+            "type": {"enum": ["context_patch", "message", "permission"]},
+            "value": {},
+            "at": _TEXT,
+        },
+        "required": ["effect_id", "type", "value", "at"],
+    },
+    "RunContext": {
+        "type": "object",
+        "description": "The run's context: its tools' context patches, merged in order",
+        "properties": {"run_id": _TEXT, "context": {"type": "object"}},
+        "required": ["run_id", "context"],
+    },
     "Grant": {
         "type": "object",
         "properties": {
@@ -331,6 +359,7 @@ def openapi_document(registrations: Iterable[Registration[Any]]) -> dict[str, An
                 ),
                 "content": {},
                 "metadata": _METADATA,
+                "effects": _EFFECTS,
             },
             "required": ["status", "call_id", "run_id", "output"],
         }
@@ -445,6 +474,12 @@ _GENERIC: Final[dict[str, Any]] = {
     ),
     "/v1/runs/{run_id}/calls": _get(
         "run_calls", "a page of the run's calls", "Calls", _path("run_id"), *_PAGE, errors=(400,)
+    ),
+    "/v1/runs/{run_id}/context": _get(
+        "run_context",
+        "the run's context for the principal's calls (ctx.effects.patch_context)",
+        "RunContext",
+        _path("run_id"),
     ),
     "/v1/runs/{run_id}/events": {
         "get": {

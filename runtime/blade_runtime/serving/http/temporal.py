@@ -301,6 +301,7 @@ def create_temporal_app(
         # create_app's other routes, each with why Temporal does not serve it (docs/temporal.md)
         Route("/v1/runs/{run_id}/events", not_served(NO_EVENTS), methods=["GET"]),
         Route("/v1/runs/{run_id}/calls", not_served(NO_LISTING), methods=["GET"]),
+        Route("/v1/runs/{run_id}/context", not_served(NO_RUN_CONTEXT), methods=["GET"]),
         Route("/v1/files/{file_id}", not_served(NO_FILES), methods=["GET"]),
         Route("/v1/grants", not_served(NO_GRANTS), methods=["GET"]),
         Route("/v1/grants/{grant_id}", not_served(NO_GRANTS), methods=["DELETE"]),
@@ -321,6 +322,10 @@ NO_EVENTS = (
 )
 NO_LISTING = (
     "no visibility query lists a run's settled calls; read a call with GET /v1/calls/{call_id}"
+)
+NO_RUN_CONTEXT = (
+    "a run's context is what its tools' context patches made, kept by a store the workers "
+    "share, which tools on Temporal do not have; a call's answer lists the effects it emitted"
 )
 NO_FILES = (
     "files live in the workers' file backend (Runtime(files=FolderFiles(path)) on a shared "
