@@ -181,7 +181,7 @@ LOCK_SCHEMA: dict[str, Any] = {
                             "schemas": {
                                 "type": "object",
                                 "propertyNames": {
-                                    "pattern": "^(input|output|(data|suspend|resume):.+)$"
+                                    "pattern": "^(input|output|(data|suspend|resume|effect):.+)$"
                                 },
                                 # Bundled schemas: the comparison walks them as 2020-12.
                                 "additionalProperties": {"$ref": _META_SCHEMA},

@@ -33,7 +33,7 @@ RESERVED = frozenset(
     | {"BackendToolSpec", "ClientToolSpec", "ToolSpec", "Execution", "InitialEntry"}
     | {"ResumeEntry", "SuspendPoint", "DataChannel", "DataItem", "Parser", "PendingActionBase"}
     | {"CallSuccess", "CallSkipped", "CallError", "CallPending", "ToolClient", "CapabilitySpec"}
-    | {"PermissionRequestAction", "Lease"}
+    | {"PermissionRequestAction", "Lease", "Effect", "EffectsSpec"}
 )
 # Each tool module's own interfaces: <base><suffix>.
 INTERFACE_SUFFIXES = (

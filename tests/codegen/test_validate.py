@@ -77,6 +77,32 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "/suspend: a client tool cannot have suspend",
     ),
     (
+        "client with effects",
+        spec("ns.t.v1", execution="client", outputSchema=OBJ, effects={"message": OBJ}),
+        "/effects: a client tool cannot have effects",
+    ),
+    (
+        "context patch not an object",
+        spec("ns.t.v1", effects={"context": {"type": "array"}}),
+        "/effects/context: a context patch's schema must have root type object",
+    ),
+    ("no effect declared", spec("ns.t.v1", effects={}), "/effects:"),
+    (
+        "unknown effect",
+        spec("ns.t.v1", effects={"policy": OBJ}),
+        '/effects/policy: unknown key "policy"',
+    ),
+    (
+        "permissions without tools",
+        spec("ns.t.v1", effects={"permissions": {"tools": []}}),
+        "/effects/permissions/tools:",
+    ),
+    (
+        "invalid effect schema",
+        spec("ns.t.v1", effects={"message": {"type": "txet"}}),
+        '/effects/message/type: "txet" is not a JSON Schema type',
+    ),
+    (
         "invalid schema",
         spec("ns.t.v1", outputSchema={"type": "strnig"}),
         '/outputSchema/type: "strnig" is not a JSON Schema type (did you mean "string"?',
