@@ -138,6 +138,22 @@ def test_each_part_is_checked_in_its_own_direction(project: Path) -> None:
     }
 
 
+def test_an_effect_is_checked_as_what_the_tool_emits(project: Path) -> None:
+    """A subscriber reads a tool's effects: one that may now be emitted where it could not
+    before breaks it (a message's text may be empty), one emitted less does not."""
+
+    def change(data: dict[str, Any]) -> None:
+        del data["effects"]["message"]["properties"]["text"]["minLength"]
+        data["effects"]["context"]["properties"]["deployed"]["additionalProperties"] = {
+            "type": "string"  # no null: the tool emits less
+        }
+
+    edit(project, "deploy/deploy-service.v1.json", change)
+    findings = json.loads(cli("check", str(project / "specs"), "--format", "json").stdout)
+    parts = {(f["part"], tuple(f["breaks"])) for f in findings["findings"]}
+    assert parts == {("effect 'message'", ("emitting",))}, findings
+
+
 def test_suspend_points_resume_payloads_and_execution_mode(project: Path) -> None:
     def change(data: dict[str, Any]) -> None:
         resume = data["suspend"]["approval"]["resumeSchema"]

@@ -81,7 +81,7 @@ class ActivityStore(MemoryStore):
             data = tx.run(
                 f"DELETE FROM blade_data WHERE root_id = :id RETURNING {DATA_COLUMNS}", key
             ).all()
-            for table in ("blade_events", "blade_files", "blade_triggers"):
+            for table in ("blade_events", "blade_files", "blade_triggers", "blade_effects"):
                 tx.run(f"DELETE FROM {table} WHERE root_id = :id", key)
         return {
             "calls": [_json(call_record(row)) for row in calls],
