@@ -69,12 +69,17 @@ class Outcome:
             return Outcome("error", content, code=code, message=message, metadata=metadata)
         if status == "pending":
             raw = result.get("action")
-            action = ActionRecord(**raw) if isinstance(raw, dict) else None
+            action = None
+            if isinstance(raw, dict):
+                action = ActionRecord(**{k: v for k, v in raw.items() if k in _ACTION_FIELDS})
             action_id = str(result.get("action_id") or (action.action_id if action else ""))
             return Outcome("pending", result.get("content"), action_id=action_id, action=action)
         # "output": the whole output, whose projection the content is
         projected = result.get("output") is not None
         return Outcome("success", result.get("content"), projected, metadata=metadata)
+
+
+_ACTION_FIELDS = frozenset(ActionRecord.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
