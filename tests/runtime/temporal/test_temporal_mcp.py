@@ -24,6 +24,7 @@ import pytest
 from http_support import ALICE, BOB, process_env
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from temporal_mcp_tools import make_runtime
 from temporal_support import DevServer, Workers, free_port
 from temporalio.client import Client as TemporalClient
@@ -248,15 +249,26 @@ def test_mcp_temporal_over_stdio_lists_calls_asks_and_cancels(workers: Workers) 
         asked.append(params.message)
         return types.ElicitResult(action="accept", content=answers.pop(0))
 
-    async def main() -> tuple[list[str], types.CallToolResult]:
+    progress: list[Any] = []
+
+    async def on_progress(*reported: Any) -> None:
+        progress.append(reported)
+
+    async def main() -> tuple[list[str], types.CallToolResult, types.CallToolResult]:
         async with Client(params, elicitation_callback=elicit) as client:
             names = [tool.name for tool in (await client.list_tools()).tools]
+            # progress asked for: answered without one (there is no event stream to read)
+            fetched = await client.call_tool("fetch", {"n": 4}, progress_callback=on_progress)
+            with pytest.raises(MCPError) as unknown:  # files are not served from Temporal
+                await client.read_resource("blade://files/file_1")
+            assert unknown.value.error.code == -32002
             done = await client.call_tool("sync", {"n": 3, "suspend": True})
             await _cancelled_once_running(client, workers)
-            return names, done
+            return names, fetched, done
 
-    names, done = run(main)
+    names, fetched, done = run(main)
     assert names == [tool.name for tool in run(_listing)]
+    assert fetched.structured_content == {"n": 4, "entry": "initial", "note": "ok"}
     assert done.structured_content == {"n": 3, "entry": "resume", "note": "on stdio"}
     assert len(asked) == 2 and "The last answer was refused" in asked[1]
     assert run(_charged, workers) == {"status": "error", "code": "CANCELLED"}
