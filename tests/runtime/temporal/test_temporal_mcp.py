@@ -190,7 +190,11 @@ def test_an_mcp_client_on_serve_temporal_has_a_suspended_call_answered_on_anothe
         done = run(retry, ALICE, {"approved": True, "note": "over MCP"})
         assert not done.is_error, done
         assert done.structured_content == {"n": 5, "entry": "resume", "note": "over MCP"}
+        # a retry of an answered action gets what its call came to; the tool is not entered
+        again = run(retry, ALICE, {"approved": False, "note": "late"})
+        assert again.structured_content == done.structured_content
         entries = {(e[1], e[2]): int(e[3]) for e in workers.entries()}
+        assert len(workers.entries()) == 4  # fetch 1, fetch 2, sync's first step and resume
         assert entries[("initial", "sync")] == first and entries[("resume", "sync")] == second
 
         # a request the client gives up on (it closes it) cancels the call's workflow
@@ -272,6 +276,30 @@ def test_mcp_temporal_over_stdio_lists_calls_asks_and_cancels(workers: Workers) 
     assert done.structured_content == {"n": 3, "entry": "resume", "note": "on stdio"}
     assert len(asked) == 2 and "The last answer was refused" in asked[1]
     assert run(_charged, workers) == {"status": "error", "code": "CANCELLED"}
+
+    # the same command on streamable HTTP (--http), every request for --principal
+    port = free_port()
+    log = workers.folder / "mcp-http.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(BIN), *params.args, "--http", f"127.0.0.1:{port}"],
+            env=_env(workers), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "blade-runtime mcp serving" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        assert f"on Temporal at {workers.address}" in log.read_text()
+
+        async def over_http() -> types.CallToolResult:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                return await client.call_tool("fetch", {"n": 6})
+
+        assert run(over_http).structured_content == {"n": 6, "entry": "initial", "note": "ok"}
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0, log.read_text()
 
 
 def test_the_commands_on_temporal_say_what_is_wrong_in_one_line(
