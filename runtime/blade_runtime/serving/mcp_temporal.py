@@ -50,7 +50,7 @@ class TemporalBackend:
         self.tools = tools
         self._runtime = tools.runtime
         self.running: set[str] = set()  # the call ids of the calls this server waits on
-        self._cancels: set[asyncio.Task[None]] = set()
+        self._cancels: dict[str, asyncio.Task[None]] = {}  # by call id, while being sent
 
     @property
     def runtime(self) -> Runtime:
@@ -86,9 +86,11 @@ class TemporalBackend:
         return Outcome.stored(done)
 
     def cancel_call(self, call_id: str, reason: str) -> None:
+        if call_id in self._cancels:  # already on its way (a closed request says so twice)
+            return
         task = asyncio.get_running_loop().create_task(self._cancel(call_id, reason))
-        self._cancels.add(task)
-        task.add_done_callback(self._cancels.discard)
+        self._cancels[call_id] = task
+        task.add_done_callback(lambda _: self._cancels.pop(call_id, None))
 
     async def _cancel(self, call_id: str, reason: str) -> None:
         for attempt in range(CANCEL_TRIES):
@@ -104,7 +106,7 @@ class TemporalBackend:
     async def drain(self, timeout_s: float) -> None:
         """Let the cancellations sent so far reach Temporal (a stopping server's last ones)."""
         if self._cancels:
-            await asyncio.wait(set(self._cancels), timeout=timeout_s)
+            await asyncio.wait(set(self._cancels.values()), timeout=timeout_s)
 
     async def action(self, action_id: str, principal: Principal | None) -> ActionRecord | None:
         found = await self.tools.find_action(action_id, principal=principal)
