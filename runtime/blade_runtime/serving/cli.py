@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser(
         "mcp",
         help="serve a runtime's tools over MCP",
-        description="Serve a runtime's tools over MCP: stdio, or streamable HTTP with --http.",
+        description="Serve a runtime's tools over MCP (or tools on Temporal's workers with "
+        "--temporal): stdio, or streamable HTTP with --http.",
     )
     serve.add_argument("target", metavar="MODULE:RUNTIME", help="a Runtime or a factory")
     served = serve.add_mutually_exclusive_group()
@@ -181,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     http = commands.add_parser(
         "serve",
         help="serve the HTTP API and the approval inbox",
-        description="Serve a runtime over HTTP (blade-runtime[http]) with its recovery loop; "
-        "stops cleanly on SIGTERM. See blade_runtime.serving.serve.",
+        description="Serve a runtime over HTTP (blade-runtime[http]) with its recovery loop, "
+        "or tools on Temporal's workers with --temporal (and MCP at /mcp); stops cleanly on "
+        "SIGTERM. See blade_runtime.serving.serve.",
     )
     http.add_argument("target", metavar="MODULE:RUNTIME", help="a Runtime or a factory(store=)")
     api = http.add_mutually_exclusive_group(required=True)
