@@ -15,6 +15,8 @@
                         [--allowed-host HOST ...] [--allowed-origin ORIGIN ...]
     blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT] [--inbox-url URL]
                       [--principal ID@TENANT]
+    blade-runtime serve|mcp MODULE:RUNTIME --temporal HOST:PORT [--namespace NS]
+                            [--task-queue QUEUE] ...
 
 URL is what ``blade_runtime.open_store`` takes: sqlite:///path.db, a plain file path, or
 postgresql://user:password@host/db (``blade-runtime[postgres]``). The pending commands open
@@ -24,6 +26,11 @@ serve and mcp, being runtimes, create it on their first start.
 ``mcp`` serves a runtime's tools over MCP (``blade-runtime[mcp]``): on stdio, or on streamable
 HTTP at a loopback address; RUNTIME is a Runtime, or a function returning one (called with
 ``store=`` when --store is given).
+
+``serve`` and ``mcp`` with ``--temporal`` serve tools that run on Temporal's workers
+(``blade-runtime[temporal]``): RUNTIME is the registrations those workers run, each call a call
+workflow on ``--task-queue``; ``serve`` adds the MCP endpoint at ``/mcp`` when
+``blade-runtime[mcp]`` is installed. See docs/temporal.md.
 
 A submission is validated exactly as the runtime validates it, against the schema recorded with
 the action, before anything is written. Submitting a client tool's output settles its call; a
@@ -150,10 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser(
         "mcp",
         help="serve a runtime's tools over MCP",
-        description="Serve a runtime's tools over MCP: stdio, or streamable HTTP with --http.",
+        description="Serve a runtime's tools over MCP (or tools on Temporal's workers with "
+        "--temporal): stdio, or streamable HTTP with --http.",
     )
     serve.add_argument("target", metavar="MODULE:RUNTIME", help="a Runtime or a factory")
-    serve.add_argument("--store", help="the store's URL, passed to the factory as store=")
+    served = serve.add_mutually_exclusive_group()
+    served.add_argument("--store", help="the store's URL, passed to the factory as store=")
+    _temporal(served, serve)
     serve.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP on a loopback address")
     serve.add_argument("--inbox-url", help="the approval inbox, for nested resume schemas")
     serve.add_argument("--principal", metavar="ID@TENANT", help="who every call is for")
@@ -172,11 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     http = commands.add_parser(
         "serve",
         help="serve the HTTP API and the approval inbox",
-        description="Serve a runtime over HTTP (blade-runtime[http]) with its recovery loop; "
-        "stops cleanly on SIGTERM. See blade_runtime.serving.serve.",
+        description="Serve a runtime over HTTP (blade-runtime[http]) with its recovery loop, "
+        "or tools on Temporal's workers with --temporal (and MCP at /mcp); stops cleanly on "
+        "SIGTERM. See blade_runtime.serving.serve.",
     )
     http.add_argument("target", metavar="MODULE:RUNTIME", help="a Runtime or a factory(store=)")
-    http.add_argument("--store", required=True, help="the store's URL")
+    api = http.add_mutually_exclusive_group(required=True)
+    api.add_argument("--store", help="the store's URL")
+    _temporal(api, http)
     http.add_argument("--host", default="127.0.0.1", help="address to bind")
     http.add_argument("--port", type=_port, default=8000, help="port to bind (0 to 65535)")
     http.add_argument("--auth", metavar="MODULE:FUNCTION", help="authenticate(request)")
@@ -195,6 +208,21 @@ def main(argv: list[str] | None = None) -> int:
         help="a site whose pages may send requests, e.g. https://app.example.com (repeatable)",
     )
     args = parser.parse_args(argv)
+    if args.group == "serve" and args.temporal is not None:
+        from blade_runtime.serving.serve import serve_temporal
+
+        return serve_temporal(
+            args.target,
+            temporal=args.temporal,
+            namespace=args.namespace,
+            task_queue=args.task_queue,
+            host=args.host,
+            port=args.port,
+            auth=args.auth,
+            allow_anonymous=args.allow_anonymous,
+            allowed_hosts=args.allowed_host or (),
+            allowed_origins=args.allowed_origin or (),
+        )
     if args.group == "serve":
         from blade_runtime.serving.serve import serve as run_serve
 
@@ -210,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.group == "mcp":
         try:
-            from blade_runtime.serving.mcp_cli import Bounds, run_cli
+            from blade_runtime.serving.mcp_cli import Bounds, TemporalPlace, run_cli
         except ImportError as missing:
             print(f"error: {missing}: pip install 'blade-runtime[mcp]'", file=sys.stderr)
             return EXIT_USAGE
@@ -221,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
             inbox_url=args.inbox_url,
             principal=args.principal,
             sessions=args.sessions,
+            temporal=(
+                None
+                if args.temporal is None
+                else TemporalPlace(args.temporal, args.namespace, args.task_queue)
+            ),
             bounds=Bounds(
                 args.max_message_bytes,
                 args.max_in_flight,
@@ -285,6 +318,17 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(**kwargs)
+
+
+def _temporal(where: Any, command: argparse.ArgumentParser) -> None:
+    """``--temporal`` (beside ``--store`` in ``where``), its namespace and the workers' queue."""
+    where.add_argument(
+        "--temporal",
+        metavar="HOST:PORT",
+        help="a Temporal frontend: the tools run on its workers (RUNTIME: their registrations)",
+    )
+    command.add_argument("--namespace", default="default", help="with --temporal")
+    command.add_argument("--task-queue", default="blade", help="with --temporal: the workers'")
 
 
 def _paging(listing: argparse.ArgumentParser) -> None:

@@ -1,4 +1,6 @@
 """The runtime's tools served over MCP, on the official SDK's low-level server (``[mcp]`` extra).
+Each function takes a ``Runtime``, or any ``McpBackend`` (``blade_runtime.serving.mcp_backend``:
+tools on Temporal are ``TemporalBackend`` of ``blade_runtime.serving.mcp_temporal``).
 
     server = mcp_server(runtime, principal=Principal("ann", "acme"))   # mcp.server.lowlevel.Server
     await serve_stdio(runtime)                                          # stdio
@@ -65,11 +67,11 @@ from blade_runtime.core.content import is_blocks, to_mcp
 from blade_runtime.core.context import parent_ids
 from blade_runtime.core.export import NAME_RULES, wire_names
 from blade_runtime.core.jsonvalue import compact_json
-from blade_runtime.core.outcomes import stored_metadata
 from blade_runtime.core.registry import Registration
-from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
+from blade_runtime.core.results import ErrorCode
 from blade_runtime.core.store import ActionRecord, storable_id
 from blade_runtime.runtime import Runtime
+from blade_runtime.serving.mcp_backend import McpBackend, Outcome, backend_of
 from blade_runtime.serving.mcp_limits import STDIO_LIMITS, StdioLimits
 from blade_runtime.serving.trace_context import call_context, traceparent
 
@@ -254,11 +256,13 @@ class _Listing:
 
 
 class McpTools:
-    """The two MCP handlers over one runtime (``mcp_server`` wires them into a Server)."""
+    """The MCP handlers over one backend: a runtime, or tools on Temporal (``mcp_server`` wires
+    them into a Server). Every MCP rule is here; what it asks of where the tools run is the
+    ``McpBackend`` protocol (``blade_runtime.serving.mcp_backend``)."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Runtime | McpBackend,
         *,
         principal: Principal | None = None,
         authenticate: Authenticate | None = None,
@@ -274,7 +278,8 @@ class McpTools:
         action's id; otherwise the id is appended as a path segment), or a function of the
         request giving it. ``signing_key``: what request states are signed with (default:
         ``$BLADE_MCP_STATE_KEY``, else a key of this server's own)."""
-        self.runtime = runtime
+        self.backend = backend_of(runtime)
+        self.runtime = self.backend.runtime  # the registrations: listing, schemas, guidance
         self.principal = principal
         self.authenticate = authenticate
         self.anonymous = anonymous
@@ -419,7 +424,7 @@ class McpTools:
         uri = str(params.uri)
         body = None
         if uri.startswith(SCHEME):
-            body = await self.runtime.records.file(uri[len(SCHEME) :], principal=principal)
+            body = await self.backend.file(uri[len(SCHEME) :], principal)
         if body is None:
             raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}", {"uri": uri})
         media_type = body.file.media_type
@@ -457,13 +462,16 @@ class McpTools:
             return await self._retry(req, params, principal, name)
         context = _request_context(principal, params.meta)
         arguments = params.arguments or {}
-        progress = req.context is not None and _wants_progress(req.context)
-        logs = req.context is not None and self._wants_logs(req.context)
+        ctx = req.context if self.backend.reports else None  # progress needs an event stream
+        progress = ctx is not None and _wants_progress(ctx)
+        logs = ctx is not None and self._wants_logs(ctx)
         watched = progress or logs
         request_id = None if req.context is None else req.context.request_id
         request = None if request_id is None else coerce_request_id(request_id)
         if not watched and req.call_id is None and (self.requests is None or request is None):
-            result = await self.runtime.call(name, arguments, run_id=self.run_id, context=context)
+            result = await self.backend.call(
+                name, arguments, call_id=None, run_id=self.run_id, context=context
+            )
             return await self._answer(
                 req, result, params.name, principal, responses=params.input_responses
             )
@@ -480,7 +488,7 @@ class McpTools:
                     req.context, name, arguments, context, call_id, progress, logs
                 )
             else:
-                result = await self.runtime.call(
+                result = await self.backend.call(
                     name, arguments, call_id=call_id, run_id=self.run_id, context=context
                 )
         finally:
@@ -498,7 +506,7 @@ class McpTools:
         if call_id is None:  # not started yet (or not a tools/call): it will not run
             self.requests[request_id] = _CANCELLED
         elif call_id != _CANCELLED:
-            self.runtime.cancel_call(call_id, client_cancelled(reason))
+            self.backend.cancel_call(call_id, client_cancelled(reason))
 
     def forget_request(self, request_id: Any) -> None:
         """``request_id`` was answered: a later request may use its id."""
@@ -509,7 +517,7 @@ class McpTools:
         """Cancel the call of every request still running (the connection is ending)."""
         for call_id in list((self.requests or {}).values()):
             if call_id != _CANCELLED:
-                self.runtime.cancel_call(call_id, reason)
+                self.backend.cancel_call(call_id, reason)
 
     async def _reporting(
         self,
@@ -520,7 +528,7 @@ class McpTools:
         call_id: str,
         progress: bool = True,
         logs: bool = False,
-    ) -> ToolResult[Any]:
+    ) -> Outcome:
         """A call whose client asked for progress (``progress``): its ``ctx.progress`` events,
         and its child calls', become ``notifications/progress`` (its messages, their text), in
         order, while it runs; or for log messages (``logs``): its ``ctx.message`` events become
@@ -530,8 +538,7 @@ class McpTools:
         ``completed`` sent so far (0 before any), so a message, a progress without ``completed``
         or a smaller one goes with the last value and its total. A child's count is of its own
         work, not the request's: its progress goes with the request's last value too."""
-        head = await self.runtime.records.head(self.run_id)
-        subscription = self.runtime.subscribe(self.run_id, after=head)
+        subscription = await self.backend.subscribe(self.run_id)
 
         async def forward() -> None:
             last = 0.0
@@ -565,7 +572,7 @@ class McpTools:
 
         pump = asyncio.create_task(forward())
         try:
-            return await self.runtime.call(
+            return await self.backend.call(
                 name, arguments, call_id=call_id, run_id=self.run_id, context=context
             )
         finally:
@@ -605,14 +612,14 @@ class McpTools:
     async def _answer(
         self,
         req: McpRequest,
-        result: ToolResult[Any],
+        result: Outcome,
         wire: str,
         principal: Principal | None,
         note: str | None = None,
         responses: Mapping[str, Any] | None = None,
     ) -> Answer:
-        if isinstance(result, ToolPending):
-            action = await self.runtime.records.action(result.action.action_id, principal=principal)
+        if result.status == "pending":
+            action = result.action or await self.backend.action(result.action_id, principal)
             if action is not None and responses and input_key(action) in responses:
                 # answered with the call itself (SEP-2322 lets a client send what it knows)
                 return await self._respond(req, action, wire, principal, responses)
@@ -622,13 +629,10 @@ class McpTools:
                     asked = self._ask(req, action, note)
                 if asked is not None:
                     return asked
-            return self._pending_result(result.content, wire, result.action.action_id)
-        if isinstance(result, ToolError):
+            return self._pending_result(result.content, wire, result.action_id)
+        if result.status == "error":
             return _error(result.code, result.message, result.metadata)
-        if isinstance(result, ToolSuccess):
-            projected = result.output_json is not None
-            return _success(result.content, req.protocol_version, projected, result.metadata)
-        return _success(result.content, req.protocol_version)
+        return _success(result.content, req.protocol_version, result.projected, result.metadata)
 
     def _ask(
         self, req: McpRequest, action: ActionRecord, note: str | None
@@ -672,7 +676,7 @@ class McpTools:
         name: str,
     ) -> Answer:
         action_id = self._verified(params.request_state or "", name)
-        action = await self._answerable(principal, action_id)
+        action = await self.backend.action(action_id, principal)
         if action is None or action.name != name:
             # another principal's action does not exist for this one
             return _error(ErrorCode.UNKNOWN_ACTION, "No pending action for this request state.")
@@ -695,16 +699,16 @@ class McpTools:
         if not isinstance(response, types.ElicitResult):
             return await self._again(req, action, wire, principal, None)
         if response.action == "decline":
-            cancelled = await self.runtime.cancel(
-                action.action_id, "declined by the user", principal=principal
+            cancelled = await self.backend.cancel(
+                action.action_id, "declined by the user", principal
             )
             return await self._answer(req, cancelled, wire, principal)
         if response.action == "cancel" or response.content is None:
             # dismissed, or a URL elicitation the user agreed to open: the action waits on
             return await self._settled(req, action, wire, principal)
         answer: dict[str, Any] = dict(response.content)
-        submitted = await self.runtime.submit(action.action_id, answer, principal=principal)
-        if isinstance(submitted, ToolError) and submitted.code == ErrorCode.INVALID_SUBMISSION:
+        submitted = await self.backend.submit(action.action_id, answer, principal)
+        if submitted.status == "error" and submitted.code == ErrorCode.INVALID_SUBMISSION:
             return await self._again(req, action, wire, principal, submitted.message)
         return await self._answer(req, submitted, wire, principal)
 
@@ -757,27 +761,24 @@ class McpTools:
     async def _settled(
         self, req: McpRequest, action: ActionRecord, wire: str, principal: Principal | None
     ) -> TextResult | types.CallToolResult:
-        """What the action's call has come to, as the store records it (another worker, the
+        """What the action's call has come to, as the backend has it (another worker, the
         inbox or an operator may have resolved it): its result once settled, or the pending
         action while it waits."""
         if action.state == "pending":
             return self._pending_result(_pending_json(action), wire, action.action_id)
-        call = await self.runtime.records.call(action.call_id, principal=principal)
-        recorded = None if call is None or call.state != "settled" else call.result
-        if isinstance(recorded, dict):
-            metadata = stored_metadata(recorded)
-            if recorded.get("status") == "error":
-                code = ErrorCode(str(recorded.get("code")))
-                return _error(code, str(recorded.get("message", "")), metadata)
-            if recorded.get("status") == "success":  # "output": the whole output, projected
-                projected = recorded.get("output") is not None
-                content = recorded.get("content")
-                return _success(content, req.protocol_version, projected, metadata)
-        if call is not None and call.state == "suspended":
+        view = await self.backend.call_view(action.call_id, principal)
+        recorded = None if view is None else view.result
+        if recorded is not None and recorded.get("status") in ("error", "success"):
+            settled = Outcome.stored(recorded)
+            if settled.status == "error":
+                return _error(settled.code, settled.message, settled.metadata)
+            return _success(
+                settled.content, req.protocol_version, settled.projected, settled.metadata
+            )
+        if view is not None and view.waiting is not None:
             # the call went on to wait on a newer action: the model asks about that one
-            newer = await self.runtime.records.actions(call_id=call.call_id, principal=principal)
-            if newer:
-                return self._pending_result(_pending_json(newer[-1]), wire, newer[-1].action_id)
+            newer = view.waiting
+            return self._pending_result(_pending_json(newer), wire, newer.action_id)
         return self._pending_result(
             {"pending": _action_name(action), "action_id": action.action_id, "resolved": True},
             wire,
@@ -811,15 +812,6 @@ class McpTools:
         if tool != name:
             raise MCPError(INVALID_PARAMS, INVALID_STATE, {"reason": "invalid_request_state"})
         return action_id
-
-    async def _answerable(self, principal: Principal | None, action_id: str) -> ActionRecord | None:
-        """The action ``action_id`` if ``principal`` may resolve it: its tenant, and the principal
-        stored with its call (an operator may answer any); else None, as if it did not exist."""
-        records = self.runtime.records
-        action = await records.action(action_id, principal=principal)
-        if action is None or await records.sees_call(action.call_id, principal=principal) is False:
-            return None
-        return action
 
     def _pending_result(self, content: JsonValue, wire: str, action_id: str) -> TextResult:
         structured = self._announces_output(wire)
@@ -993,7 +985,7 @@ INVALID_STATE = "Invalid or expired requestState"  # the SDK's own words for it
 
 
 def mcp_server(
-    runtime: Runtime,
+    runtime: Runtime | McpBackend,
     *,
     name: str = "blade-runtime",
     principal: Principal | None = None,
@@ -1002,7 +994,8 @@ def mcp_server(
     run_id: str = "mcp",
     signing_key: bytes | None = None,
 ) -> Server[Any]:
-    """A low-level MCP server serving ``runtime``'s tools (see the module's doc)."""
+    """A low-level MCP server serving ``runtime``'s tools, or a backend's (see the module's
+    doc)."""
     tools = McpTools(
         runtime,
         principal=principal,
@@ -1047,7 +1040,7 @@ def _server(tools: McpTools, name: str = "blade-runtime") -> Server[Any]:
 
 
 async def serve_stdio(
-    runtime: Runtime,
+    runtime: Runtime | McpBackend,
     *,
     principal: Principal | None = None,
     inbox_url: str | None = None,
@@ -1237,7 +1230,7 @@ class FastPath:
                     params,
                 ),
                 wire,
-                lambda: self.tools.runtime.cancel_call(call_id, CLOSED_REQUEST),
+                lambda: self.tools.backend.cancel_call(call_id, CLOSED_REQUEST),
             )
             if result is None:  # the client went away (a cancelled request): the call is too
                 return Response(status_code=499)
@@ -1386,7 +1379,7 @@ def _replay(body: bytes, whole: bool, receive: Any) -> Any:
 
 
 def mcp_asgi_app(
-    runtime: Runtime,
+    runtime: Runtime | McpBackend,
     *,
     authenticate: Authenticate | None = None,
     principal: Principal | None = None,
@@ -1439,7 +1432,7 @@ class McpMount:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Runtime | McpBackend,
         principal_of: Callable[[Any], Awaitable[Principal]],
         refused: Callable[[Exception], Any],
         *,

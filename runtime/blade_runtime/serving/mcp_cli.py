@@ -12,6 +12,13 @@ ignores its cancellation becomes claimable by other workers at once); exit 0. A 
 closes stdin ends it with exit 0 too; one that closes its end of stdout (a broken pipe) with one
 line on stderr and exit 0.
 
+With ``--temporal HOST:PORT`` (``blade-runtime[mcp,temporal]``) the tools run on Temporal's
+workers (``blade_runtime.temporal``): RUNTIME is then the registrations those workers run (what
+is listed, and each tool's side effect and timeout), and each call is a call workflow on
+``--task-queue`` of ``--namespace`` (``TemporalBackend``). There is no recovery loop (Temporal
+recovers), no progress or log notifications (no event stream) and no ``resources/read`` of
+files. A server that cannot be reached is one line and exit 3.
+
 What a client can make the server hold is bounded (see docs/mcp-and-adapters.md): over stdio a
 message of at most ``--max-message-bytes`` (4 MiB, as an HTTP body) and ``--max-in-flight``
 unanswered requests (64: past it reading stops); over HTTP at most ``--max-connections`` open
@@ -28,14 +35,17 @@ import importlib.util
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blade_runtime.core.caller import Principal
 from blade_runtime.runtime import Runtime
 from blade_runtime.serving.mcp_limits import GRACE_S, MAX_IN_FLIGHT, MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from blade_runtime.serving.mcp_temporal import TemporalBackend
 
 MAX_CONNECTIONS = 256
 REQUEST_TIMEOUT_S = 10.0
@@ -52,6 +62,31 @@ class Bounds:
     max_connections: int = MAX_CONNECTIONS
     request_timeout_s: float = REQUEST_TIMEOUT_S
     grace_s: float = GRACE_S
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalPlace:
+    """Where the tools run with ``--temporal``: the frontend's address, the namespace and the
+    workers' task queue."""
+
+    address: str
+    namespace: str = "default"
+    task_queue: str = "blade"
+
+    async def backend(self, runtime: Runtime) -> TemporalBackend | None:
+        """The tools on Temporal, or None (said on stderr) when the server cannot be reached."""
+        from temporalio.client import Client
+        from temporalio.service import RPCError
+
+        from blade_runtime.serving.mcp_temporal import TemporalBackend
+        from blade_runtime.temporal import TemporalTools
+
+        try:
+            client = await Client.connect(self.address, namespace=self.namespace)
+        except (RuntimeError, RPCError, OSError) as error:
+            print(f"error: Temporal at {self.address}: {error}", file=sys.stderr)
+            return None
+        return TemporalBackend(TemporalTools(client, task_queue=self.task_queue, runtime=runtime))
 
 
 def load_runtime(target: str, store_url: str | None) -> Runtime:
@@ -90,10 +125,12 @@ def run_cli(
     principal: str | None = None,
     bounds: Bounds | None = None,
     sessions: bool = False,
+    temporal: TemporalPlace | None = None,
 ) -> int:
-    """``blade-runtime mcp MODULE:RUNTIME [--store URL] [--http HOST:PORT]``: serve over stdio
-    (or streamable HTTP on a loopback address, stateless unless ``sessions``) until the client
-    or a signal ends it."""
+    """``blade-runtime mcp MODULE:RUNTIME [--store URL | --temporal HOST:PORT] [--http
+    HOST:PORT]``: serve over stdio (or streamable HTTP on a loopback address, stateless unless
+    ``sessions``) until the client or a signal ends it; with ``temporal``, the tools on
+    Temporal (``RUNTIME`` their registrations)."""
     bounds = bounds or Bounds()
     from blade_runtime.core.store import StoreError
     from blade_runtime.serving.serve import (
@@ -107,6 +144,12 @@ def run_cli(
 
     if importlib.util.find_spec("mcp") is None:  # the SDK itself is imported once listening
         print("error: No module named 'mcp': pip install 'blade-runtime[mcp]'", file=sys.stderr)
+        return EXIT_USAGE
+    if temporal is not None and importlib.util.find_spec("temporalio") is None:
+        print(
+            "error: No module named 'temporalio': pip install 'blade-runtime[mcp,temporal]'",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     who = None
     if principal is not None:
@@ -140,8 +183,8 @@ def run_cli(
         return EXIT_STORE if isinstance(error, StoreError) else EXIT_USAGE
     try:
         if listening is None:
-            return asyncio.run(_stdio(runtime, who, inbox_url, bounds))
-        return _http(runtime, who, inbox_url, bounds, listening, target, sessions)
+            return asyncio.run(_stdio(runtime, who, inbox_url, bounds, temporal))
+        return _http(runtime, who, inbox_url, bounds, listening, target, sessions, temporal)
     finally:
         if store_url is not None:  # the store this command opened
             close = getattr(runtime.store, "close", None)
@@ -162,29 +205,61 @@ def _signals(on_signal: Any) -> Iterator[None]:
             loop.remove_signal_handler(signum)
 
 
+async def _served(
+    runtime: Runtime, temporal: TemporalPlace | None
+) -> Runtime | TemporalBackend | None:
+    """What the server serves: the runtime, or its registrations' tools on Temporal (None: the
+    server cannot be reached, said on stderr)."""
+    return runtime if temporal is None else await temporal.backend(runtime)
+
+
+@contextlib.asynccontextmanager
+async def _running(served: Runtime | TemporalBackend, grace_s: float) -> AsyncIterator[None]:
+    """A runtime's recovery loop while the server runs, and its close after; on Temporal,
+    the last cancellations sent (Temporal recovers the calls itself)."""
+    if not isinstance(served, Runtime):
+        try:
+            yield
+        finally:
+            await served.drain(grace_s)
+        return
+    recovery = asyncio.create_task(served.run_recovery(RECOVERY_INTERVAL_S))
+    try:
+        yield
+    finally:
+        recovery.cancel()
+        await asyncio.gather(recovery, return_exceptions=True)
+        await served.close(grace_s)
+
+
 async def _stdio(
-    runtime: Runtime, who: Principal | None, inbox_url: str | None, bounds: Bounds
+    runtime: Runtime,
+    who: Principal | None,
+    inbox_url: str | None,
+    bounds: Bounds,
+    temporal: TemporalPlace | None = None,
 ) -> int:
     import anyio
 
     from blade_runtime.serving.mcp import serve_stdio
     from blade_runtime.serving.mcp_limits import StdioLimits
     from blade_runtime.serving.mcp_stdio import BrokenPipe
+    from blade_runtime.serving.serve import EXIT_STORE
 
+    served = await _served(runtime, temporal)
+    if served is None:
+        return EXIT_STORE
     stop = anyio.Event()
     limits = StdioLimits(bounds.max_message_bytes, bounds.max_in_flight, bounds.grace_s)
-    recovery = asyncio.create_task(runtime.run_recovery(RECOVERY_INTERVAL_S))
-    code = 0
-    try:
-        with _signals(lambda signum, frame: stop.set()):
-            await serve_stdio(runtime, principal=who, inbox_url=inbox_url, limits=limits, stop=stop)
-    except BrokenPipe as error:
-        print(f"blade-runtime mcp: {error}; stopped", file=sys.stderr, flush=True)
-    finally:
-        recovery.cancel()
-        await asyncio.gather(recovery, return_exceptions=True)
-        await runtime.close(bounds.grace_s)
-    return code
+    async with _running(served, bounds.grace_s):
+        try:
+            with _signals(lambda signum, frame: stop.set()):
+                await serve_stdio(
+                    served, principal=who, inbox_url=inbox_url, limits=limits, stop=stop
+                )
+        except BrokenPipe as error:
+            print(f"blade-runtime mcp: {error}; stopped", file=sys.stderr, flush=True)
+    return 0
 
 
 def limited_h11_protocol(max_connections: int, request_timeout_s: float) -> Any:
@@ -234,9 +309,10 @@ def limited_h11_protocol(max_connections: int, request_timeout_s: float) -> Any:
     return LimitedH11Protocol
 
 
-def _cancel_running(runtime: Runtime) -> None:
-    for call_id in list(runtime.calls.running):
-        runtime.cancel_call(call_id, "the MCP server is stopping")
+def _cancel_running(served: Runtime | TemporalBackend) -> None:
+    running = served.calls.running if isinstance(served, Runtime) else served.running
+    for call_id in list(running):
+        served.cancel_call(call_id, "the MCP server is stopping")
 
 
 def _http(
@@ -247,22 +323,15 @@ def _http(
     listening: socket.socket,
     target: str,
     sessions: bool = False,
+    temporal: TemporalPlace | None = None,
 ) -> int:
     import uvicorn
 
     from blade_runtime.serving.mcp import mcp_asgi_app
-    from blade_runtime.serving.serve import MAX_HEAD_BYTES, url_of
+    from blade_runtime.serving.serve import EXIT_STORE, MAX_HEAD_BYTES, url_of
 
     host = listening.getsockname()[0]
-    app = mcp_asgi_app(
-        runtime,
-        principal=who,
-        anonymous=who is None,
-        inbox_url=inbox_url,
-        host="::1" if ":" in host else "127.0.0.1",
-        max_body_bytes=bounds.max_message_bytes,
-        stateless=not sessions,
-    )
+    where = "" if temporal is None else f" on Temporal at {temporal.address}"
     endpoint = f"{url_of(host, listening.getsockname()[1])}/mcp"
     access = (
         "anonymous access on (loopback only)"
@@ -278,40 +347,51 @@ def _http(
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             super().handle_exit(sig, frame)  # nothing new admitted; requests in flight go on
-            asyncio.get_running_loop().call_later(bounds.grace_s, _cancel_running, runtime)
+            asyncio.get_running_loop().call_later(bounds.grace_s, _cancel_running, served)
 
         async def startup(self, sockets: list[Any] | None = None) -> None:
             await super().startup(sockets)
             if self.started:  # listening: say where, once
                 print(
-                    f"blade-runtime mcp serving {target} on {endpoint}; {access}",
+                    f"blade-runtime mcp serving {target}{where} on {endpoint}; {access}",
                     file=sys.stderr,
                     flush=True,
                 )
 
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        http=limited_h11_protocol(bounds.max_connections, bounds.request_timeout_s),
-        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
-        limit_concurrency=bounds.max_connections,
-        timeout_keep_alive=int(KEEP_ALIVE_S),
-        # past the grace the calls are cancelled, and their requests answered, before this
-        timeout_graceful_shutdown=int(bounds.grace_s) + 10,
-    )
-    server = Server(config)
+    served: Runtime | TemporalBackend = runtime
 
-    async def main() -> None:
-        recovery = asyncio.create_task(runtime.run_recovery(RECOVERY_INTERVAL_S))
-        try:
-            await server.serve([listening])  # returns after a signal, requests drained
-        finally:
-            recovery.cancel()
-            await asyncio.gather(recovery, return_exceptions=True)
-            await runtime.close(bounds.grace_s)
+    def config(app: Any) -> uvicorn.Config:
+        return uvicorn.Config(
+            app,
+            log_level="warning",
+            http=limited_h11_protocol(bounds.max_connections, bounds.request_timeout_s),
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+            limit_concurrency=bounds.max_connections,
+            timeout_keep_alive=int(KEEP_ALIVE_S),
+            # past the grace the calls are cancelled, and their requests answered, before this
+            timeout_graceful_shutdown=int(bounds.grace_s) + 10,
+        )
+
+    async def main() -> int:
+        nonlocal served
+        found = await _served(runtime, temporal)  # on the loop the server's calls run on
+        if found is None:
+            return EXIT_STORE
+        served = found
+        app = mcp_asgi_app(
+            served,
+            principal=who,
+            anonymous=who is None,
+            inbox_url=inbox_url,
+            host="::1" if ":" in host else "127.0.0.1",
+            max_body_bytes=bounds.max_message_bytes,
+            stateless=not sessions,
+        )
+        async with _running(served, bounds.grace_s):
+            await Server(config(app)).serve([listening])  # returns after a signal, drained
+        return 0
 
     try:
-        asyncio.run(main())
+        return asyncio.run(main())
     finally:
         listening.close()
-    return 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -194,24 +195,13 @@ def serve(
     try:
         import uvicorn
 
-        from blade_runtime.serving.http import Sites, create_app, loopback
+        from blade_runtime.serving.http import create_app
     except ImportError as missing:
         print(f"error: {missing}: pip install 'blade-runtime[http]'", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if auth is None and not allow_anonymous:
-            raise ServeError("pass --auth MODULE:FUNCTION (or --allow-anonymous on loopback)")
-        if allow_anonymous and not loopback(host):
-            raise ServeError(f"--allow-anonymous is refused on {host}: bind to 127.0.0.1")
-        authenticate = load(auth, "--auth") if auth else _nobody
-        if not callable(authenticate):
-            raise ServeError(f"--auth {auth} is not a function")
-        hosts = [*allowed_hosts] if _wildcard(host) else [host, *allowed_hosts]
-        sites = Sites.of(hosts, allowed_origins)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except ServeError as error:
+        authenticate, sites = _access(host, auth, allow_anonymous, allowed_hosts, allowed_origins)
+    except (ValueError, ServeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -239,12 +229,7 @@ def serve(
         allowed_hosts=sites.hosts,
         allowed_origins=sites.origins,
     )
-    if _wildcard(host) and not allowed_hosts:
-        print(
-            f"note: bound to {host}, this server answers only requests addressed to a loopback "
-            "name: name the others with --allowed-host",
-            file=sys.stderr,
-        )
+    _wildcard_note(host, allowed_hosts)
     config = uvicorn.Config(
         app,
         lifespan="off",
@@ -255,35 +240,9 @@ def serve(
     api = app.state.api
     where = url_of(host, listening.getsockname()[1])
 
-    class Server(uvicorn.Server):
-        """uvicorn, with SIGTERM and SIGINT a clean stop (exit 0) that also ends event streams
-        at once rather than after the grace period."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, self.handle_exit, signum, None)
-            try:
-                yield
-            finally:
-                for signum in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(signum)
-
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            super().handle_exit(sig, frame)
-            api.close_streams()
-
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets)
-            if self.started:  # listening: say where, once
-                print(
-                    f"blade-runtime serving {target} over {masked(store.url)} on {where}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-    server = Server(config)
+    banner = f"blade-runtime serving {target} over {masked(store.url)} on {where}"
+    # event streams end at the signal rather than after the grace period
+    server = _stopping_server(config, banner, api.close_streams)
 
     async def main() -> None:
         recovery = asyncio.create_task(runtime.run_recovery(recovery_interval_s))
@@ -302,6 +261,150 @@ def serve(
         store.close()
     print("blade-runtime stopped", file=sys.stderr, flush=True)
     return EXIT_OK
+
+
+def _access(
+    host: str,
+    auth: str | None,
+    allow_anonymous: bool,
+    allowed_hosts: Sequence[str],
+    allowed_origins: Sequence[str],
+) -> tuple[Any, Any]:
+    """The application's ``authenticate`` and the sites the server answers (``ServeError`` or
+    ``ValueError``: a usage error)."""
+    from blade_runtime.serving.http import Sites, loopback
+
+    if auth is None and not allow_anonymous:
+        raise ServeError("pass --auth MODULE:FUNCTION (or --allow-anonymous on loopback)")
+    if allow_anonymous and not loopback(host):
+        raise ServeError(f"--allow-anonymous is refused on {host}: bind to 127.0.0.1")
+    authenticate = load(auth, "--auth") if auth else _nobody
+    if not callable(authenticate):
+        raise ServeError(f"--auth {auth} is not a function")
+    hosts = [*allowed_hosts] if _wildcard(host) else [host, *allowed_hosts]
+    return authenticate, Sites.of(hosts, allowed_origins)
+
+
+def _wildcard_note(host: str, allowed_hosts: Sequence[str]) -> None:
+    if _wildcard(host) and not allowed_hosts:
+        print(
+            f"note: bound to {host}, this server answers only requests addressed to a loopback "
+            "name: name the others with --allowed-host",
+            file=sys.stderr,
+        )
+
+
+def _stopping_server(config: Any, banner: str, on_exit: Any = None) -> Any:
+    """uvicorn's server, with SIGTERM and SIGINT a clean stop (exit 0), ``on_exit`` run at the
+    signal, and ``banner`` printed once the socket listens."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.handle_exit, signum, None)
+            try:
+                yield
+            finally:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            if on_exit is not None:
+                on_exit()
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening: say where, once
+                print(banner, file=sys.stderr, flush=True)
+
+    return Server(config)
+
+
+def serve_temporal(
+    target: str,
+    *,
+    temporal: str,
+    namespace: str = "default",
+    task_queue: str = "blade",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    auth: str | None = None,
+    allow_anonymous: bool = False,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    grace_s: float = 5.0,
+) -> int:
+    """``serve --temporal HOST:PORT``: ``create_temporal_app`` over the tools of ``target``
+    (the registrations Temporal's workers run; a Runtime or a function returning one) on the
+    task queue ``task_queue`` of ``namespace``, with the MCP endpoint at ``/mcp`` where
+    ``blade-runtime[mcp]`` is installed, until SIGTERM/SIGINT. A Temporal server that cannot be
+    reached is one line and exit 3; there is no recovery loop (Temporal recovers calls)."""
+    try:
+        import uvicorn
+        from temporalio.client import Client
+        from temporalio.service import RPCError
+
+        from blade_runtime.serving.http.temporal import create_temporal_app
+        from blade_runtime.temporal import TemporalTools
+    except ImportError as missing:
+        print(f"error: {missing}: pip install 'blade-runtime[http,temporal]'", file=sys.stderr)
+        return EXIT_USAGE
+    from blade_runtime.serving.mcp_cli import load_runtime
+
+    try:
+        authenticate, sites = _access(host, auth, allow_anonymous, allowed_hosts, allowed_origins)
+        runtime = load_runtime(target, None)
+    except (ValueError, ServeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        listening = listen(host, port)
+    except OSError as error:
+        print(f"error: cannot listen on {url_of(host, port)}: {error.strerror}", file=sys.stderr)
+        return EXIT_BIND
+    mcp = importlib.util.find_spec("mcp") is not None
+    where = url_of(host, listening.getsockname()[1])
+
+    async def main() -> int:
+        try:  # on the loop the server's calls run on
+            client = await Client.connect(temporal, namespace=namespace)
+        except (RuntimeError, RPCError, OSError) as error:
+            print(f"error: Temporal at {temporal}: {error}", file=sys.stderr)
+            return EXIT_STORE
+        tools = TemporalTools(client, task_queue=task_queue, runtime=runtime)
+        app = create_temporal_app(
+            tools,
+            authenticate,
+            allowed_hosts=sites.hosts,
+            allowed_origins=sites.origins,
+            mcp=mcp,
+            allow_anonymous=allow_anonymous,
+        )
+        _wildcard_note(host, allowed_hosts)
+        config = uvicorn.Config(
+            app,
+            lifespan="on" if mcp else "off",  # the MCP SDK's session manager
+            timeout_graceful_shutdown=int(max(1, grace_s)),
+            log_level="info",
+            **uvicorn_options(),
+        )
+        served = f"{target} on Temporal at {temporal} (task queue {task_queue}) on {where}"
+        server = _stopping_server(config, f"blade-runtime serving {served}")
+        await server.serve([listening])  # returns after SIGTERM/SIGINT, requests drained
+        await _drain(grace_s)
+        return EXIT_OK
+
+    try:
+        code = asyncio.run(main())
+    finally:
+        listening.close()
+    if code == EXIT_OK:
+        print("blade-runtime stopped", file=sys.stderr, flush=True)
+    return code
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -108,10 +108,13 @@ class TemporalTools:
         call_id: str | None = None,
         run_id: str = "default",
         context: CallContext | None = None,
+        fresh: bool = False,
     ) -> dict[str, Any]:
         """Start the call and return its first step's result (``status`` ``pending`` with the
-        ``action`` it waits on, when it waits)."""
-        given = call_id is not None
+        ``action`` it waits on, when it waits). A given ``call_id`` is an idempotency key: a
+        call under it that is not this one is refused (DUPLICATE_CALL), which costs a query;
+        ``fresh``: the caller made the id for this call alone (a server's own ids), no check."""
+        given = call_id is not None and not fresh
         handle, start = self._start(name, arguments, call_id, run_id, context)
         if isinstance(start, dict):
             return start
@@ -170,10 +173,11 @@ class TemporalTools:
         found: dict[str, Any] = await self.client.get_workflow_handle(workflow_id(call_id)).result()
         return found
 
-    async def cancel_call(self, call_id: str) -> None:
+    async def cancel_call(self, call_id: str, reason: str = "") -> None:
         """Cancel the call: its running activity is cancelled (``ctx.signal`` fires and the call
-        settles as CANCELLED), or the call stops waiting on its action."""
-        await self.client.get_workflow_handle(workflow_id(call_id)).cancel()
+        settles as CANCELLED), or the call stops waiting on its action. ``reason``: kept in the
+        workflow's history with the cancellation request."""
+        await self.client.get_workflow_handle(workflow_id(call_id)).cancel(reason=reason)
 
     def _start(
         self,
@@ -322,6 +326,33 @@ class TemporalTools:
         who = None if principal is None else principal.to_json()
         found = await self._ask(handle, PENDING, who)
         return found if found is not None and found.get("action_id") == action_id else None
+
+    async def find_action(
+        self, action_id: str, *, principal: Principal | None = None, call_id: str | None = None
+    ) -> dict[str, Any] | None:
+        """The action ``action_id`` in whatever state its call's workflow has it (``state``:
+        ``pending``, or how it was resolved since), or None when ``principal`` may not see its
+        call (or there is no such action). One query of the call's workflow."""
+        handle = await self._handle(action_id, call_id)
+        if handle is None:
+            return None
+        who = None if principal is None else principal.to_json()
+        found = await self._ask(handle, STATE, who)
+        if found is None:
+            return None
+        waiting = found.get("action")
+        if waiting is not None and waiting.get("action_id") == action_id:
+            record = dict(waiting)
+        else:
+            known = [a for a in found.get("actions") or () if a.get("action_id") == action_id]
+            if not known:
+                return None
+            record = dict(known[0])
+            how = (found.get("resolved") or {}).get(action_id)
+            if how is not None:
+                record["state"] = how
+        self._calls[action_id] = str(found["call_id"])
+        return record
 
     async def state(
         self, call_id: str, *, principal: Principal | None = None

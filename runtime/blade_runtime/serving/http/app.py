@@ -235,17 +235,7 @@ class Api:
             return found
         if not self.allow_anonymous:
             raise Refused(HttpError.UNAUTHENTICATED, "Authentication required.")
-        server = request.scope.get("server")
-        client = request.client
-        # a proxy on this host makes remote callers look local: a forwarded request is refused
-        forwarded = any(h in request.headers for h in ("forwarded", "x-forwarded-for"))
-        local = server and loopback(server[0]) and client and loopback(client.host)
-        if forwarded or not local:
-            raise Refused(
-                HttpError.ANONYMOUS_REFUSED,
-                "Anonymous access is allowed only on a server bound to loopback.",
-            )
-        return ANONYMOUS
+        return anonymous(request)
 
     async def body(self, request: Request, *, optional: bool = False) -> JsonValue:
         """The request's JSON body, within the size limit (read no further than it). Its
@@ -762,6 +752,23 @@ def _refuse_nul(request: Request) -> None:
     values = (*request.path_params.values(), *request.query_params.values())
     if any("\x00" in value for value in values if isinstance(value, str)):
         raise Refused(HttpError.MALFORMED_REQUEST, "The path or query holds a NUL character.")
+
+
+def anonymous(request: Request) -> Principal:
+    """An unauthenticated request's principal where anonymous access is on: the operator
+    ``ANONYMOUS``, only on a server bound to loopback, from loopback (local development);
+    ``Refused`` otherwise."""
+    server = request.scope.get("server")
+    client = request.client
+    # a proxy on this host makes remote callers look local: a forwarded request is refused
+    forwarded = any(h in request.headers for h in ("forwarded", "x-forwarded-for"))
+    local = server and loopback(server[0]) and client and loopback(client.host)
+    if forwarded or not local:
+        raise Refused(
+            HttpError.ANONYMOUS_REFUSED,
+            "Anonymous access is allowed only on a server bound to loopback.",
+        )
+    return ANONYMOUS
 
 
 def create_app(

@@ -17,6 +17,8 @@ store (no worker is asked), newest call first, paged with Temporal's page token.
     POST /v1/actions/{id}/submit     the payload
     POST /v1/actions/{id}/cancel     {"reason": ...} (optional)
     POST /v1/actions/{id}/fail       {"error": ...}
+    POST /mcp                        with ``mcp=True``: the MCP endpoint (streamable HTTP) over
+                                     the same tools, behind the same authentication
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from blade_runtime.serving.http.app import (
     _paging,
     _seconds,
     action_body,
+    anonymous,
     callable_by,
     error_response,
     json_response,
@@ -71,11 +74,16 @@ def create_temporal_app(
     allowed_origins: Sequence[str] = (),
     auth_threads: int = DEFAULT_AUTH_THREADS,
     inbox: bool = True,
+    mcp: bool = False,
+    allow_anonymous: bool = False,
 ) -> Starlette:
     """An ASGI app over ``tools``; ``authenticate(request)`` returns the Principal or None
     (401): an ``async def`` runs on the event loop, a plain function in a worker thread. The
     hosts, origins and JSON bodies it answers are ``create_app``'s (``allowed_hosts``,
-    ``allowed_origins``); ``inbox``: serve the approval inbox at ``/inbox``."""
+    ``allowed_origins``); ``inbox``: serve the approval inbox at ``/inbox``; ``mcp``:
+    ``blade-runtime[mcp]``'s MCP endpoint at ``/mcp`` (``TemporalBackend``), its callers those
+    ``authenticate`` vouches for; ``allow_anonymous``: as ``create_app``'s (an operator, on
+    loopback only)."""
     sites = Sites.of(allowed_hosts, allowed_origins)
     authenticated = Authenticator(authenticate, auth_threads)
 
@@ -85,6 +93,8 @@ def create_temporal_app(
         except AuthenticationFailed as failed:
             raise Refused(failed.code, failed.message) from None
         if found is None:
+            if allow_anonymous:
+                return anonymous(request)
             raise Refused(HttpError.UNAUTHENTICATED, "Authentication required.")
         return found
 
@@ -308,10 +318,24 @@ def create_temporal_app(
     ]
     if inbox:
         routes += _inbox_routes()
+    lifespan = None
+    if mcp:
+        from blade_runtime.serving.mcp import McpMount
+        from blade_runtime.serving.mcp_temporal import TemporalBackend
+
+        def refused(error: Exception) -> Response | None:
+            return error_response(error.code, error.message) if isinstance(error, Refused) else None
+
+        mount = McpMount(
+            TemporalBackend(tools), principal_of, refused, inbox_path="/inbox" if inbox else None
+        )
+        routes.append(Route("/mcp", mount))
+        lifespan = mount.lifespan
     return Starlette(
         routes=routes,
         middleware=[Middleware(TrustedSites, sites=sites)],
         exception_handlers={404: not_found},
+        lifespan=lifespan,
     )
 
 

@@ -1,0 +1,22 @@
+"""The registrations an MCP server on Temporal lists in tests/runtime/temporal: process_worker's
+test tools, as the worker processes (tests/temporal_worker.py) run them.
+
+    blade-runtime mcp temporal_mcp_tools:make_runtime --temporal HOST:PORT --task-queue Q
+"""
+
+from __future__ import annotations
+
+import os
+
+from process_worker import Tools
+
+from blade_runtime import Runtime
+from blade_runtime.temporal import ActivityStore
+
+
+def make_runtime() -> Runtime:
+    """The workers' registrations (a server only lists them: their implementations run on the
+    workers, which record their entries in ``$BLADE_ENTRIES``)."""
+    runtime = Runtime(store=ActivityStore())
+    Tools(os.environ.get("BLADE_ENTRIES", os.devnull)).register(runtime)
+    return runtime
