@@ -220,6 +220,11 @@ class CallEffects:
             )
         if subject is not None and not isinstance(subject, str):
             raise EffectRejected(f"{spec_id}: a permission's subject is text")
+        if not getattr(self._services.store, "keeps_grants", True):
+            raise EffectRejected(
+                f"{spec_id}: this runtime's store keeps no standing grants (a Temporal worker's "
+                "activity store), so a permission effect would change nothing that lasts"
+            )
         registration = self._target(tool, declared)
         context = self._call.context
         principal = None if context is None else context.principal

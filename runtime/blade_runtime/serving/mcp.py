@@ -630,9 +630,7 @@ class McpTools:
                 if asked is not None:
                     return asked
             return self._pending_result(result.content, wire, result.action_id)
-        if result.status == "error":
-            return _error(result.code, result.message, result.metadata)
-        return _success(result.content, req.protocol_version, result.projected, result.metadata)
+        return _settled(result, req.protocol_version)
 
     def _ask(
         self, req: McpRequest, action: ActionRecord, note: str | None
@@ -769,12 +767,7 @@ class McpTools:
         view = await self.backend.call_view(action.call_id, principal)
         recorded = None if view is None else view.result
         if recorded is not None and recorded.get("status") in ("error", "success"):
-            settled = Outcome.stored(recorded)
-            if settled.status == "error":
-                return _error(settled.code, settled.message, settled.metadata)
-            return _success(
-                settled.content, req.protocol_version, settled.projected, settled.metadata
-            )
+            return _settled(Outcome.stored(recorded), req.protocol_version)
         if view is not None and view.waiting is not None:
             # the call went on to wait on a newer action: the model asks about that one
             newer = view.waiting
@@ -866,23 +859,37 @@ WIRE_VERSION = "2026-07-28"
 Answer: TypeAlias = TextResult | types.CallToolResult | types.InputRequiredResult
 
 
+def _settled(outcome: Outcome, version: str) -> TextResult | types.CallToolResult:
+    """A settled call's answer. The tool's ``ctx.metadata`` and the effects it emitted
+    (``ctx.effects``) ride in ``_meta`` (``{"io.blade": {"metadata": ..., "effects": [...]}}``,
+    each where there is one), beside what the model reads, which holds neither."""
+    ours: dict[str, Any] = {}
+    if outcome.metadata is not None:
+        ours["metadata"] = outcome.metadata
+    if outcome.effects:
+        ours["effects"] = [effect.to_json() for effect in outcome.effects]
+    if outcome.status == "error":
+        return _error(outcome.code, outcome.message, ours)
+    return _success(outcome.content, version, outcome.projected, ours)
+
+
 def _success(
     content: JsonValue,
     version: str,
     projected: bool = False,
-    metadata: dict[str, JsonValue] | None = None,
+    ours: dict[str, Any] | None = None,
 ) -> TextResult | types.CallToolResult:
     """A success: what the model reads as content (content blocks as they are, a sentence as
     text, other JSON as its text) and as structured content. ``projected``: ``content`` is the
     registration's projection of the output: the whole output never reaches the client, and a
-    sentence or content blocks have no structured content. The tool's ``ctx.metadata`` rides
-    in ``_meta`` (``{"io.blade": {"metadata": ...}}``), beside what the model reads."""
+    sentence or content blocks have no structured content. ``ours``: what ``_meta`` carries
+    under ``io.blade`` (nothing when empty)."""
     structured = (
         content if isinstance(content, dict) or version in MODERN_PROTOCOL_VERSIONS else None
     )
     if projected and (isinstance(content, str) or is_blocks(content)):
         structured = None
-    meta = None if metadata is None else {META: {"metadata": metadata}}
+    meta = {META: ours} if ours else None
     if is_blocks(content):
         return types.CallToolResult.model_validate(
             {"content": to_mcp(content), "structuredContent": structured, "_meta": meta}
@@ -907,14 +914,10 @@ def _request_context(principal: Principal | None, meta: Any) -> CallContext:
     return call_context(principal, traceparent(meta.get("traceparent")), thread, agent)
 
 
-def _error(
-    code: ErrorCode, message: str, metadata: dict[str, JsonValue] | None = None
-) -> TextResult:
+def _error(code: ErrorCode, message: str, ours: dict[str, Any] | None = None) -> TextResult:
     content: JsonValue = {"error": code.value, "message": message}
-    ours: dict[str, Any] = {"status": "error", "code": code.value}
-    if metadata is not None:
-        ours["metadata"] = metadata
-    return TextResult(compact_json(content), content, is_error=True, meta={META: ours})
+    meta: dict[str, Any] = {"status": "error", "code": code.value, **(ours or {})}
+    return TextResult(compact_json(content), content, is_error=True, meta={META: meta})
 
 
 def _action_name(action: ActionRecord) -> str:

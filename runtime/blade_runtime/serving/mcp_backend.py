@@ -18,9 +18,10 @@ from typing import Any, Literal, Protocol
 from pydantic import JsonValue
 
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.effects import Effect
 from blade_runtime.core.events import Subscription
 from blade_runtime.core.files import FileBody
-from blade_runtime.core.outcomes import stored_metadata
+from blade_runtime.core.outcomes import stored_effects, stored_metadata
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord
 from blade_runtime.runtime import Runtime
@@ -43,6 +44,7 @@ class Outcome:
     metadata: dict[str, JsonValue] | None = None
     action_id: str = ""
     action: ActionRecord | None = None
+    effects: tuple[Effect, ...] = ()  # what the call emitted (ctx.effects), in order
 
     @staticmethod
     def of(result: ToolResult[Any]) -> Outcome:
@@ -51,10 +53,23 @@ class Outcome:
             return Outcome("pending", result.content, action_id=result.action.action_id)
         if isinstance(result, ToolError):
             code, message, metadata = result.code, result.message, result.metadata
-            return Outcome("error", result.content, code=code, message=message, metadata=metadata)
+            return Outcome(
+                "error",
+                result.content,
+                code=code,
+                message=message,
+                metadata=metadata,
+                effects=result.effects,
+            )
         if isinstance(result, ToolSuccess):
             projected = result.output_json is not None
-            return Outcome("success", result.content, projected, metadata=result.metadata)
+            return Outcome(
+                "success",
+                result.content,
+                projected,
+                metadata=result.metadata,
+                effects=result.effects,
+            )
         return Outcome("success", result.content)  # skipped
 
     @staticmethod
@@ -63,10 +78,13 @@ class Outcome:
         workflows return it: its ``action_id`` and ``action`` record)."""
         status = result.get("status")
         metadata = stored_metadata(dict(result))
+        effects = stored_effects(dict(result))
         if status == "error":
             code, message = ErrorCode(str(result.get("code"))), str(result.get("message", ""))
             content: JsonValue = {"error": code.value, "message": message}
-            return Outcome("error", content, code=code, message=message, metadata=metadata)
+            return Outcome(
+                "error", content, code=code, message=message, metadata=metadata, effects=effects
+            )
         if status == "pending":
             raw = result.get("action")
             action = None
@@ -76,7 +94,9 @@ class Outcome:
             return Outcome("pending", result.get("content"), action_id=action_id, action=action)
         # "output": the whole output, whose projection the content is
         projected = result.get("output") is not None
-        return Outcome("success", result.get("content"), projected, metadata=metadata)
+        return Outcome(
+            "success", result.get("content"), projected, metadata=metadata, effects=effects
+        )
 
 
 _ACTION_FIELDS = frozenset(ActionRecord.__dataclass_fields__)

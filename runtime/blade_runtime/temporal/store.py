@@ -33,6 +33,9 @@ Snapshot = dict[str, Any]
 class ActivityStore(MemoryStore):
     """A ``MemoryStore`` whose calls can be loaded from and taken out as snapshots."""
 
+    # A grant would outlive the activity in this worker only: permission effects are refused.
+    keeps_grants = False
+
     def __init__(self) -> None:
         super().__init__(keep_settled=None)  # a call is taken out whole: nothing to prune
 

@@ -598,3 +598,45 @@ def test_mypy_holds_an_implementations_effects_to_its_spec(tools: Any) -> None:
     assert any(":7:" in line and "grant" in line for line in errors), bad.stdout
     assert any(":12:" in line and "effects" in line for line in errors), bad.stdout
     assert len(errors) == 3, bad.stdout
+
+
+def test_an_mcp_client_reads_the_effects_in_the_results_meta(tools: Any) -> None:
+    from mcp import Client
+
+    from blade_runtime.serving.mcp import mcp_server
+
+    async def scenario() -> tuple[Any, Any]:
+        runtime = registered(tools)
+        async with Client(mcp_server(runtime, principal=ANN)) as client:
+            done = await client.call_tool("upload", {"name": "a"})
+            failed = await client.call_tool("upload", {"name": "broken"})
+        await runtime.close()
+        return done, failed
+
+    done, failed = asyncio.run(scenario())
+    assert not done.is_error and done.meta is not None
+    effects = done.meta["io.blade"]["effects"]
+    assert [e["type"] for e in effects] == ["context_patch", "message", "permission"]
+    assert effects[1]["value"] == {"text": "got a"}
+    assert "effect" not in done.content[0].text  # what the model reads holds none of them
+    assert failed.is_error and failed.meta is not None
+    assert failed.meta["io.blade"]["code"] == "TOOL_FAILED"
+    assert [e["type"] for e in failed.meta["io.blade"]["effects"]] == ["context_patch"]
+
+
+def test_a_temporal_workers_store_refuses_a_permission_effect_that_would_not_last(
+    tools: Any,
+) -> None:
+    """A Temporal worker runs each activity on a store of its own that keeps nothing after it:
+    a grant made there would hold in that worker only, so the effect is refused, saying why."""
+    from blade_runtime.temporal.store import ActivityStore
+
+    async def scenario() -> Any:
+        runtime = registered(tools, ActivityStore())
+        done = await runtime.call("upload", {"name": "a"}, context=CallContext(ANN))
+        await runtime.close()
+        return done
+
+    done = asyncio.run(scenario())
+    assert isinstance(done, ToolError) and done.code is ErrorCode.TOOL_ERROR
+    assert [e.type for e in done.effects] == ["context_patch", "message"]
