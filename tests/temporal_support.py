@@ -146,9 +146,11 @@ class Workers:
         hang: tuple[str, ...] = (),
         submit: bool = False,
         wait_s: float = 60.0,
+        files: Path | None = None,
     ) -> None:
         """``count`` workers; with ``submit``, each submits the actions of ``actions_file`` once
-        ``go`` exists (its answers in ``out-N``)."""
+        ``go`` exists (its answers in ``out-N``); ``files``: the folder their files go to
+        (``FolderFiles``; else each activity's store)."""
         started = []
         for _ in range(count):
             index = len(self.procs)
@@ -159,6 +161,7 @@ class Workers:
                 "entries": str(self.entries_file),
                 "ready": str(ready),
                 "hang": list(hang),
+                "files": None if files is None else str(files),
             }
             if submit:
                 config |= {

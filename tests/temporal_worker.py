@@ -20,13 +20,15 @@ from process_worker import Tools
 from temporal_support import config_of
 from temporalio.client import Client
 
-from blade_runtime import Runtime
+from blade_runtime import FolderFiles, Runtime
 from blade_runtime.temporal import ActivityStore, TemporalTools, worker
 
 
 async def main() -> None:
     config = config_of(sys.argv)
-    runtime = Runtime(store=ActivityStore())
+    # files in a folder the workers share (and a server reading them) when the test names one
+    files = FolderFiles(config["files"]) if config.get("files") else None
+    runtime = Runtime(store=ActivityStore(), files=files)
     Tools(config["entries"], hang=config["hang"]).register(runtime)
     client = await Client.connect(config["address"])
     # A killed worker's cached workflows move to the others after this, not Temporal's 10 s.

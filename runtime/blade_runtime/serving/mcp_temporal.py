@@ -128,7 +128,7 @@ class TemporalBackend:
         return Outcome.stored(await self.tools.cancel(action_id, reason, principal=principal))
 
     async def file(self, file_id: str, principal: Principal | None) -> FileBody | None:
-        return None  # files live in the workers' file backend, which Temporal does not serve
+        return await self.tools.file(file_id, principal)  # the workers' shared backend
 
     async def subscribe(self, run_id: str) -> Subscription:
         raise NotImplementedError("run events are not served from Temporal")

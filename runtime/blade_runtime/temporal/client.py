@@ -36,7 +36,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from blade_runtime.core import actions
 from blade_runtime.core.caller import CallContext, Principal
-from blade_runtime.core.records import MAX_PAGE_SIZE, Page, mine, page_size
+from blade_runtime.core.files import FileBody
+from blade_runtime.core.records import MAX_PAGE_SIZE, Page, mine, page_size, tenant_of
 from blade_runtime.core.results import ErrorCode
 from blade_runtime.core.store import BadCursor, storable_id
 from blade_runtime.runtime import Runtime
@@ -99,6 +100,16 @@ class TemporalTools:
         self.attempts = attempts
         self.indexed = indexed
         self._calls: dict[str, str] = {}  # action id: call id, for the actions seen here
+
+    async def file(self, file_id: str, principal: Principal | None) -> FileBody | None:
+        """A file a tool saved, of the principal's tenant (None: not saved, another tenant's,
+        or not readable here). Files live in the workers' file backend: read where the
+        registrations (``runtime=``) name the one the workers share
+        (``Runtime(files=FolderFiles(path))``); an activity's own store keeps none."""
+        runtime = self.runtime
+        if runtime is None or not shares_files(runtime):
+            return None
+        return await runtime.files.read(file_id, tenant_of(principal))
 
     async def call(
         self,
@@ -523,3 +534,9 @@ def _token_of(cursor: str | None) -> bytes | None:
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:
     found: dict[str, Any] = actions.error_json(code, message)  # type: ignore[assignment]
     return found
+
+
+def shares_files(runtime: Runtime) -> bool:
+    """Whether ``runtime``'s files outlive an activity: a backend of their own (a folder the
+    workers share), not the activity's store."""
+    return runtime.files.backend is not runtime.store

@@ -47,6 +47,30 @@ def workers(
         yield started
     finally:
         started.kill_all()
+        anyio.run(_terminate_left, started)
+
+
+async def _terminate_left(workers: Workers) -> None:
+    """End the workflows a test left waiting on its queue: the dev server is shared, and the
+    other tests list every waiting call of it (visibility shows a new one a moment late)."""
+    client = await TemporalClient.connect(workers.address)
+    query = f"TaskQueue = '{workers.task_queue}' AND ExecutionStatus = 'Running'"
+    deadline = time.monotonic() + 30
+    while True:
+        running = [w async for w in client.list_workflows(query)]
+        if not running and (time.monotonic() > deadline or await _settled_twice(client, query)):
+            return
+        for found in running:
+            handle = client.get_workflow_handle(found.id, run_id=found.run_id)
+            with contextlib.suppress(Exception):  # ended meanwhile
+                await handle.terminate("the test is over")
+        await anyio.sleep(0.2)
+
+
+async def _settled_twice(client: TemporalClient, query: str) -> bool:
+    """Nothing running, still, a moment later (what visibility had not shown yet has shown)."""
+    await anyio.sleep(1.0)
+    return not [w async for w in client.list_workflows(query)]
 
 
 def run(main: Any, *args: Any) -> Any:
@@ -335,3 +359,57 @@ def test_the_commands_on_temporal_say_what_is_wrong_in_one_line(
         lines = done.stderr.strip().splitlines()
         assert (done.returncode, says in lines[-1]) == (code, True), (argv, done.stderr)
         assert "Traceback" not in done.stderr and lines[-1].startswith(("error:", "blade-runtime"))
+
+
+@pytest.mark.slow  # a worker process
+def test_files_a_tool_saved_on_temporal_are_served_to_its_tenant_over_http_and_mcp(
+    workers: Workers,
+) -> None:
+    """A worker saves a file in the folder the workers share; an app whose registrations name
+    the same folder serves it to the caller's tenant (``GET /v1/files/{id}``, MCP
+    ``resources/read``) and to nobody else; one whose registrations name none answers 501."""
+    from http_support import authenticate
+
+    from blade_runtime import Principal
+    from blade_runtime.serving.http.temporal import create_temporal_app
+    from blade_runtime.serving.mcp_temporal import TemporalBackend
+
+    folder = workers.folder / "files"
+    workers.spawn(1, files=folder)
+
+    async def main() -> tuple[Any, ...]:
+        client = await TemporalClient.connect(workers.address)
+        tools = TemporalTools(client, task_queue=workers.task_queue, runtime=make_runtime(folder))
+        blind = TemporalTools(client, task_queue=workers.task_queue, runtime=make_runtime())
+        served = {}
+        for name, app in (
+            ("shared", create_temporal_app(tools, authenticate)),
+            ("blind", create_temporal_app(blind, authenticate)),
+        ):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+                if name == "shared":
+                    done = await http.post(
+                        "/v1/tools/audit/calls", json={"n": 1}, headers=ALICE, timeout=60
+                    )
+                    assert done.status_code == 200, done.text
+                    [meta] = folder.glob("*.json")
+                    file_id = meta.stem
+                served[name] = [
+                    await http.get(f"/v1/files/{file_id}", headers=who) for who in (ALICE, BOB)
+                ]
+        backend = TemporalBackend(tools)
+        async with Client(mcp_server(backend, principal=Principal("alice", "acme"))) as mine:
+            read = await mine.read_resource(f"blade://files/{file_id}")
+        async with Client(mcp_server(backend, principal=Principal("bob", "globex"))) as theirs:
+            with pytest.raises(MCPError):
+                await theirs.read_resource(f"blade://files/{file_id}")
+        return served, read
+
+    served, read = run(main)
+    mine, theirs = served["shared"]
+    assert mine.status_code == 200 and json.loads(mine.content)["who"] is not None
+    assert mine.headers["content-type"].startswith("application/json")
+    assert theirs.status_code == 404 and theirs.json()["code"] == "UNKNOWN_FILE"
+    assert [r.status_code for r in served["blind"]] == [501, 501]
+    assert json.loads(read.contents[0].text)["pid"] == json.loads(mine.content)["pid"]

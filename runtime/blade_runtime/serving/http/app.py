@@ -43,6 +43,7 @@ from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.context import CallInfo
 from blade_runtime.core.effects import Effect
 from blade_runtime.core.events import WINDOW, Subscription
+from blade_runtime.core.files import FileBody
 from blade_runtime.core.outcomes import stored_effects, stored_metadata
 from blade_runtime.core.records import MAX_PAGE_SIZE, Page, visible
 from blade_runtime.core.registry import Registration
@@ -1023,21 +1024,7 @@ def create_app(
 
     async def read_file(request: Request, principal: Principal) -> Response:
         file_id = request.path_params["file_id"]
-        found = await api.records.file(file_id, principal=principal)
-        if found is None:  # never saved, or another tenant's: the same answer
-            raise Refused(HttpError.UNKNOWN_FILE, f"No file {file_id!r}.")
-        saved = found.file
-        return Response(
-            found.content,
-            headers={
-                "Content-Type": saved.media_type,
-                "Content-Disposition": f"attachment; filename*=UTF-8''{quote(saved.name)}",
-                "X-Content-Type-Options": "nosniff",  # served as saved, never sniffed as HTML
-                "ETag": f'"{saved.sha256}"',
-                "X-File-Created-At": saved.created_at,
-                "Cache-Control": "private, no-store",
-            },
-        )
+        return file_response(file_id, await api.records.file(file_id, principal=principal))
 
     async def openapi(request: Request, principal: Principal) -> Response:
         return Response(api.openapi(principal), media_type="application/json")
@@ -1189,6 +1176,25 @@ def _inbox_routes() -> list[Route]:
 
         routes.append(Route(path, serve, methods=["GET"]))
     return routes
+
+
+def file_response(file_id: str, found: FileBody | None) -> Response:
+    """``GET /v1/files/{id}``'s answer: the file as it was saved, or 404 ``UNKNOWN_FILE`` (never
+    saved, or another tenant's: the same answer)."""
+    if found is None:
+        raise Refused(HttpError.UNKNOWN_FILE, f"No file {file_id!r}.")
+    saved = found.file
+    return Response(
+        found.content,
+        headers={
+            "Content-Type": saved.media_type,
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(saved.name)}",
+            "X-Content-Type-Options": "nosniff",  # served as saved, never sniffed as HTML
+            "ETag": f'"{saved.sha256}"',
+            "X-File-Created-At": saved.created_at,
+            "Cache-Control": "private, no-store",
+        },
+    )
 
 
 def _with_metadata(

@@ -50,6 +50,7 @@ from blade_runtime.serving.http.app import (
     anonymous,
     callable_by,
     error_response,
+    file_response,
     json_response,
     tools_body,
 )
@@ -62,7 +63,7 @@ from blade_runtime.serving.http.auth import (
 from blade_runtime.serving.http.errors import HttpError, status_of
 from blade_runtime.serving.http.sites import Sites, TrustedSites
 from blade_runtime.serving.trace_context import misplaced
-from blade_runtime.temporal.client import TemporalTools
+from blade_runtime.temporal.client import TemporalTools, shares_files
 
 
 def create_temporal_app(
@@ -299,6 +300,12 @@ def create_temporal_app(
 
         return route(refuse)
 
+    async def read_file(request: Request, principal: Principal) -> Response:
+        file_id = request.path_params["file_id"]
+        return file_response(file_id, await tools.file(file_id, principal))
+
+    # files live in the workers' backend: served where the registrations name the shared one
+    files_here = tools.runtime is not None and shares_files(tools.runtime)
     routes = [
         Route("/v1/tools", route(list_tools), methods=["GET"]),
         Route("/v1/tools/{name}/calls", route(call), methods=["POST"]),
@@ -312,7 +319,11 @@ def create_temporal_app(
         Route("/v1/runs/{run_id}/events", not_served(NO_EVENTS), methods=["GET"]),
         Route("/v1/runs/{run_id}/calls", not_served(NO_LISTING), methods=["GET"]),
         Route("/v1/runs/{run_id}/context", not_served(NO_RUN_CONTEXT), methods=["GET"]),
-        Route("/v1/files/{file_id}", not_served(NO_FILES), methods=["GET"]),
+        Route(
+            "/v1/files/{file_id}",
+            route(read_file) if files_here else not_served(NO_FILES),
+            methods=["GET"],
+        ),
         Route("/v1/grants", not_served(NO_GRANTS), methods=["GET"]),
         Route("/v1/grants/{grant_id}", not_served(NO_GRANTS), methods=["DELETE"]),
     ]
@@ -352,8 +363,8 @@ NO_RUN_CONTEXT = (
     "share, which tools on Temporal do not have; a call's answer lists the effects it emitted"
 )
 NO_FILES = (
-    "files live in the workers' file backend (Runtime(files=FolderFiles(path)) on a shared "
-    "volume), which this app does not serve"
+    "files live in the workers' file backend; this app serves them when the registrations it "
+    "was given name the one the workers share (Runtime(files=FolderFiles(path)))"
 )
 NO_GRANTS = "standing grants are kept by a store, which tools on Temporal do not have"
 
