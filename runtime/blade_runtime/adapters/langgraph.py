@@ -18,7 +18,10 @@ implementation again: the resume value goes to ``runtime.submit``, which validat
 one interrupts again with the refusal, the action still pending) and of concurrent resumes (two
 processes resuming one interrupt) lets exactly one re-enter the implementation; the others read
 the call's recorded result once it settles. Errors are ``ToolException``s whose text is the
-model-facing error JSON (``status="error"`` on the ToolMessage).
+model-facing error JSON (``status="error"`` on the ToolMessage). A result's metadata
+(``ctx.metadata``) and effects (``ctx.effects``) are the ToolMessage's ``artifact``
+(``{"metadata": ..., "effects": [...]}``, None when there are neither), which LangChain keeps
+for the application and never sends to the model.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ import asyncio
 import json
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
@@ -37,8 +40,10 @@ from pydantic import BaseModel, JsonValue
 
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.effects import Effect
 from blade_runtime.core.jsonvalue import compact_json
-from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult
+from blade_runtime.core.outcomes import stored_effects, stored_metadata
+from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.core.store import ActionRecord, CallRecord
 from blade_runtime.runtime import Runtime
 
@@ -112,6 +117,9 @@ class BladeTool(BaseTool):
     context_of: Any = None  # Callable[[RunnableConfig], CallContext | None] | None
     run_id: str = "langgraph"
     agent_id: str | None = None
+    # The ToolMessage's artifact (for the application, never sent to the model): the result's
+    # metadata and effects, where the tool set or emitted any.
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
 
     def _to_args_and_kwargs(
         self, tool_input: str | dict[str, Any], tool_call_id: str | None
@@ -125,7 +133,7 @@ class BladeTool(BaseTool):
 
     async def _arun(
         self, arguments: dict[str, Any], tool_call_id: str | None, config: RunnableConfig
-    ) -> str:
+    ) -> Answer:
         runtime: Runtime = self.runtime
         configurable = config.get("configurable") or {}
         thread = configurable.get("thread_id")
@@ -195,13 +203,15 @@ class BladeTool(BaseTool):
         )
 
 
-_MEMO: weakref.WeakKeyDictionary[Runtime, OrderedDict[str, tuple[bool, str]]] = (
+Answer = tuple[str, JsonValue]
+"""What the tool returns LangChain: the content the model reads, and the artifact."""
+_MEMO: weakref.WeakKeyDictionary[Runtime, OrderedDict[str, tuple[bool, Answer]]] = (
     weakref.WeakKeyDictionary()
 )
 MEMO_SIZE = 10_000
 
 
-def _memo(runtime: Runtime) -> OrderedDict[str, tuple[bool, str]]:
+def _memo(runtime: Runtime) -> OrderedDict[str, tuple[bool, Answer]]:
     """Results of calls that settled at once, by call id and caller (``_memo_key``): a
     MemoryStore records no call that neither waits nor writes data, so a re-executed node
     finds them here (in this process; a durable store records every call, for every
@@ -220,16 +230,16 @@ def _memo_key(call_id: str, context: CallContext) -> str:
 
 def _remember(runtime: Runtime, key: str, result: ToolResult[Any]) -> None:
     memo = _memo(runtime)
-    memo[key] = (isinstance(result, ToolError), compact_json(result.content))
+    memo[key] = (isinstance(result, ToolError), (compact_json(result.content), _artifact(result)))
     while len(memo) > MEMO_SIZE:
         memo.popitem(last=False)
 
 
-def _replay(remembered: tuple[bool, str]) -> str:
-    failed, text = remembered
+def _replay(remembered: tuple[bool, Answer]) -> Answer:
+    failed, answer = remembered
     if failed:
-        raise ToolException(text)
-    return text
+        raise ToolException(answer[0])
+    return answer
 
 
 def _interrupt_value(action: ActionRecord, tool_call_id: str | None, note: str | None) -> Any:
@@ -253,7 +263,7 @@ async def _waiting(
     return found[-1] if found else None
 
 
-def _recorded(call: CallRecord) -> str | None:
+def _recorded(call: CallRecord) -> Answer | None:
     """The call's recorded result as the tool's output (None: not settled)."""
     if call.state != "settled" or not isinstance(call.result, dict):
         return None
@@ -261,10 +271,12 @@ def _recorded(call: CallRecord) -> str | None:
         raise ToolException(
             compact_json({"error": call.result.get("code"), "message": call.result.get("message")})
         )
-    return compact_json(call.result.get("content"))
+    stored = call.result
+    artifact = _artifact_of(stored_metadata(stored), stored_effects(stored))
+    return compact_json(stored.get("content")), artifact
 
 
-async def _settled(runtime: Runtime, call_id: str, principal: Principal | None) -> str:
+async def _settled(runtime: Runtime, call_id: str, principal: Principal | None) -> Answer:
     """Wait for a call another resume re-entered to settle, and read its result."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SETTLE_WAIT_S
@@ -277,13 +289,31 @@ async def _settled(runtime: Runtime, call_id: str, principal: Principal | None) 
             if call.state == "suspended":  # it waits again, on a newer action
                 newer = await _waiting(runtime, call_id, principal)
                 if newer is not None and newer.state == "pending":
-                    return compact_json({"pending": newer.name, "action_id": newer.action_id})
+                    waiting: JsonValue = {"pending": newer.name, "action_id": newer.action_id}
+                    return compact_json(waiting), None
         if loop.time() > deadline:
-            return compact_json({"pending": "resumed elsewhere", "call_id": call_id})
+            return compact_json({"pending": "resumed elsewhere", "call_id": call_id}), None
         await asyncio.sleep(0.02)
 
 
-def _content(result: ToolResult[Any]) -> str:
+def _content(result: ToolResult[Any]) -> Answer:
     if isinstance(result, ToolError):
         raise ToolException(compact_json(result.content))
-    return compact_json(result.content)
+    return compact_json(result.content), _artifact(result)
+
+
+def _artifact(result: ToolResult[Any]) -> JsonValue:
+    if isinstance(result, ToolSuccess | ToolError):
+        return _artifact_of(result.metadata, result.effects)
+    return None
+
+
+def _artifact_of(metadata: JsonValue, effects: Sequence[Effect]) -> JsonValue:
+    """The ToolMessage's artifact: ``{"metadata": ..., "effects": [...]}``, each where there is
+    one (None: neither)."""
+    found: dict[str, JsonValue] = {}
+    if metadata is not None:
+        found["metadata"] = metadata
+    if effects:
+        found["effects"] = [effect.to_json() for effect in effects]
+    return found or None

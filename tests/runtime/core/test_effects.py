@@ -640,3 +640,30 @@ def test_a_temporal_workers_store_refuses_a_permission_effect_that_would_not_las
     done = asyncio.run(scenario())
     assert isinstance(done, ToolError) and done.code is ErrorCode.TOOL_ERROR
     assert [e.type for e in done.effects] == ["context_patch", "message"]
+
+
+def test_langgraph_keeps_the_effects_in_the_tool_messages_artifact(tools: Any) -> None:
+    """LangChain's place for what the application reads and the model does not: the
+    ToolMessage's artifact."""
+    from langchain_core.messages import ToolMessage
+
+    from blade_runtime.adapters.langgraph import structured_tools
+
+    async def scenario() -> list[Any]:
+        runtime = registered(tools)
+        by_name = {tool.name: tool for tool in structured_tools(runtime, principal=ANN)}
+        config: Any = {"configurable": {"thread_id": "x"}}
+        answered = [
+            await by_name[name].ainvoke(
+                {"name": name, "args": args, "id": f"t-{name}", "type": "tool_call"}, config
+            )
+            for name, args in (("upload", {"name": "a"}), ("publish", {}))
+        ]
+        await runtime.close()
+        return answered
+
+    upload, publish = asyncio.run(scenario())
+    assert isinstance(upload, ToolMessage) and upload.content == '{"upload_id":"u-a"}'
+    effects = upload.artifact["effects"]
+    assert [e["type"] for e in effects] == ["context_patch", "message", "permission"]
+    assert isinstance(publish, ToolMessage) and publish.artifact is None  # none emitted
