@@ -305,6 +305,9 @@ class FileAccess:
         saving = asyncio.ensure_future(
             self._run(self.backend.save_file, record, body, claim=claim, keep=keep)
         )
+        # Its failure is read here, or by _taken_back; a second cancellation while the latter
+        # waits would leave it unread (asyncio logs "exception was never retrieved").
+        saving.add_done_callback(_read_outcome)
         try:
             await asyncio.shield(saving)
         except asyncio.CancelledError:
@@ -379,3 +382,8 @@ class ScopedFiles:
         if found is None:
             raise UnknownFile(file_id)
         return found
+
+
+def _read_outcome(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
