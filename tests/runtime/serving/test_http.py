@@ -1487,3 +1487,29 @@ def test_serve_says_where_it_listens_once_listening_and_a_busy_port_is_one_line(
     assert [text for text in stderr.splitlines() if line in text] == [
         f"blade-runtime {line}"
     ], stderr
+
+
+def test_a_call_whose_id_holds_a_slash_is_read_at_its_url(
+    example_package: Any, tmp_path: Path
+) -> None:
+    """The adapters key calls as ``lg/<thread>/<tool call id>``: such a call is read at
+    ``GET /v1/calls/lg/<thread>/<tool call id>``, by its principal only."""
+    runtime, _ = runtime_of(SQLiteStore(tmp_path / "slash.db"))
+    app = create_app(runtime, authenticate=authenticate)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        async with client_for(app, "asgi") as http:
+            made = await http.post(
+                "/v1/tools/lookup_customer/calls",
+                json={"customer_id": "cus_1"},
+                headers={**ALICE, "Idempotency-Key": "lg/thread-1/t1"},
+            )
+            mine = await http.get("/v1/calls/lg/thread-1/t1", headers=ALICE)
+            theirs = await http.get("/v1/calls/lg/thread-1/t1", headers=BOB)
+        return made, mine, theirs
+
+    made, mine, theirs = asyncio.run(scenario())
+    assert made.status_code == 200 and made.json()["call_id"] == "lg/thread-1/t1"
+    assert mine.status_code == 200 and mine.json()["call_id"] == "lg/thread-1/t1"
+    assert theirs.status_code == 404
+    runtime.store.close()

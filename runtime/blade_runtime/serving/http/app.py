@@ -1039,7 +1039,7 @@ def create_app(
             methods=["POST"],
         ),
         Route("/v1/tools/{name}/output/submit/{action_id}", route(submit), methods=["POST"]),
-        Route("/v1/calls/{call_id}", route(read_call), methods=["GET"]),
+        Route("/v1/calls/{call_id:path}", route(read_call), methods=["GET"]),  # ids may hold "/"
         Route("/v1/runs/{run_id}/calls", route(run_calls), methods=["GET"]),
         Route("/v1/runs/{run_id}/events", route(events), methods=["GET"]),
         Route("/v1/runs/{run_id}/context", route(run_context), methods=["GET"]),

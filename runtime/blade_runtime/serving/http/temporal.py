@@ -309,7 +309,7 @@ def create_temporal_app(
     routes = [
         Route("/v1/tools", route(list_tools), methods=["GET"]),
         Route("/v1/tools/{name}/calls", route(call), methods=["POST"]),
-        Route("/v1/calls/{call_id}", route(read_call), methods=["GET"]),
+        Route("/v1/calls/{call_id:path}", route(read_call), methods=["GET"]),  # ids may hold "/"
         Route("/v1/actions", route(list_actions), methods=["GET"]),
         Route("/v1/actions/{action_id}", route(read_action), methods=["GET"]),
         Route("/v1/actions/{action_id}/submit", route(submit), methods=["POST"]),
