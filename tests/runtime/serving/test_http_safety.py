@@ -227,6 +227,8 @@ def test_the_temporal_app_answers_only_its_hosts_and_origins() -> None:
     reached: list[str] = []
 
     class Tools:
+        runtime = None  # no registrations (TemporalTools' runtime=): no tool list, no files
+
         async def call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
             reached.append("call")
             return {"status": "success", "call_id": "c", "run_id": "r", "content": None}
