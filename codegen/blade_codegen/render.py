@@ -569,7 +569,8 @@ def render_tool(
             children=children,
             action_payloads=action_payloads,
             guidance=plan.guidance is not None,
-            effects={slot.key: slot for slot in spec.effects},
+            # every key present (the template is strict): a spec may declare either, or neither
+            effects={"context": None, "message": None} | {s.key: s for s in spec.effects},
         )
     )
     return text, notes

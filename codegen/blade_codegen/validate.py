@@ -119,7 +119,9 @@ def validate(tree: SpecTree, checked: frozenset[str] = frozenset()) -> list[Prob
                     )
                 )
     problems.extend(_aliases_taken(tree, {k: v[0] for k, v in names.items()}))
-    problems.extend(_check_children(tree, {k: v[0] for k, v in ids.items()}))
+    own = {k: v[0] for k, v in ids.items()}
+    problems.extend(_check_children(tree, own))
+    problems.extend(_check_granted(tree, own))
     for dependency in installed(tree):
         for spec_id in sorted(ids.keys() & dependency.tools.keys()):
             problems.append(
@@ -264,6 +266,29 @@ def _check_children(tree: SpecTree, own: Mapping[str, SourceFile]) -> list[Probl
             found = _child_problem(tree, own, spec, child) if isinstance(child, str) else None
             if found is not None:
                 problems.append(source.problem(("children", index), *found))
+    return problems
+
+
+def _check_granted(tree: SpecTree, own: Mapping[str, SourceFile]) -> list[Problem]:
+    """Each tool ``effects.permissions`` lists is a tool of the tree or of an installed spec
+    package: a typo is refused here, not by the first grant."""
+    problems = []
+    for source in tree.specs:
+        effects = source.data.get("effects") if isinstance(source.data, dict) else None
+        granted = effects.get("permissions") if isinstance(effects, dict) else None
+        tools = granted.get("tools") if isinstance(granted, dict) else None
+        for index, tool in enumerate(tools if isinstance(tools, list) else ()):
+            if not isinstance(tool, str) or tool in own or holder(tree, tool) is not None:
+                continue
+            searched = ", ".join(d.label for d in installed(tree)) or "no installed spec package"
+            problems.append(
+                source.problem(
+                    ("effects", "permissions", "tools", index),
+                    f"{tool!r} is not a tool of this spec tree or of an installed spec package "
+                    f"({searched})",
+                    "check the id, or install the spec package that has it",
+                )
+            )
     return problems
 
 

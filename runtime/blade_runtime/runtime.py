@@ -727,7 +727,9 @@ class Runtime:
         tenant, owner = ("", "") if principal is None else (principal.tenant, principal.id)
         return await self.effects.run_context(run_id, tenant, owner)
 
-    async def run_effects(self, run_id: str, *, principal: Principal | None = None) -> list[Effect]:
+    async def run_effects(
+        self, run_id: str, *, principal: Principal | None = None
+    ) -> tuple[Effect, ...]:
         """Every effect the calls of ``run_id`` made for ``principal`` emitted, in order."""
         tenant, owner = ("", "") if principal is None else (principal.tenant, principal.id)
         return await self.effects.listed(run_id, tenant, owner)

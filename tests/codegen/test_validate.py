@@ -98,6 +98,11 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
         "/effects/permissions/tools:",
     ),
     (
+        "permission for no known tool",
+        spec("ns.t.v1", effects={"permissions": {"tools": ["ns.nope.v1"]}}),
+        "/effects/permissions/tools/0: 'ns.nope.v1' is not a tool of this spec tree",
+    ),
+    (
         "invalid effect schema",
         spec("ns.t.v1", effects={"message": {"type": "txet"}}),
         '/effects/message/type: "txet" is not a JSON Schema type',

@@ -37,6 +37,7 @@ from blade_runtime.core.context import (
     ToolFailed,
     event_of,
 )
+from blade_runtime.core.effects import Effect, whose
 from blade_runtime.core.events import EventHub, PendingAction
 from blade_runtime.core.execution import (
     INITIAL,
@@ -554,8 +555,8 @@ class CallRunner:
             failed = self._failed(call, error)
             if ctx._metadata is not None:
                 failed.metadata = ctx._metadata
-            if ctx._effects is not None and ctx._effects.emitted:
-                failed.effects = tuple(ctx._effects.emitted)
+            if registration.effects is not None or registration.children:
+                failed.effects = await self._effects_of(registration, call, ctx)
             return failed
         finally:
             scope.stop()  # no timer reaches what follows (the projection)
@@ -576,8 +577,8 @@ class CallRunner:
         done = self._output(registration, call, output, ctx._display)
         if ctx._metadata is not None:
             done.metadata = ctx._metadata  # type: ignore[union-attr]  # a success or an error
-        if ctx._effects is not None and ctx._effects.emitted:
-            done.effects = tuple(ctx._effects.emitted)  # type: ignore[union-attr]
+        if registration.effects is not None or registration.children:
+            done.effects = await self._effects_of(registration, call, ctx)  # type: ignore[union-attr]
         if registration.project is None or call.parent is not None:
             return done  # a child's output goes to its parent, not to a model: never projected
         if not isinstance(done, ToolSuccess):
@@ -1039,6 +1040,35 @@ class CallRunner:
         """The runtime closes: what is still unrecorded is left to recovery."""
         for task in list(self.unrecorded):
             task.cancel()
+
+    async def _effects_of(
+        self, registration: Registration[Any], call: CallInfo, ctx: ToolContext
+    ) -> tuple[Effect, ...]:
+        """The effects a call's result lists. An outer call that may have emitted any (its spec
+        declares effects, or a child's does): every one recorded for it, its earlier entries'
+        and its children's included, as stored (a replayed entry's are the first run's). A
+        child's result (its parent's part): what it emitted."""
+        emitted = () if ctx._effects is None else tuple(ctx._effects.emitted)
+        if call.parent is not None or self.services is None or not self._may_emit(registration):
+            return emitted
+        tenant, principal = whose(call)
+        try:
+            return await self.services.effects.listed(
+                call.run_id, tenant, principal, call_id=call.call_id
+            )
+        except StoreError as error:
+            log.warning("%s (call %s): its effects were not read: %s", *_named(call), error)
+            return emitted
+
+    def _may_emit(self, registration: Registration[Any]) -> bool:
+        """Whether a call of ``registration`` or of one of its children may emit effects."""
+        if registration.effects is not None:
+            return True
+        for spec_id in registration.children:
+            child = self.tools.child(registration, spec_id)
+            if child is not None and child.effects is not None:
+                return True
+        return False
 
     async def _as_recorded(self, call: CallInfo) -> ToolResult[Any]:
         """The outcome the store holds for a call another worker took over."""

@@ -132,8 +132,11 @@ class Effects:
     ) -> Effect:
         """Record one effect of ``call`` (``key``: its place in the entry, which makes its id)
         and announce it; an effect recorded already is neither applied nor announced again."""
-        effect_id = f"eff_{hashlib.sha256(key.encode()).hexdigest()[:32]}"
         tenant, principal = whose(call)
+        # whose it is in the id too: a call id is the caller's choice, and one reused by
+        # another tenant (on a store that records no such call) never meets this effect
+        place = f"{tenant}\x00{principal}\x00{key}"
+        effect_id = f"eff_{hashlib.sha256(place.encode()).hexdigest()[:32]}"
         effect = Effect(effect_id, kind, value, now())
         call_id = call.parent or call.call_id  # a child's effects are its parent's part
         record = EffectRecord(
@@ -158,18 +161,31 @@ class Effects:
         return folded(records)
 
     async def listed(
-        self, run_id: str, tenant: str, principal: str, kind: EffectKind | None = None
-    ) -> list[Effect]:
+        self,
+        run_id: str,
+        tenant: str,
+        principal: str,
+        kind: EffectKind | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> tuple[Effect, ...]:
+        """The effects of ``run_id``'s calls made for ``tenant`` and ``principal`` (of one
+        outer call and its children: ``call_id``), in order, as stored."""
         records = await self.io.thread(
-            self.store.effects, run_id, tenant=tenant, principal=principal, kind=kind
+            self.store.effects,
+            run_id,
+            tenant=tenant,
+            principal=principal,
+            kind=kind,
+            call_id=call_id,
         )
-        return [Effect.of(record) for record in records]
+        return tuple(Effect.of(record) for record in records)
 
 
 class CallEffects:
     """``ctx.effects``: the effects one entry of a call emits, as its spec declares them."""
 
-    __slots__ = ("_call", "_claim", "_count", "_entry", "_services", "_slots", "emitted")
+    __slots__ = ("_call", "_claim", "_count", "_execution", "_services", "_slots", "emitted")
 
     def __init__(
         self,
@@ -177,13 +193,15 @@ class CallEffects:
         call: CallInfo,
         slots: EffectSlots | None,
         claim: Claim | None,
-        entry: str,
+        execution: str,
     ) -> None:
         self._services = services
         self._call = call  # the whole call: its principal, whatever the implementation sees
         self._slots = slots
         self._claim = claim
-        self._entry = entry  # "initial", or the action id whose resume entered the call
+        # "initial", or the action whose resume began this execution (a permission's answer
+        # replays the execution it stopped: see ToolContext._execution)
+        self._execution = execution
         self._count = 0
         self.emitted: list[Effect] = []
 
@@ -304,8 +322,8 @@ class CallEffects:
         grant: GrantRecord | None = None,
         revoke: GrantRecord | None = None,
     ) -> Effect:
-        self._count += 1  # the n-th of this entry: the same effect when the entry runs again
-        key = f"{self._call.call_id}\x00{self._entry}\x00{self._count}"
+        self._count += 1  # the n-th of this execution: the same effect when it runs again
+        key = f"{self._call.call_id}\x00{self._execution}\x00{self._count}"
         effect = await self._services.record(
             self._call, kind, value, key=key, claim=self._claim, grant=grant, revoke=revoke
         )

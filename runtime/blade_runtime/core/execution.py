@@ -35,7 +35,13 @@ from blade_runtime.core.effects import CallEffects, Effects, whose
 from blade_runtime.core.fencing import Lease, LeaseNotHeld
 from blade_runtime.core.files import FileAccess, ScopedFiles
 from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
-from blade_runtime.core.permissions import STEP, STEP_POINT, PermissionAnswer, step_payload
+from blade_runtime.core.permissions import (
+    POINTS,
+    STEP,
+    STEP_POINT,
+    PermissionAnswer,
+    step_payload,
+)
 from blade_runtime.core.registry import Point, Typed
 from blade_runtime.core.spec import JsonObject, ToolSpec
 from blade_runtime.core.storage import StoreAccess
@@ -452,10 +458,8 @@ class ToolContext:
         and a ``trigger`` event of the run, delivered to ``Runtime(on_trigger=...)`` once across
         workers. Returns the trigger's id. ``TriggerRejected`` when ``input`` is not JSON."""
         services = self._runtime()
-        self._triggered += 1  # the n-th of this entry: the same trigger when the entry runs again
-        entry = self.entry
-        made_in = entry.action.action_id if isinstance(entry, ResumeEntry) else "initial"
-        key = f"{self._call.call_id}\x00{made_in}\x00{self._triggered}"
+        self._triggered += 1  # the n-th of this execution: the same one when it runs again
+        key = f"{self._call.call_id}\x00{self._execution()}\x00{self._triggered}"
         return await services.triggers.request(self._call, input, claim=self._claim, key=key)
 
     @property
@@ -463,16 +467,32 @@ class ToolContext:
         """What this entry changes beyond its result, as its spec's ``effects`` declares:
         ``patch_context``, ``post_message``, ``grant`` and ``revoke`` (see ``core.effects``)."""
         if self._effects is None:
-            entry = self.entry
-            made_in = entry.action.action_id if isinstance(entry, ResumeEntry) else "initial"
             self._effects = CallEffects(
                 self._runtime().effects,
                 self._call,
                 self._registration.effects,
                 self._claim,
-                made_in,
+                self._execution(),
             )
         return self._effects
+
+    def _execution(self) -> str:
+        """Which execution of the call this entry runs: "initial", or the action whose resume
+        began it. A permission's answer (a step's, or the policy's before the call ran) enters
+        the tool again from the top: the same execution, replayed, so what it triggers or emits
+        before the step is the same trigger or effect, not a new one."""
+        entry = self.entry
+        if not isinstance(entry, ResumeEntry):
+            return "initial"
+        if entry.point not in POINTS:
+            return entry.action.action_id
+        began = "initial"
+        for episode in self.suspend_history:  # oldest first
+            if episode.action_id == entry.action.action_id:
+                break
+            if episode.point not in POINTS:
+                began = episode.action_id
+        return began
 
     async def run_context(self) -> dict[str, JsonValue]:
         """The context of this call's run: the context patches its calls emitted so far (its

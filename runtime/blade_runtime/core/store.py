@@ -679,9 +679,10 @@ class Store(Protocol):
         principal: str,
         kind: EffectKind | None = None,
         limit: int | None = None,
+        call_id: str | None = None,
     ) -> list[EffectRecord]:
         """The effects of ``run_id``'s calls made for ``tenant`` and ``principal`` (of that
-        ``kind``), in the order they were recorded."""
+        ``kind``; of one outer call and its children: ``call_id``), in their events' order."""
         ...
 
     # -- concurrency slots and resource locks (core.slots) ---------------------------------------

@@ -257,6 +257,7 @@ class PostgresStore(SQLStore):
     _BEFORE_WAIT = _BEFORE_WAIT
     _SHARE = " FOR SHARE"
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    _LAST_EVENT = "currval(pg_get_serial_sequence('blade_events', 'seq'))"  # this session's
 
     def __init__(
         self,

@@ -407,7 +407,7 @@ MIGRATIONS: tuple[tuple[LiteralString, ...], ...] = (
     (  # 8: effects tools emit (core.effects): a run's context patches, messages, permission changes
         """
         CREATE TABLE blade_effects (
-            seq bigserial PRIMARY KEY,
+            seq bigint PRIMARY KEY,  -- the seq of its event
             effect_id text NOT NULL UNIQUE,
             run_id text NOT NULL,
             call_id text NOT NULL,

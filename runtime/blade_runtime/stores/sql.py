@@ -388,6 +388,7 @@ class SQLStore:
     _holds_nul: ClassVar[bool]  # whether its text may hold U+0000
     _SHARE: ClassVar[str] = ""  # a guard's row lock, held to the commit, where reads take none
     _SKIP_LOCKED: ClassVar[str] = ""  # a sweep's lock of the rows it takes, skipping others'
+    _LAST_EVENT: ClassVar[str]  # the seq of the event this transaction appended last
 
     def __init__(self) -> None:
         self._schemas = Schemas()
@@ -742,9 +743,12 @@ class SQLStore:
         try:
             with self._transaction() as tx:
                 self._fenced(tx, claim)
+                seq = tx.append(event, root)
+                # numbered as its event: a run's context folds its patches in the order a
+                # subscriber reads them, whichever transaction drew its number first
                 tx.require(
-                    f"INSERT INTO blade_effects ({EFFECT_COLUMNS}, root_id) "
-                    f"VALUES ({_values(EFFECT_COLUMNS)}, :root_id) "
+                    f"INSERT INTO blade_effects (seq, {EFFECT_COLUMNS}, root_id) "
+                    f"VALUES ({self._LAST_EVENT}, {_values(EFFECT_COLUMNS)}, :root_id) "
                     "ON CONFLICT (effect_id) DO NOTHING RETURNING effect_id",
                     {
                         "effect_id": effect.effect_id,
@@ -767,7 +771,6 @@ class SQLStore:
                     )
                 if revoke is not None:
                     tx.run(f"DELETE FROM blade_grants WHERE {_GRANT_IS}", grant_params(revoke))
-                seq = tx.append(event, root)
         except _Duplicate:
             return None  # recorded already: a replayed entry emits it again
         return event.numbered(_first(seq))
@@ -780,10 +783,19 @@ class SQLStore:
         principal: str,
         kind: EffectKind | None = None,
         limit: int | None = None,
+        call_id: str | None = None,
     ) -> list[EffectRecord]:
-        if not all(self._holdable(text) for text in (run_id, tenant, principal)):
+        if not all(self._holdable(text) for text in (run_id, tenant, principal, call_id or "")):
             return []
-        where = _Where({"run_id": run_id, "tenant": tenant, "principal": principal, "kind": kind})
+        where = _Where(
+            {
+                "run_id": run_id,
+                "tenant": tenant,
+                "principal": principal,
+                "kind": kind,
+                "call_id": call_id,
+            }
+        )
         rows = self._fetch(
             f"SELECT {EFFECT_COLUMNS} FROM blade_effects{where} ORDER BY seq{_limit(limit)}",
             where.params | {"limit": limit},

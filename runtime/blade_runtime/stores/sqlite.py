@@ -401,6 +401,7 @@ class SQLiteStore(SQLStore):
     # The class of its connections (a subclass may trace or time the statements it runs).
     connection_class: type[sqlite3.Connection] = sqlite3.Connection
     _holds_nul = True
+    _LAST_EVENT = "(SELECT max(seq) FROM blade_events)"  # one writer at a time: its own
     _NOW = ":now"
     _BEFORE_WAIT = ":since"  # given by the rule: the clock before BEGIN IMMEDIATE
     inline_first = True  # an uncontended commit costs less than a thread hop

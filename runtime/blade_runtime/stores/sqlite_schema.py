@@ -234,7 +234,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (  # 9: effects tools emit (core.effects): a run's context patches, messages, permission changes
         """
         CREATE TABLE blade_effects (
-            seq INTEGER PRIMARY KEY,
+            seq INTEGER PRIMARY KEY,  -- the seq of its event
             effect_id TEXT NOT NULL UNIQUE,
             run_id TEXT NOT NULL,
             call_id TEXT NOT NULL,

@@ -22,7 +22,7 @@ import pytest
 from conftest import build_and_import, spec
 from http_support import ALICE, authenticate
 
-from blade_runtime import Allow, Ask, CallContext, Deny, Principal, Runtime
+from blade_runtime import Allow, Ask, CallContext, Deny, Principal, ResumeEntry, Runtime
 from blade_runtime.core.effects import merge_patch
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolSuccess
 from blade_runtime.core.store import Store
@@ -667,3 +667,148 @@ def test_langgraph_keeps_the_effects_in_the_tool_messages_artifact(tools: Any) -
     effects = upload.artifact["effects"]
     assert [e["type"] for e in effects] == ["context_patch", "message", "permission"]
     assert isinstance(publish, ToolMessage) and publish.artifact is None  # none emitted
+
+
+def test_a_spec_may_declare_any_one_effect_alone(tmp_path: Path) -> None:
+    """Only a context patch, only a message, only permissions: each builds, passes mypy --strict
+    and ruff, and its ctx.effects has the methods of what it declares and no others."""
+    from conftest import run_mypy, run_ruff
+
+    package = build_and_import(
+        tmp_path,
+        "effect_parts_pkg",
+        spec("parts.patcher.v1", effects={"context": {"type": "object"}}),
+        spec("parts.poster.v1", effects={"message": {"type": "string"}}),
+        spec("parts.granter.v1", effects={"permissions": {"tools": ["parts.poster.v1"]}}),
+    )
+    out = tmp_path / "out"
+    assert run_mypy(out / "effect_parts_pkg", cwd=out).returncode == 0
+    assert run_ruff(out / "effect_parts_pkg").returncode == 0
+    modules = {
+        name: importlib.import_module(f"effect_parts_pkg.parts.{name}_v1")
+        for name in ("patcher", "poster", "granter")
+    }
+    methods = {
+        name: {
+            m
+            for m in ("patch_context", "post_message", "grant", "revoke")
+            if hasattr(getattr(module, f"{name.capitalize()}Effects"), m)
+        }
+        for name, module in modules.items()
+    }
+    assert methods == {
+        "patcher": {"patch_context"},
+        "poster": {"post_message"},
+        "granter": {"grant", "revoke"},
+    }
+    declared = modules["granter"].SPEC.effects
+    assert declared.permissions == ("parts.poster.v1",) and declared.context_schema is None
+    assert package is not None
+
+
+# -- every entry of a call: a permission's replay, a suspension, a child ----------------------
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("effects-flow")
+    message = {"effects": {"message": MESSAGE}}
+    build_and_import(
+        root,
+        "effects_flow_pkg",
+        spec("flow.asker.v1", sideEffect="idempotent", **message),
+        spec(
+            "flow.waiter.v1",
+            suspend={"approve": {"suspendSchema": {"type": "object"}, "resumeSchema": {}}},
+            **message,
+        ),
+        spec("flow.parent.v1", children=["flow.child.v1"]),
+        spec("flow.child.v1", **message),
+    )
+    return importlib.import_module("effects_flow_pkg.flow")
+
+
+def test_an_execution_a_permissions_answer_replays_emits_its_effects_once(
+    flow: Any, store: Store
+) -> None:
+    """A permission's answer enters the tool again from the top: what it posted before the
+    step is the same effect, not a second one; what it posts after is new."""
+    asker = importlib.import_module("effects_flow_pkg.flow.asker_v1")
+    entries: list[str] = []
+
+    async def asking(ctx: Any) -> Any:
+        entries.append(type(ctx.entry).__name__)
+        await ctx.effects.post_message({"text": "before"})
+        answer = await ctx.request_permission("Go on?", subject="step")
+        await ctx.effects.post_message({"text": f"after {answer.decision}"})
+        return {"done": True}
+
+    async def scenario() -> tuple[Any, ...]:
+        runtime = Runtime(store=store)
+        runtime.register(asker.SPEC, asking)
+        waiting = await runtime.call("asker", {}, run_id="r-p", context=CallContext(ANN))
+        assert isinstance(waiting, ToolPending)
+        done = await runtime.submit(
+            waiting.action.action_id, {"decision": "approve"}, principal=ANN
+        )
+        listed = await runtime.run_effects("r-p", principal=ANN)
+        await runtime.close()
+        return done, listed
+
+    done, listed = asyncio.run(scenario())
+    assert entries == ["InitialEntry", "ResumeEntry"]  # the prefix ran twice
+    assert isinstance(done, ToolSuccess)
+    assert [e.value for e in listed] == [{"text": "before"}, {"text": "after approve"}]
+    assert [e.effect_id for e in done.effects] == [e.effect_id for e in listed]
+
+
+def test_a_result_lists_the_effects_of_earlier_entries_and_of_children(
+    flow: Any, store: Store
+) -> None:
+    waiter = importlib.import_module("effects_flow_pkg.flow.waiter_v1")
+    parent = importlib.import_module("effects_flow_pkg.flow.parent_v1")
+    child = importlib.import_module("effects_flow_pkg.flow.child_v1")
+
+    async def waiting(ctx: Any) -> Any:
+        if isinstance(ctx.entry, ResumeEntry):
+            await ctx.effects.post_message({"text": "resumed"})
+            return {"done": True}
+        await ctx.effects.post_message({"text": "asked"})
+        ctx.suspend("approve", {})
+
+    async def calling(ctx: Any) -> Any:
+        await ctx.tools.call(child.SPEC, child.SPEC.input_type())
+        await ctx.tools.call(child.SPEC, child.SPEC.input_type())
+        return {"children": 2}
+
+    async def posting(ctx: Any) -> Any:
+        await ctx.effects.post_message({"text": ctx.call.call_id})
+        return {}
+
+    async def scenario() -> tuple[Any, ...]:
+        runtime = Runtime(store=store)
+        runtime.register(waiter.SPEC, waiting)
+        runtime.register(parent.SPEC, calling)
+        runtime.register(child.SPEC, posting)
+        ann = CallContext(ANN)
+        pending = await runtime.call("waiter", {}, run_id="r-w", context=ann)
+        assert isinstance(pending, ToolPending)
+        resumed = await runtime.submit(pending.action.action_id, {}, principal=ANN)
+        parented = await runtime.call("parent", {}, call_id="p-1", run_id="r-w", context=ann)
+        events = [
+            e.payload["effect_id"]
+            for e in (store.events("r-w", 0) if store.durable else [])
+            if e.kind == "effect"
+        ]
+        listed = await runtime.run_effects("r-w", principal=ANN)
+        await runtime.close()
+        return resumed, parented, events, listed
+
+    resumed, parented, events, listed = asyncio.run(scenario())
+    assert [e.value for e in resumed.effects] == [{"text": "asked"}, {"text": "resumed"}]
+    assert [e.value for e in parented.effects] == [
+        {"text": "p-1/child/1"},
+        {"text": "p-1/child/2"},
+    ]
+    # the store's order is its events' order (a subscriber folds what run_context folds)
+    assert not events or events == [e.effect_id for e in listed]
