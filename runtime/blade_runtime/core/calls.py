@@ -880,15 +880,20 @@ class CallRunner:
         """Record the start of an entry where the store keeps it (committed before the tool
         runs, under this runtime's lease), announce it, and open its ToolData writer."""
         # The store records a call that must outlive this entry or be fenced: every call on a
-        # durable store, and on any store one that writes ToolData or whose spec asks for a
-        # lease. Only the outer call is a durable part: a child's start and end are not stored as
+        # durable store, and on any store one that writes ToolData or effects (its own, or a
+        # child's: kept with their root, and gone with it) or whose spec asks for a lease.
+        # Only the outer call is a durable part: a child's start and end are not stored as
         # a call of their own (it writes under its parent's claim), so a replayed parent never
         # meets its children's ids again and recovery never claims a child alone.
         attempt = Attempt()
         if claimed:  # its claim recorded it
             attempt.claim = Claim(call.call_id, self.owner, fence)
         elif call.parent is None and (
-            self.durable or registration.fenced or registration.data or registration.effects
+            self.durable
+            or registration.fenced
+            or registration.data
+            or (registration.effects is not None or registration.children)
+            and self._may_emit(registration)
         ):
             record = self._record(registration, call, arguments, "running")
             begun = await self.io(
