@@ -892,8 +892,10 @@ class CallRunner:
             self.durable
             or registration.fenced
             or registration.data
-            or (registration.effects is not None or registration.children)
-            and self._may_emit(registration)
+            or (
+                (registration.effects is not None or registration.children)
+                and self._may_emit(registration)
+            )
         ):
             record = self._record(registration, call, arguments, "running")
             begun = await self.io(
