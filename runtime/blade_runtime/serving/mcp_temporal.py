@@ -8,10 +8,10 @@
 guidance); a call starts its ``CallWorkflow`` and answers with what its first step left, a
 suspension becomes MCP's input-required flow as on a runtime (its answer is the workflow's
 update, validated before anything is recorded, and resumes the call on any worker), and a
-cancelled request cancels the call's workflow. What Temporal does not serve: progress and log
-notifications (a worker keeps no event stream to read them from) and ``resources/read`` of a
-call's files (they live in the workers' file backend): a request for a file is answered as
-for one that does not exist.
+cancelled request cancels the call's workflow. ``resources/read`` of a call's files reads the
+folder the workers share when ``runtime`` names it (``Runtime(files=FolderFiles(path))``, as
+the workers' own); else a file is answered as one that does not exist. What Temporal does not
+serve: progress and log notifications (a worker keeps no event stream to read them from).
 """
 
 from __future__ import annotations
