@@ -812,3 +812,41 @@ def test_a_result_lists_the_effects_of_earlier_entries_and_of_children(
     ]
     # the store's order is its events' order (a subscriber folds what run_context folds)
     assert not events or events == [e.effect_id for e in listed]
+
+
+def test_calls_running_at_once_in_a_run_fold_their_patches_in_their_events_order(
+    tools: Any, store: Store
+) -> None:
+    """Twelve calls of one run at once, each patching the same key three times: every effect
+    is recorded once, the store lists them in their events' order, and the run's context is
+    the last event's patch (what a subscriber folding the stream gets)."""
+    upload = tools.upload_v1
+
+    async def patching(ctx: Any) -> Any:
+        for step in range(3):
+            await ctx.effects.patch_context({"upload_id": f"{ctx.input.name}-{step}"})
+            await asyncio.sleep(0)
+        return upload.UploadOutput(upload_id=ctx.input.name)
+
+    async def scenario() -> tuple[Any, ...]:
+        runtime = Runtime(store=store)
+        runtime.register(upload.SPEC, patching)
+        ann = CallContext(ANN)
+        done = await asyncio.gather(
+            *(
+                runtime.call("upload", {"name": f"c{n}"}, run_id="r-x", context=ann)
+                for n in range(12)
+            )
+        )
+        listed = await runtime.run_effects("r-x", principal=ANN)
+        context = await runtime.run_context("r-x", principal=ANN)
+        events = [e.payload for e in store.events("r-x", 0) if e.kind == "effect"]
+        await runtime.close()
+        return done, listed, context, events
+
+    done, listed, context, events = asyncio.run(scenario())
+    assert all(isinstance(result, ToolSuccess) for result in done)
+    assert len(listed) == 36 and len({e.effect_id for e in listed}) == 36
+    if store.durable:
+        assert [e["effect_id"] for e in events] == [e.effect_id for e in listed]
+    assert context == {"upload_id": listed[-1].value["upload_id"]}
