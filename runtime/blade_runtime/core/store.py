@@ -500,8 +500,8 @@ class Claimed:
 @dataclass(frozen=True, slots=True)
 class Pruned:
     """What one ``prune`` removed (or, a dry run, would remove): settled calls, and with them
-    their actions, ToolData items, events, files and triggers; ``bytes`` of payload and file
-    content among them (an estimate of the space given back)."""
+    their actions, ToolData items, events, files, triggers and effects; ``bytes`` of payload
+    and file content among them (an estimate of the space given back)."""
 
     calls: int = 0
     actions: int = 0
@@ -510,6 +510,7 @@ class Pruned:
     files: int = 0
     triggers: int = 0
     bytes: int = 0
+    effects: int = 0
 
     def __add__(self, other: Pruned) -> Pruned:
         return Pruned(

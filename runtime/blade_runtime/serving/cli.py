@@ -564,8 +564,8 @@ def _prune(store: Store, older_than_s: float | None, keep: int | None, dry_run: 
     verb = "would remove" if dry_run else "removed"
     print(
         f"{verb} {pruned.calls} settled calls, {pruned.actions} actions, {pruned.data} ToolData "
-        f"items, {pruned.events} events, {pruned.files} files, {pruned.triggers} triggers "
-        f"({pruned.bytes} bytes of payloads and files)"
+        f"items, {pruned.events} events, {pruned.files} files, {pruned.triggers} triggers, "
+        f"{pruned.effects} effects ({pruned.bytes} bytes of payloads and files)"
     )
     return 0
 

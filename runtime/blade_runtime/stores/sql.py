@@ -946,7 +946,10 @@ class SQLStore:
                 f"FROM blade_calls WHERE call_id IN ({marks})) + "
                 f"(SELECT COALESCE(sum(length(payload)), 0) FROM blade_events "
                 f"WHERE root_id IN ({marks})) + "
-                f"(SELECT COALESCE(sum(size), 0) FROM blade_files WHERE root_id IN ({marks}))",
+                f"(SELECT COALESCE(sum(size), 0) FROM blade_files WHERE root_id IN ({marks})) + "
+                f"(SELECT COALESCE(sum(length(payload)), 0) FROM blade_effects "
+                f"WHERE root_id IN ({marks})), "
+                f"(SELECT count(*) FROM blade_effects WHERE root_id IN ({marks}))",
                 params,
             )
             if not dry_run:

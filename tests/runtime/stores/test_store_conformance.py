@@ -48,6 +48,7 @@ from blade_runtime.core.store import (
     CallRecord,
     Claim,
     DataRecord,
+    EffectRecord,
     Event,
     FileRecord,
     LeaseLost,
@@ -1117,6 +1118,10 @@ def test_prune_deletes_old_settled_calls_with_everything_of_theirs_and_nothing_e
         store.save_file(kept, b"abc", claim=claim)
         trigger = TriggerRecord(uid("trg"), call.call_id, call.run_id, "refund", "", {}, now())
         store.add_trigger(trigger, ev(call, "trigger"), claim=claim)
+        effect = EffectRecord(
+            uid("eff"), call.run_id, call.call_id, "", "", "message", {"value": "hi"}, now()
+        )
+        store.add_effect(effect, ev(call, "effect"), claim=claim)
         store.settle(claim, {"done": True}, ev(call, "result"))
         return call
 
@@ -1135,20 +1140,22 @@ def test_prune_deletes_old_settled_calls_with_everything_of_theirs_and_nothing_e
     assert store.prune() == Pruned()  # no policy: nothing
     counted = store.prune(settled_before=cutoff, dry_run=True)
     assert counted.calls == 3 and counted.actions == 3 and counted.data == 6
-    assert counted.events == 3 * 6 and counted.files == 3 and counted.triggers == 3
+    assert counted.events == 3 * 7 and counted.files == 3 and counted.triggers == 3
+    assert counted.effects == 3
     assert counted.bytes >= 3 * 3  # the files' bytes at least
     assert all(store.call(c.call_id) is not None for c in old)  # a dry run deletes nothing
 
     assert store.prune(settled_before=cutoff, limit=2).calls == 2  # oldest first, in batches
     last = store.prune(settled_before=cutoff, limit=2)
-    assert (last.calls, last.actions, last.data, last.events, last.files, last.triggers) == (
-        1,
-        1,
-        2,
-        6,
-        1,
-        1,
-    )
+    assert (
+        last.calls,
+        last.actions,
+        last.data,
+        last.events,
+        last.files,
+        last.triggers,
+        last.effects,
+    ) == (1, 1, 2, 7, 1, 1, 1)
     for call in old:
         assert store.call(call.call_id) is None
         assert store.actions(state=None, call_id=call.call_id) == []
@@ -1157,7 +1164,9 @@ def test_prune_deletes_old_settled_calls_with_everything_of_theirs_and_nothing_e
     for call in [*new, *living]:
         assert store.call(call.call_id) is not None
     assert [d.value for d in store.data(new[0].call_id)] == [1]
-    assert len(store.events(new[0].run_id)) == 6
+    assert len(store.events(new[0].run_id)) == 7
+    assert [e.kind for e in store.effects(new[0].run_id, tenant="", principal="")] == ["message"]
+    assert store.effects(old[0].run_id, tenant="", principal="") == []
 
     assert store.prune(keep=1).calls == 1  # of the two newer settled calls, the newest stays
     assert store.call(new[0].call_id) is None and store.call(new[1].call_id) is not None
