@@ -6,7 +6,7 @@ store). ``--auth MODULE:FUNCTION`` names the application's ``authenticate(reques
 it, ``--allow-anonymous`` serves local development on a loopback address only.
 
 On SIGTERM uvicorn stops accepting connections and lets the requests in flight finish (event
-streams are closed after ``--grace`` seconds); then the recovery loop stops, the runtime tells
+streams are closed after a grace period, 5 s); then the recovery loop stops, the runtime tells
 the store it is gone (its calls become claimable by other workers at once) and the store is
 closed: what was committed stays committed, and nothing is left half-written.
 
