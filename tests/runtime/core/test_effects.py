@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import os
 import signal
 import subprocess
@@ -850,3 +851,44 @@ def test_calls_running_at_once_in_a_run_fold_their_patches_in_their_events_order
     if store.durable:
         assert [e["effect_id"] for e in events] == [e.effect_id for e in listed]
     assert context == {"upload_id": listed[-1].value["upload_id"]}
+
+
+def test_the_http_event_stream_carries_a_calls_effects_in_order(tools: Any, tmp_path: Path) -> None:
+    """The stream projects effects into events (seed 000): over a real server on 127.0.0.1,
+    a client reading ``GET /v1/runs/{run}/events`` gets each effect as an ``effect`` event,
+    between the call's start and its result."""
+    from http_support import serving
+
+    from blade_runtime.serving.http import create_app
+    from blade_runtime.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "stream.db")
+    runtime = registered(tools, store)
+    app = create_app(runtime, authenticate=authenticate)
+    with serving(app) as server:
+        called = httpx.post(
+            f"{server.url}/v1/tools/upload/calls?run_id=r-sse",
+            json={"name": "a"},
+            headers=ALICE,
+            timeout=30,
+        )
+        assert called.status_code == 200, called.text
+        seen: list[tuple[str, Any]] = []
+        with httpx.stream(
+            "GET", f"{server.url}/v1/runs/r-sse/events?after=0", headers=ALICE, timeout=30
+        ) as stream:
+            kind = ""
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    kind = line[len("event: ") :]
+                elif line.startswith("data: "):
+                    seen.append((kind, json.loads(line[len("data: ") :])))
+                    if kind == "result":
+                        break
+    asyncio.run(runtime.close())
+    store.close()
+    kinds = [kind for kind, _ in seen]
+    assert kinds == ["started", "effect", "effect", "effect", "result"], kinds
+    effects = [payload["payload"] for kind, payload in seen if kind == "effect"]
+    assert [e["type"] for e in effects] == ["context_patch", "message", "permission"]
+    assert effects[1]["value"] == {"text": "got a"}
