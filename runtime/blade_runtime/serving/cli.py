@@ -216,26 +216,12 @@ def main(argv: list[str] | None = None) -> int:
             temporal=args.temporal,
             namespace=args.namespace,
             task_queue=args.task_queue,
-            host=args.host,
-            port=args.port,
-            auth=args.auth,
-            allow_anonymous=args.allow_anonymous,
-            allowed_hosts=args.allowed_host or (),
-            allowed_origins=args.allowed_origin or (),
+            **_serving(args),
         )
     if args.group == "serve":
         from blade_runtime.serving.serve import serve as run_serve
 
-        return run_serve(
-            args.target,
-            store_url=args.store,
-            host=args.host,
-            port=args.port,
-            auth=args.auth,
-            allow_anonymous=args.allow_anonymous,
-            allowed_hosts=args.allowed_host or (),
-            allowed_origins=args.allowed_origin or (),
-        )
+        return run_serve(args.target, store_url=args.store, **_serving(args))
     if args.group == "mcp":
         try:
             from blade_runtime.serving.mcp_cli import Bounds, TemporalPlace, run_cli
@@ -318,6 +304,18 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(**kwargs)
+
+
+def _serving(args: argparse.Namespace) -> dict[str, Any]:
+    """``serve``'s options of where and to whom it answers, with or without ``--temporal``."""
+    return {
+        "host": args.host,
+        "port": args.port,
+        "auth": args.auth,
+        "allow_anonymous": args.allow_anonymous,
+        "allowed_hosts": args.allowed_host or (),
+        "allowed_origins": args.allowed_origin or (),
+    }
 
 
 def _temporal(where: Any, command: argparse.ArgumentParser) -> None:

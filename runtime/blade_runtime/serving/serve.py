@@ -204,10 +204,8 @@ def serve(
     except (ValueError, ServeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        listening = listen(host, port)
-    except OSError as error:
-        print(f"error: cannot listen on {url_of(host, port)}: {error.strerror}", file=sys.stderr)
+    listening = _listening(host, port)
+    if listening is None:
         return EXIT_BIND
     try:
         store = open_store(store_url)
@@ -361,10 +359,8 @@ def serve_temporal(
     except (ValueError, ServeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        listening = listen(host, port)
-    except OSError as error:
-        print(f"error: cannot listen on {url_of(host, port)}: {error.strerror}", file=sys.stderr)
+    listening = _listening(host, port)
+    if listening is None:
         return EXIT_BIND
     mcp = importlib.util.find_spec("mcp") is not None
     where = url_of(host, listening.getsockname()[1])
@@ -405,6 +401,15 @@ def serve_temporal(
     if code == EXIT_OK:
         print("blade-runtime stopped", file=sys.stderr, flush=True)
     return code
+
+
+def _listening(host: str, port: int) -> socket.socket | None:
+    """``listen``, or None once the one line saying why is printed (exit ``EXIT_BIND``)."""
+    try:
+        return listen(host, port)
+    except OSError as error:
+        print(f"error: cannot listen on {url_of(host, port)}: {error.strerror}", file=sys.stderr)
+        return None
 
 
 def listen(host: str, port: int) -> socket.socket:
