@@ -40,7 +40,7 @@ from pydantic import BaseModel, JsonValue
 
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core.caller import CallContext, Principal
-from blade_runtime.core.effects import Effect
+from blade_runtime.core.effects import Effect, effects_json
 from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.outcomes import stored_effects, stored_metadata
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
@@ -315,5 +315,5 @@ def _artifact_of(metadata: JsonValue, effects: Sequence[Effect]) -> JsonValue:
     if metadata is not None:
         found["metadata"] = metadata
     if effects:
-        found["effects"] = [effect.to_json() for effect in effects]
+        found["effects"] = effects_json(effects)
     return found or None

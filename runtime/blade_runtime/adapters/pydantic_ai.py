@@ -47,6 +47,7 @@ from pydantic_core import SchemaValidator, core_schema
 from blade_runtime.adapters.functions import exported_functions
 from blade_runtime.core import actions
 from blade_runtime.core.caller import CallContext, Principal
+from blade_runtime.core.effects import effects_json
 from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.results import ErrorCode, ToolError, ToolPending, ToolResult, ToolSuccess
 from blade_runtime.runtime import Runtime
@@ -245,7 +246,7 @@ def _returned(result: ToolResult[Any]) -> JsonValue | ToolReturn:
         return result.content
     messages = [_text(e.value) for e in effects if e.type == "message"]
     if effects:
-        listed: JsonValue = [effect.to_json() for effect in effects]
+        listed: JsonValue = effects_json(effects)
         metadata = {**(metadata or {}), "blade_effects": listed}
     return ToolReturn(result.content, content=messages or None, metadata=metadata)
 

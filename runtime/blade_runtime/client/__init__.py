@@ -16,7 +16,7 @@ with the same typed calls, results, pending actions and submit.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import (
@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from blade_runtime.core.caller import CallContext, Principal
-from blade_runtime.core.effects import Effect
+from blade_runtime.core.effects import effects_json
 from blade_runtime.core.events import PendingAction
 from blade_runtime.core.files import FileBody, UnknownFile
 from blade_runtime.core.permissions import POINTS as PERMISSION_POINTS
@@ -399,10 +399,6 @@ class RuntimeTransport(Transport):
             subscription.close()
 
 
-def _effects(effects: Sequence[Effect]) -> list[dict[str, JsonValue]]:
-    return [effect.to_json() for effect in effects]
-
-
 def result_data(called: ToolResult[Any]) -> Data:
     """A runtime result as the fields of its result DTO."""
     ids = {"call_id": called.call.call_id, "run_id": called.call.run_id}
@@ -410,10 +406,10 @@ def result_data(called: ToolResult[Any]) -> Data:
         # A post hook's rewrite is all a typed view may hold: what it withheld reaches nobody.
         output = called.content if called.rewritten else called.output
         success = {"status": "success", **ids, "output": output, "content": called.content}
-        return {**success, "metadata": called.metadata, "effects": _effects(called.effects)}
+        return {**success, "metadata": called.metadata, "effects": effects_json(called.effects)}
     if isinstance(called, ToolError):
         error = {"status": "error", **ids, "code": called.code, "message": called.message}
-        return {**error, "metadata": called.metadata, "effects": _effects(called.effects)}
+        return {**error, "metadata": called.metadata, "effects": effects_json(called.effects)}
     if isinstance(called, ToolPending):
         return {"status": "pending", **ids, "action": _action_data(called.action)}
     return {"status": "skipped", **ids, "reason": called.reason}

@@ -37,7 +37,7 @@ from blade_runtime.core.context import (
     ToolFailed,
     event_of,
 )
-from blade_runtime.core.effects import Effect, whose
+from blade_runtime.core.effects import Effect
 from blade_runtime.core.events import EventHub, PendingAction
 from blade_runtime.core.execution import (
     INITIAL,
@@ -889,13 +889,7 @@ class CallRunner:
         if claimed:  # its claim recorded it
             attempt.claim = Claim(call.call_id, self.owner, fence)
         elif call.parent is None and (
-            self.durable
-            or registration.fenced
-            or registration.data
-            or (
-                (registration.effects is not None or registration.children)
-                and self._may_emit(registration)
-            )
+            self.durable or registration.fenced or registration.data or self._may_emit(registration)
         ):
             record = self._record(registration, call, arguments, "running")
             begun = await self.io(
@@ -1058,10 +1052,9 @@ class CallRunner:
         emitted = () if ctx._effects is None else tuple(ctx._effects.emitted)
         if call.parent is not None or self.services is None or not self._may_emit(registration):
             return emitted
-        tenant, principal = whose(call)
         try:
             return await self.services.effects.listed(
-                call.run_id, tenant, principal, call_id=call.call_id
+                call.run_id, call.tenant, call.principal_id, call_id=call.call_id
             )
         except StoreError as error:
             log.warning("%s (call %s): its effects were not read: %s", *_named(call), error)
@@ -1273,11 +1266,11 @@ class CallRunner:
             now(),
             self.owner,
             lease_until=clock() + self.lease_s if state == "running" else 0.0,
-            tenant="" if context is None else context.tenant,
+            tenant=call.tenant,
             context=None if context is None else context.to_json(),
             kind=spec.kind if behavior is None else behavior.kind,
             fence=1 if state == "running" else 0,
-            principal=_principal_of(context),
+            principal=call.principal_id,
         )
 
     def _action(
@@ -1301,7 +1294,7 @@ class CallRunner:
             now(),
             tenant=call.tenant,
             expires_at=None if expires_after_s is None else clock() + expires_after_s,
-            principal=_principal_of(call.context),
+            principal=call.principal_id,
             thread_id=None if call.context is None else call.context.thread_id,
             agent_id=None if call.context is None else call.context.agent_id,
         )
@@ -1362,11 +1355,6 @@ _ID_RULE = (
     "A call id and a run id are 1 to 200 printable characters (no NUL, no line break, no "
     "lone surrogate): every store must hold and index them alike."
 )
-
-
-def _principal_of(context: CallContext | None) -> str:
-    principal = None if context is None else context.principal
-    return "" if principal is None else principal.id
 
 
 def _named(call: CallInfo) -> tuple[str, str]:

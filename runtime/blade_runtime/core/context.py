@@ -100,6 +100,13 @@ class CallInfo:
         return "" if self.context is None else self.context.tenant
 
     @property
+    def principal_id(self) -> str:
+        """The id of the principal the call is made for, "" when anonymous."""
+        context = self.context
+        principal = None if context is None else context.principal
+        return "" if principal is None else principal.id
+
+    @property
     def thread_id(self) -> str | None:
         """The thread the call belongs to (its caller context's), None when unnamed."""
         return None if self.context is None else self.context.thread_id
@@ -113,16 +120,14 @@ class CallInfo:
 def event_of(call: CallInfo, kind: str, payload: JsonValue, at: str | None = None) -> Event:
     """An event of ``call``, with whose it is (its caller's tenant and principal): a listing of
     a run's events is narrowed to them in the store's query."""
-    context = call.context
-    principal = None if context is None else context.principal
     return Event(
         call.run_id,
         call.call_id,
         kind,
         payload,
         now() if at is None else at,
-        tenant="" if principal is None else principal.tenant,
-        principal="" if principal is None else principal.id,
+        tenant=call.tenant,
+        principal=call.principal_id,
     )
 
 

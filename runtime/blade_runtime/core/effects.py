@@ -51,6 +51,7 @@ from blade_runtime.core.store import (
 CONTEXT_PATCH: EffectKind = "context_patch"
 MESSAGE: EffectKind = "message"
 PERMISSION: EffectKind = "permission"
+KINDS: dict[str, EffectKind] = {kind: kind for kind in (CONTEXT_PATCH, MESSAGE, PERMISSION)}
 
 
 class EffectRejected(ValueError):
@@ -73,9 +74,29 @@ class Effect:
         return {"effect_id": self.effect_id, "type": self.type, "value": self.value, "at": self.at}
 
     @staticmethod
+    def from_json(data: JsonValue) -> Effect | None:
+        """An effect from ``to_json``'s form (None: not one)."""
+        kind = data.get("type") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(kind, str) or kind not in KINDS:
+            return None
+        return Effect(
+            str(data.get("effect_id")), KINDS[kind], data.get("value"), str(data.get("at"))
+        )
+
+    @staticmethod
     def of(record: EffectRecord) -> Effect:
-        payload = record.payload if isinstance(record.payload, dict) else {}
-        return Effect(record.effect_id, record.kind, payload.get("value"), record.at)
+        return Effect(record.effect_id, record.kind, record.value, record.at)
+
+
+def effects_json(effects: Iterable[Effect]) -> list[JsonValue]:
+    """Effects as every surface carries them (a stored result, HTTP, MCP, the adapters)."""
+    return [effect.to_json() for effect in effects]
+
+
+def effects_from_json(listed: JsonValue) -> tuple[Effect, ...]:
+    """The effects ``effects_json`` wrote (what is not one is left out)."""
+    found = (Effect.from_json(item) for item in listed) if isinstance(listed, list) else ()
+    return tuple(effect for effect in found if effect is not None)
 
 
 def merge_patch(target: JsonValue, patch: JsonValue) -> JsonValue:
@@ -96,16 +117,8 @@ def folded(records: Iterable[EffectRecord]) -> dict[str, JsonValue]:
     """A run's context: its context patches, applied in the order they were recorded."""
     context: JsonValue = {}
     for record in records:
-        payload = record.payload if isinstance(record.payload, dict) else {}
-        context = merge_patch(context, payload.get("value"))
+        context = merge_patch(context, record.value)
     return context if isinstance(context, dict) else {}
-
-
-def whose(call: CallInfo) -> tuple[str, str]:
-    """The tenant and principal id a call's effects are kept for ("" for nobody)."""
-    context = call.context
-    principal = None if context is None else context.principal
-    return ("", "") if principal is None else (principal.tenant, principal.id)
 
 
 class Effects:
@@ -132,7 +145,7 @@ class Effects:
     ) -> Effect:
         """Record one effect of ``call`` (``key``: its place in the entry, which makes its id)
         and announce it; an effect recorded already is neither applied nor announced again."""
-        tenant, principal = whose(call)
+        tenant, principal = call.tenant, call.principal_id
         # whose it is in the id too: a call id is the caller's choice, and one reused by
         # another tenant (on a store that records no such call) never meets this effect
         place = f"{tenant}\x00{principal}\x00{key}"
@@ -140,7 +153,7 @@ class Effects:
         effect = Effect(effect_id, kind, value, now())
         call_id = call.parent or call.call_id  # a child's effects are its parent's part
         record = EffectRecord(
-            effect_id, call.run_id, call_id, tenant, principal, kind, effect.to_json(), effect.at
+            effect_id, call.run_id, call_id, tenant, principal, kind, value, effect.at
         )
         event = replace(event_of(call, "effect", effect.to_json(), effect.at), call_id=call_id)
         try:

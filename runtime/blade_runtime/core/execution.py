@@ -31,7 +31,7 @@ from blade_runtime.core.context import (
     child_id,
     event_of,
 )
-from blade_runtime.core.effects import CallEffects, Effects, whose
+from blade_runtime.core.effects import CallEffects, Effects
 from blade_runtime.core.fencing import Lease, LeaseNotHeld
 from blade_runtime.core.files import FileAccess, ScopedFiles
 from blade_runtime.core.jsonvalue import NotJson, checked, encodable_tree, lossless, model_of
@@ -497,8 +497,10 @@ class ToolContext:
     async def run_context(self) -> dict[str, JsonValue]:
         """The context of this call's run: the context patches its calls emitted so far (its
         own included), merged in order; that of the run's calls made for the same caller."""
-        tenant, principal = whose(self._call)
-        return await self._runtime().effects.run_context(self._call.run_id, tenant, principal)
+        call = self._call
+        return await self._runtime().effects.run_context(
+            call.run_id, call.tenant, call.principal_id
+        )
 
     def _runtime(self) -> CallServices:
         if self._services is None:

@@ -18,11 +18,10 @@ from pydantic_core import from_json
 from blade_runtime.core import actions
 from blade_runtime.core.cancel_scope import CancelScope
 from blade_runtime.core.context import CallInfo, CancellationSignal
-from blade_runtime.core.effects import Effect
+from blade_runtime.core.effects import Effect, effects_from_json, effects_json
 from blade_runtime.core.jsonvalue import NotJson, checked
 from blade_runtime.core.results import ErrorCode, ToolError, ToolResult, ToolSuccess, error_content
 from blade_runtime.core.spec import JsonObject
-from blade_runtime.core.store import EffectKind
 
 log = logging.getLogger("blade_runtime")
 
@@ -136,7 +135,7 @@ def result_json(result: ToolResult[Any]) -> JsonValue:
     effects = getattr(result, "effects", ())
     if effects:
         assert isinstance(stored, dict)
-        stored["effects"] = [effect.to_json() for effect in effects]
+        stored["effects"] = effects_json(effects)
     return stored
 
 
@@ -148,15 +147,7 @@ def stored_metadata(stored: JsonValue) -> dict[str, JsonValue] | None:
 
 def stored_effects(stored: JsonValue) -> tuple[Effect, ...]:
     """The effects a stored result lists (``result_json``'s), in order."""
-    listed = stored.get("effects") if isinstance(stored, dict) else None
-    if not isinstance(listed, list):
-        return ()
-    kinds: dict[str, EffectKind] = {k: k for k in ("context_patch", "message", "permission")}
-    return tuple(
-        Effect(str(e.get("effect_id")), kinds[kind], e.get("value"), str(e.get("at")))
-        for e in listed
-        if isinstance(e, dict) and isinstance(kind := e.get("type"), str) and kind in kinds
-    )
+    return effects_from_json(stored.get("effects") if isinstance(stored, dict) else None)
 
 
 def parse_arguments(arguments: JsonObject | str | bytes) -> JsonObject | str:

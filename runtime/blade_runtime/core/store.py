@@ -346,9 +346,8 @@ EffectKind = Literal["context_patch", "message", "permission"]
 @dataclass(slots=True)
 class EffectRecord:
     """An effect a tool emitted while it ran (``ctx.effects``, see ``core.effects``), kept with
-    its run: a context patch, a message, or a permission change. ``payload`` is the effect as
-    announced (its ``type`` and fields); ``tenant`` and ``principal`` are its call's, and only
-    their reads find it."""
+    its run: a context patch, a message, or a permission change (``kind``), and its ``value``;
+    ``tenant`` and ``principal`` are its call's, and only their reads find it."""
 
     effect_id: str
     run_id: str
@@ -356,7 +355,7 @@ class EffectRecord:
     tenant: str
     principal: str
     kind: EffectKind
-    payload: JsonValue
+    value: JsonValue
     at: str
 
 

@@ -65,6 +65,7 @@ from blade_runtime.core.artifacts import SCHEME
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.content import is_blocks, to_mcp
 from blade_runtime.core.context import parent_ids
+from blade_runtime.core.effects import effects_json
 from blade_runtime.core.export import NAME_RULES, wire_names
 from blade_runtime.core.jsonvalue import compact_json
 from blade_runtime.core.registry import Registration
@@ -867,7 +868,7 @@ def _settled(outcome: Outcome, version: str) -> TextResult | types.CallToolResul
     if outcome.metadata is not None:
         ours["metadata"] = outcome.metadata
     if outcome.effects:
-        ours["effects"] = [effect.to_json() for effect in outcome.effects]
+        ours["effects"] = effects_json(outcome.effects)
     if outcome.status == "error":
         return _error(outcome.code, outcome.message, ours)
     return _success(outcome.content, version, outcome.projected, ours)

@@ -88,6 +88,7 @@ TRIGGER_COLUMNS = (
     "owner, claimed_until, finished_at, error"
 )
 EFFECT_COLUMNS = "effect_id, run_id, call_id, tenant, principal, kind, payload, at"
+# payload: the effect's value (its other fields are columns)
 GRANT_COLUMNS = "grant_id, tenant, principal, tool, subject, created_at, action_id, spec_id, point"
 GRANT_KEY = "tenant, principal, tool, spec_id, point, subject"  # a grant's identity
 _GRANT_IS = " AND ".join(f"{key} = :{key}" for key in GRANT_KEY.split(", "))
@@ -757,7 +758,7 @@ class SQLStore:
                         "tenant": effect.tenant,
                         "principal": effect.principal,
                         "kind": effect.kind,
-                        "payload": dump(effect.payload),
+                        "payload": dump(effect.value),
                         "at": effect.at,
                         "root_id": root,
                     },

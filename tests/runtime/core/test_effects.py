@@ -675,7 +675,7 @@ def test_a_spec_may_declare_any_one_effect_alone(tmp_path: Path) -> None:
     and ruff, and its ctx.effects has the methods of what it declares and no others."""
     from conftest import run_mypy, run_ruff
 
-    package = build_and_import(
+    build_and_import(
         tmp_path,
         "effect_parts_pkg",
         spec("parts.patcher.v1", effects={"context": {"type": "object"}}),
@@ -704,7 +704,6 @@ def test_a_spec_may_declare_any_one_effect_alone(tmp_path: Path) -> None:
     }
     declared = modules["granter"].SPEC.effects
     assert declared.permissions == ("parts.poster.v1",) and declared.context_schema is None
-    assert package is not None
 
 
 # -- every entry of a call: a permission's replay, a suspension, a child ----------------------

@@ -41,7 +41,7 @@ from starlette.routing import Route
 
 from blade_runtime.core.caller import CallContext, Principal
 from blade_runtime.core.context import CallInfo
-from blade_runtime.core.effects import Effect
+from blade_runtime.core.effects import Effect, effects_json
 from blade_runtime.core.events import WINDOW, Subscription
 from blade_runtime.core.files import FileBody
 from blade_runtime.core.outcomes import stored_effects, stored_metadata
@@ -1208,5 +1208,5 @@ def _with_metadata(
     if metadata is not None:
         body["metadata"] = metadata
     if effects:
-        body["effects"] = [effect.to_json() for effect in effects]
+        body["effects"] = effects_json(effects)
     return body
