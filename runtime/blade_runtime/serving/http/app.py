@@ -442,12 +442,12 @@ class Api:
         if isinstance(result, dict) and result.get("status") == "error":
             code = str(result.get("code"))
             error: dict[str, JsonValue] = {"code": code, "message": str(result.get("message"))}
-            return status_of(code), _with_metadata(error, metadata, effects)
+            return status_of(code), _with_result_fields(error, metadata, effects)
         content = result.get("content") if isinstance(result, dict) else None
         output = result.get("output", content) if isinstance(result, dict) else None
         answer: dict[str, JsonValue] = {"status": "success", **ids, "output": output}
         answer["content"] = content
-        return 200, _with_metadata(answer, metadata, effects)
+        return 200, _with_result_fields(answer, metadata, effects)
 
     async def _call(
         self,
@@ -487,7 +487,9 @@ class Api:
         """A runtime result as the API answers it: errors as ``{code, message}``."""
         if isinstance(result, ToolError):
             error: dict[str, JsonValue] = {"code": result.code.value, "message": result.message}
-            return status_of(result.code), _with_metadata(error, result.metadata, result.effects)
+            return status_of(result.code), _with_result_fields(
+                error, result.metadata, result.effects
+            )
         ids: dict[str, JsonValue] = {"call_id": result.call.call_id, "run_id": result.call.run_id}
         if isinstance(result, ToolPending):
             record = await self.records.action(result.action.action_id, principal=principal)
@@ -514,7 +516,7 @@ class Api:
                 "url": f"/v1/files/{result.artifact}",
             }
         if isinstance(result, ToolSuccess):
-            _with_metadata(answer, result.metadata, result.effects)
+            _with_result_fields(answer, result.metadata, result.effects)
         return 200, answer
 
     # -- records as JSON ---------------------------------------------------------------------
@@ -1197,7 +1199,7 @@ def file_response(file_id: str, found: FileBody | None) -> Response:
     )
 
 
-def _with_metadata(
+def _with_result_fields(
     body: dict[str, JsonValue],
     metadata: dict[str, JsonValue] | None,
     effects: Sequence[Effect] = (),
