@@ -1118,9 +1118,7 @@ def test_prune_deletes_old_settled_calls_with_everything_of_theirs_and_nothing_e
         store.save_file(kept, b"abc", claim=claim)
         trigger = TriggerRecord(uid("trg"), call.call_id, call.run_id, "refund", "", {}, now())
         store.add_trigger(trigger, ev(call, "trigger"), claim=claim)
-        effect = EffectRecord(
-            uid("eff"), call.run_id, call.call_id, "", "", "message", "hi", now()
-        )
+        effect = EffectRecord(uid("eff"), call.run_id, call.call_id, "", "", "message", "hi", now())
         store.add_effect(effect, ev(call, "effect"), claim=claim)
         store.settle(claim, {"done": True}, ev(call, "result"))
         return call
